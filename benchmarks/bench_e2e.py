@@ -1,0 +1,82 @@
+"""Benchmark: one ``user-mean`` study over HTTP (server + batch-mode swarm) against the in-process
+simulation of the same study, side by side in one run.
+
+Starts a real server (``python -m server``) on a temporary SQLite database, runs a swarm of
+``--users`` participants (default 10^5, 256 two-point samples each, ε = 1) in batch mode against it,
+then simulates the same seed in process. Prints both times, their ratio (target <= 10) and checks
+that both paths give the same estimate (1e-9 relative, DESIGN.md).
+
+    python benchmarks/bench_e2e.py [--users N] [--samples M] [--batch B] [--concurrency C]
+                                   [--processes K] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+from client.population import PopulationSpec, build_population
+from client.server_process import ServerProcess, sqlite_url
+from client.simulate import fill_from_population, simulate
+from client.swarm import run_swarm
+from protocol.catalogue import get_protocol
+
+RATIO_TARGET = 10.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--users", type=int, default=100_000)
+    parser.add_argument("--samples", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    spec = PopulationSpec(
+        users=args.users, samples=args.samples, distribution="two-point", mean=0.3, epsilon=1.0
+    )
+    population = build_population(spec, args.seed)
+    protocol = get_protocol("user-mean")
+    params = fill_from_population(protocol, {}, population)
+
+    with tempfile.TemporaryDirectory(prefix="fedldp-bench-") as tmp:
+        database = Path(tmp) / "bench.db"
+        with ServerProcess(database_url=sqlite_url(database), log=Path(tmp) / "server.log") as srv:
+            srv.wait_healthy()
+            run = asyncio.run(
+                run_swarm(
+                    srv.url,
+                    population=population,
+                    create=(protocol.name, params),
+                    batch=args.batch,
+                    concurrency=args.concurrency,
+                    processes=args.processes,
+                    progress=False,
+                )
+            )
+    started = time.perf_counter()
+    local = simulate(protocol, protocol.parse_params(params), population, args.seed)
+    in_process = time.perf_counter() - started
+
+    remote_estimate = run.result.estimate
+    assert isinstance(remote_estimate, float)
+    assert isinstance(local.result.estimate, float)
+    relative = abs(remote_estimate - local.result.estimate) / abs(local.result.estimate)
+    ratio = run.elapsed_s / in_process
+    print(f"user-mean, n = {args.users}, m = {args.samples}, seed {args.seed}")
+    print(f"  over HTTP  : {run.elapsed_s:8.2f} s  (batch {args.batch}, {args.processes} proc.)")
+    print(f"  in process : {in_process:8.2f} s")
+    print(f"  ratio      : {ratio:8.2f}   (target <= {RATIO_TARGET:g})")
+    print(f"  estimates  : {remote_estimate!r} vs {local.result.estimate!r} (rel. {relative:.1e})")
+    ok = ratio <= RATIO_TARGET and relative <= 1e-9
+    print("  PASS" if ok else "  FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

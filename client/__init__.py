@@ -1,0 +1,1 @@
+"""fedldp client side: simulated users, populations, the in-process simulator, the swarm."""

@@ -1,0 +1,40 @@
+"""Seeds of a simulation run: the public study seed and the private population seed.
+
+One user-facing ``--seed`` fixes a whole run. It is split (numpy SeedSequence spawning) into the
+*study seed*, which the server stores and uses for public randomness (cohort permutations, public
+matrices), and the *population seed*, which never leaves the client side: it drives every user's
+data and privatization noise. A server that knew the population seed could recompute the noise and
+undo the privatization, so it is never sent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from protocol.streams import StreamKey, stream_key
+
+__all__ = ["DATA_PURPOSE", "ROUND_PURPOSE", "data_key", "derive_seeds", "round_key"]
+
+DATA_PURPOSE = 0
+ROUND_PURPOSE = 1
+
+
+def derive_seeds(seed: int) -> tuple[int, int]:
+    """``(study_seed, population_seed)`` from one user-facing seed, both in [0, 2**63)."""
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed}")
+    study, population = np.random.SeedSequence(seed).spawn(2)
+    return (
+        int(study.generate_state(1, np.uint64)[0] >> np.uint64(1)),
+        int(population.generate_state(1, np.uint64)[0] >> np.uint64(1)),
+    )
+
+
+def data_key(population_seed: int) -> StreamKey:
+    """Key of the streams that generate every user's local dataset."""
+    return stream_key(population_seed, DATA_PURPOSE)
+
+
+def round_key(population_seed: int, round_index: int) -> StreamKey:
+    """Key of the streams a user privatizes with in round ``round_index``."""
+    return stream_key(population_seed, ROUND_PURPOSE, round_index)

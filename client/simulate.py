@@ -1,0 +1,184 @@
+"""The in-process simulator: drive any catalogue protocol over a population, chunk by chunk.
+
+This is the fast path of DESIGN.md ("The same protocol objects run in two ways"): the same
+plan → broadcast → privatize → check → aggregate → finalize steps the server and the swarm run,
+with the same seeds, so the HTTP path must reproduce its estimate. One run seed is split by
+``derive_seeds`` into the public study seed (plans, cohorts) and the private population seed (data,
+and each round's privatization streams ``round_key(population_seed, k)``).
+
+Memory stays flat: for each round the cohort is walked in blocks of ``chunk_size`` participants in
+slot order; each block's data is generated, privatized and checked, and its reports are streamed
+to ``aggregate`` through a generator. No round ever holds all users' data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from client.output import result_summary
+from client.population import Population
+from client.seeds import derive_seeds, round_key
+from protocol.base import JSON, FloatArray, Params, Plan, Protocol, ReportChunk, Result, RoundTask
+from protocol.ledger import check_plan_budget
+from protocol.streams import UserStreams
+
+__all__ = ["ProgressFn", "SimulationError", "SimulationResult", "fill_from_population", "simulate"]
+
+ProgressFn = Callable[[int, int], None]
+"""Called after each chunk with (reports done, reports planned in all rounds)."""
+
+
+class SimulationError(RuntimeError):
+    """The client side produced reports the protocol rejects: a bug, not a user error."""
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Everything one simulated run produced."""
+
+    protocol: str
+    params: Params
+    population: Population
+    seed: int
+    result: Result
+    plan: Plan
+    charges: FloatArray
+    outputs: tuple[JSON, ...]
+    elapsed_s: float
+    data_kind: str = field(default="scalar")
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return (*self.population.warnings, *self.plan.warnings, *self.result.warnings)
+
+    def as_json(self) -> JSON:
+        """The result summary (client.output.result_summary) plus the population description."""
+        summary = result_summary(
+            protocol=self.protocol,
+            params=self.params.model_dump(mode="json"),
+            n=self.population.n,
+            seed=self.seed,
+            estimate=self.result.estimate,
+            truth=self.population.truth,
+            error_bar=None if self.result.error_bar is None else self.result.error_bar.as_json(),
+            charges=self.charges,
+            diagnostics=self.result.diagnostics,
+            warnings=self.warnings,
+            elapsed_s=self.elapsed_s,
+            data_kind=self.data_kind,
+        )
+        summary["population"] = self.population.describe()
+        return summary
+
+
+def fill_from_population(
+    protocol: Protocol[Any], raw: Mapping[str, Any], population: Population
+) -> dict[str, Any]:
+    """``raw`` with the parameters the population determines filled in where the protocol has
+    them and they were not given: ``samples_per_user`` (the smallest per-user sample count: every
+    user then holds at least m samples; those with more keep their first m), ``dimension`` (d of
+    vector data) and ``domain_size`` (k of categorical data)."""
+    known: dict[str, int | None] = {
+        "samples_per_user": int(population.metadata["samples"].min()),
+        "dimension": population.dimension,
+        "domain_size": population.items,
+    }
+    out = dict(raw)
+    fields = protocol.params_model.model_fields
+    for name, value in known.items():
+        if name in fields and name not in out and value is not None:
+            out[name] = value
+    return out
+
+
+def _round_chunks(
+    protocol: Protocol[Any],
+    params: Params,
+    population: Population,
+    task: RoundTask,
+    plan: Plan,
+    round_index: int,
+    chunk_size: int,
+    on_chunk: Callable[[int], None],
+) -> Iterator[ReportChunk]:
+    rp = plan.rounds[round_index]
+    groups = rp.groups()
+    key = round_key(population.population_seed, round_index)
+    for start in range(0, rp.cohort.size, chunk_size):
+        block = rp.cohort[start : start + chunk_size]
+        eps = rp.epsilon[start : start + chunk_size]
+        group = groups[start : start + chunk_size]
+        data = population.data(block)
+        payloads = protocol.privatize(params, task, data, eps, group, UserStreams(key, block))
+        valid = protocol.check(params, task, eps, payloads)
+        if not np.all(valid):
+            bad = int(block[np.flatnonzero(~valid)[0]])
+            raise SimulationError(
+                f"{protocol.name} round {round_index} ({rp.name}): the client's report for "
+                f"participant {bad} fails the server's check"
+            )
+        on_chunk(int(block.size))
+        yield ReportChunk(block, eps, group, np.asarray(payloads, dtype=np.float64))
+
+
+def simulate(
+    protocol: Protocol[Any],
+    params: Params,
+    population: Population,
+    seed: int,
+    *,
+    chunk_size: int = 8192,
+    progress: ProgressFn | None = None,
+) -> SimulationResult:
+    """Run ``protocol`` with ``params`` on ``population`` in process; ValueError on bad input.
+
+    ``population`` must have been built for the same run ``seed`` (``build_population(spec,
+    seed)``): it carries the private half of the seed. The result is identical whatever
+    ``chunk_size`` is, up to the rounding of sums taken in a different grouping.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    study_seed, population_seed = derive_seeds(seed)
+    if population_seed != population.population_seed:
+        raise ValueError(f"the population was built for seed {population.seed}, not {seed}")
+    if population.data_kind != protocol.data_kind:
+        raise ValueError(
+            f"protocol {protocol.name} takes {protocol.data_kind} data, but the population "
+            f"holds {population.data_kind} data"
+        )
+    started = time.perf_counter()
+    plan = protocol.plan(params, population.epsilon, population.metadata, study_seed)
+    charges = check_plan_budget(plan, population.epsilon)
+    total = int(sum(rp.cohort.size for rp in plan.rounds))
+    done = 0
+
+    def on_chunk(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress(done, total)
+
+    outputs: list[JSON] = []
+    for k, rp in enumerate(plan.rounds):
+        broadcast = protocol.broadcast(params, plan, k, outputs)
+        task = RoundTask.of(rp, broadcast)
+        chunks = _round_chunks(protocol, params, population, task, plan, k, chunk_size, on_chunk)
+        outputs.append(protocol.aggregate(params, plan, k, broadcast, chunks))
+    result = protocol.finalize(params, plan, outputs)
+    return SimulationResult(
+        protocol=protocol.name,
+        params=params,
+        population=population,
+        seed=seed,
+        result=result,
+        plan=plan,
+        charges=charges,
+        outputs=tuple(outputs),
+        elapsed_s=time.perf_counter() - started,
+        data_kind=protocol.data_kind,
+    )

@@ -1,0 +1,392 @@
+"""Wire schema: every HTTP request and response body, shared by server and client (STYLE rule 3).
+
+All models are pydantic v2, ``extra="forbid"``, frozen, and reject NaN/±inf. Report payloads are a
+discriminated union on ``kind``; ``payload_row``/``payload_from_row`` convert them to and from the
+numeric rows the protocols work with. The batch report form is columnar (one round, one kind, many
+participants) because it carries up to tens of thousands of reports per request.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from protocol.base import FloatArray, PayloadKind
+
+__all__ = [
+    "BatchItemStatus",
+    "BatchReceipt",
+    "BitPayload",
+    "BudgetCharge",
+    "BudgetView",
+    "EnrollBatch",
+    "EnrollRequest",
+    "Enrollment",
+    "EnrollmentBatch",
+    "EpsilonSummary",
+    "ErrorBarView",
+    "ErrorBody",
+    "Health",
+    "HistogramPayload",
+    "IndexSignPayload",
+    "Payload",
+    "ProtocolInfo",
+    "ProtocolList",
+    "Receipt",
+    "ReportBatch",
+    "ReportSubmit",
+    "ResultView",
+    "RoundProgress",
+    "RoundView",
+    "RoundsView",
+    "ScalarPayload",
+    "StatisticPayload",
+    "StudyCreate",
+    "StudyList",
+    "StudyPhase",
+    "StudyView",
+    "Task",
+    "TaskBatch",
+    "TaskBatchItem",
+    "TaskBatchRequest",
+    "TaskDone",
+    "TaskReport",
+    "TaskWait",
+    "VectorPayload",
+    "payload_from_row",
+    "payload_row",
+]
+
+MAX_BATCH = 50_000
+NonNegInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Seed = Annotated[int, Field(ge=0, lt=2**63)]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+class ScalarPayload(Model):
+    kind: Literal["scalar"] = "scalar"
+    value: float
+
+
+class VectorPayload(Model):
+    kind: Literal["vector"] = "vector"
+    values: list[float]
+
+
+class HistogramPayload(Model):
+    kind: Literal["histogram"] = "histogram"
+    values: list[float]
+
+
+class BitPayload(Model):
+    kind: Literal["bit"] = "bit"
+    bit: Literal[-1, 1]
+
+
+class IndexSignPayload(Model):
+    kind: Literal["index-sign"] = "index-sign"
+    index: NonNegInt
+    sign: Literal[-1, 1]
+
+
+class StatisticPayload(Model):
+    """A user-wise statistic sent in the clear to a trusted (central-DP) aggregator."""
+
+    kind: Literal["statistic"] = "statistic"
+    values: list[float]
+
+
+Payload = Annotated[
+    ScalarPayload
+    | VectorPayload
+    | HistogramPayload
+    | BitPayload
+    | IndexSignPayload
+    | StatisticPayload,
+    Field(discriminator="kind"),
+]
+
+
+def payload_row(payload: Payload) -> FloatArray:
+    """The numeric row a protocol works with (flattened per-participant payload)."""
+    if isinstance(payload, ScalarPayload):
+        return np.array([payload.value], dtype=np.float64)
+    if isinstance(payload, BitPayload):
+        return np.array([payload.bit], dtype=np.float64)
+    if isinstance(payload, IndexSignPayload):
+        return np.array([payload.index, payload.sign], dtype=np.float64)
+    return np.asarray(payload.values, dtype=np.float64)
+
+
+def payload_from_row(kind: PayloadKind, row: FloatArray) -> Payload:
+    """Inverse of ``payload_row`` for a payload of ``kind``."""
+    flat = np.asarray(row, dtype=np.float64).reshape(-1)
+    if kind == "scalar":
+        return ScalarPayload(value=float(flat[0]))
+    if kind == "bit":
+        return BitPayload(bit=1 if flat[0] > 0 else -1)
+    if kind == "index-sign":
+        return IndexSignPayload(index=int(flat[0]), sign=1 if flat[1] > 0 else -1)
+    if kind == "histogram":
+        return HistogramPayload(values=flat.tolist())
+    if kind == "statistic":
+        return StatisticPayload(values=flat.tolist())
+    return VectorPayload(values=flat.tolist())
+
+
+# --------------------------------------------------------------------------- catalogue
+
+
+class ProtocolInfo(Model):
+    name: str
+    version: str
+    summary: str
+    source: str
+    heterogeneity: str
+    trust: Literal["local", "central"]
+    data_kind: str
+    parameters: dict[str, Any]
+
+
+class ProtocolList(Model):
+    protocols: list[ProtocolInfo]
+
+
+class Health(Model):
+    status: Literal["ok"]
+    version: str
+    database: str
+
+
+class ErrorBody(Model):
+    code: str
+    detail: str
+
+
+# --------------------------------------------------------------------------- studies
+
+StudyPhase = Literal["enrolling", "running", "finished", "failed", "cancelled"]
+
+
+class StudyCreate(Model):
+    protocol: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    seed: Seed
+    name: str | None = Field(default=None, max_length=200)
+    enrollment_target: Annotated[int, Field(ge=1)] | None = None
+    enrollment_deadline_s: PositiveFloat | None = None
+    round_deadline_s: PositiveFloat = 600.0
+    quorum: Annotated[float, Field(gt=0, le=1)] = 1.0
+
+
+class RoundProgress(Model):
+    index: int
+    name: str
+    status: Literal["pending", "open", "closed"]
+    expected: int
+    received: int
+    deadline: datetime | None
+    seconds_left: float | None
+
+
+class StudyView(Model):
+    id: str
+    name: str | None
+    protocol: str
+    trust: Literal["local", "central"]
+    params: dict[str, Any]
+    seed: int
+    phase: StudyPhase
+    created_at: datetime
+    n_participants: int
+    enrollment_target: int | None
+    enrollment_deadline: datetime | None
+    round_deadline_s: float
+    quorum: float
+    current_round: int | None
+    rounds: list[RoundProgress]
+    failure_reason: str | None
+    warnings: list[str]
+
+
+class StudyList(Model):
+    studies: list[StudyView]
+
+
+# --------------------------------------------------------------------------- participants
+
+
+class EnrollRequest(Model):
+    epsilon: PositiveFloat
+    metadata: dict[str, float | list[float]] = Field(default_factory=dict)
+
+
+class EnrollBatch(Model):
+    participants: Annotated[list[EnrollRequest], Field(min_length=1, max_length=MAX_BATCH)]
+
+
+class Enrollment(Model):
+    participant_id: int
+    token: str
+
+
+class EnrollmentBatch(Model):
+    enrollments: list[Enrollment]
+
+
+class TaskWait(Model):
+    kind: Literal["wait"] = "wait"
+    reason: str
+    retry_after_s: float
+
+
+class TaskReport(Model):
+    kind: Literal["report"] = "report"
+    round: int
+    name: str
+    broadcast: dict[str, Any]
+    payload_kind: PayloadKind
+    payload_shape: list[int]
+    group: int
+    epsilon: float
+    deadline: datetime | None
+
+
+class TaskDone(Model):
+    kind: Literal["done"] = "done"
+    phase: StudyPhase
+    reported_rounds: list[int]
+
+
+Task = Annotated[TaskWait | TaskReport | TaskDone, Field(discriminator="kind")]
+
+
+class TaskBatchRequest(Model):
+    participant_ids: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_BATCH)]
+    tokens: list[str]
+
+
+class TaskBatchItem(Model):
+    participant_id: int
+    task: Task
+
+
+class TaskBatch(Model):
+    tasks: list[TaskBatchItem]
+
+
+# --------------------------------------------------------------------------- reports
+
+
+class ReportSubmit(Model):
+    participant_id: NonNegInt
+    token: str
+    round: NonNegInt
+    payload: Payload
+
+
+class Receipt(Model):
+    participant_id: int
+    round: int
+    digest: str
+    received_at: datetime
+    duplicate: bool
+
+
+class ReportBatch(Model):
+    """Many participants' already-privatized reports for one round (columnar)."""
+
+    round: NonNegInt
+    kind: PayloadKind
+    participant_ids: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_BATCH)]
+    tokens: list[str]
+    payloads: list[list[float]]
+
+
+class BatchItemStatus(Model):
+    participant_id: int
+    status: Literal["accepted", "duplicate", "rejected"]
+    code: str | None = None
+    detail: str | None = None
+
+
+class BatchReceipt(Model):
+    round: int
+    accepted: int
+    duplicates: int
+    rejected: int
+    items: list[BatchItemStatus]
+    """Only the rejected items (an accepted or duplicate report needs no line)."""
+
+
+# --------------------------------------------------------------------------- rounds and results
+
+
+class RoundView(Model):
+    index: int
+    name: str
+    status: Literal["pending", "open", "closed"]
+    expected: int
+    received: int
+    opened_at: datetime | None
+    closed_at: datetime | None
+    broadcast: dict[str, Any] | None
+    output: dict[str, Any] | None
+
+
+class RoundsView(Model):
+    rounds: list[RoundView]
+
+
+class ErrorBarView(Model):
+    half_width: float
+    level: float
+    kind: str
+    approximate: bool
+    norm: str
+
+
+class EpsilonSummary(Model):
+    participants: int
+    charged: int
+    max: float
+    median: float
+    mean: float
+
+
+class ResultView(Model):
+    study_id: str
+    protocol: str
+    trust: Literal["local", "central"]
+    phase: StudyPhase
+    estimate: float | list[float] | None
+    error_bar: ErrorBarView | None
+    diagnostics: dict[str, Any]
+    epsilon_spent: EpsilonSummary
+    warnings: list[str]
+    failure_reason: str | None
+
+
+class BudgetCharge(Model):
+    round: int
+    name: str
+    epsilon: float
+    reported: bool
+
+
+class BudgetView(Model):
+    participant_id: int
+    declared_epsilon: float
+    planned: list[BudgetCharge]
+    spent: float
+    remaining: float

@@ -1,0 +1,1 @@
+"""fedldp aggregation server: FastAPI routes → services → repository → SQLAlchemy tables."""

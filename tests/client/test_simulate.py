@@ -1,0 +1,187 @@
+"""The in-process simulator (client/simulate.py), on a toy protocol and on the catalogue."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from client.population import Population, PopulationSpec, build_population
+from client.seeds import derive_seeds
+from client.simulate import SimulationError, fill_from_population, simulate
+from protocol.base import Protocol, UserData
+from tests.client.toy_protocol import RejectingToy, ToyMean
+
+TOY = ToyMean()
+SPEC = PopulationSpec(
+    users=10_000, samples=16, distribution="two-point", mean=0.3, epsilon_mix="0.5:0.5,2:0.5"
+)
+
+# Chunked sums add the same numbers in a different grouping, so results may differ in the last
+# bits: a few ulps per addition over ~10^4 terms bounds the relative difference by ~1e-12.
+REL = 1e-12
+
+
+def run(
+    protocol: Protocol[Any], raw: dict[str, Any], seed: int, chunk: int, spec: PopulationSpec = SPEC
+) -> Any:
+    pop = build_population(spec, seed)
+    params = protocol.parse_params(fill_from_population(protocol, raw, pop))
+    return simulate(protocol, params, pop, seed, chunk_size=chunk)
+
+
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_chunk_size_does_not_change_the_result(rounds: int) -> None:
+    results = [run(TOY, {"rounds": rounds}, 7, c) for c in (1000, 4096, SPEC.users or 0)]
+    ref = results[0].result.estimate
+    for r in results[1:]:
+        assert r.result.estimate == pytest.approx(ref, rel=REL, abs=1e-15)
+        assert r.result.diagnostics == results[0].result.diagnostics
+
+
+def test_same_seed_same_result_other_seed_other_result() -> None:
+    a, b, c = (run(TOY, {}, s, 4096).result.estimate for s in (3, 3, 4))
+    assert a == b
+    assert a != c
+
+
+def test_toy_estimate_is_within_theory() -> None:
+    # Var = Σ 8B²/ε_i²/n² + sampling variance of the user means (D² − μ²)/(nm); 5σ: p ≈ 6e-7.
+    r = run(TOY, {}, 12, 8192)
+    eps = r.population.epsilon
+    var = float(np.sum(8.0 / eps**2)) / eps.size**2 + (1 - 0.09) / (eps.size * 16)
+    assert abs(r.result.estimate - 0.3) <= 5 * math.sqrt(var)
+
+
+def test_plan_budget_is_respected_and_reported() -> None:
+    r = run(TOY, {}, 1, 4096)
+    np.testing.assert_array_equal(r.charges, r.population.epsilon)
+    spent = r.as_json()["epsilon_spent"]
+    assert spent["max"] == 2.0
+    assert spent["median"] == 1.25
+    assert spent["charged"] == 10_000
+    with pytest.raises(ValueError, match="beyond its declared"):
+        run(TOY, {"overspend": 1.5}, 1, 4096)
+
+
+def test_data_kind_mismatch_is_a_clear_error() -> None:
+    spec = PopulationSpec(users=100, dimension=2)
+    with pytest.raises(ValueError, match="takes scalar data, but the population holds vector"):
+        run(TOY, {}, 0, 100, spec)
+
+
+def test_population_must_belong_to_the_seed() -> None:
+    pop = build_population(SPEC, 1)
+    params = TOY.parse_params({"samples_per_user": 16})
+    with pytest.raises(ValueError, match="built for seed 1, not 2"):
+        simulate(TOY, params, pop, 2)
+
+
+def test_rejected_reports_are_a_client_bug() -> None:
+    with pytest.raises(SimulationError, match="fails the server's check"):
+        run(RejectingToy(), {}, 0, 4096)
+
+
+def test_samples_per_user_is_filled_from_the_population() -> None:
+    pop = build_population(PopulationSpec(users=100, imbalance=1.5, total_samples=5000), 0)
+    m = pop.metadata["samples"]
+    assert m.min() < m.max()
+    assert fill_from_population(TOY, {}, pop)["samples_per_user"] == int(m.min())
+    assert fill_from_population(TOY, {"samples_per_user": 3}, pop)["samples_per_user"] == 3
+
+
+class SpyPopulation(Population):
+    """Records the block sizes the simulator asks for."""
+
+    blocks: list[int]
+
+    def data(self, slots: NDArray[Any]) -> UserData:
+        self.blocks.append(int(np.asarray(slots).size))
+        return super().data(slots)
+
+
+def test_memory_stays_flat_and_progress_is_reported() -> None:
+    pop = build_population(SPEC, 5)
+    spy = SpyPopulation(**{k: getattr(pop, k) for k in pop.__dataclass_fields__})
+    spy.blocks = []
+    seen: list[tuple[int, int]] = []
+    params = TOY.parse_params({"samples_per_user": 16, "rounds": 2})
+    simulate(TOY, params, spy, 5, chunk_size=3000, progress=lambda d, t: seen.append((d, t)))
+    assert max(spy.blocks) <= 3000
+    assert sum(spy.blocks) == 10_000
+    assert [d for d, _ in seen] == list(np.cumsum(spy.blocks))
+    assert all(t == 10_000 for _, t in seen)
+
+
+def test_as_json_shape() -> None:
+    out = run(TOY, {}, 2, 4096).as_json()
+    for key in (
+        "protocol",
+        "params",
+        "n",
+        "seed",
+        "estimate",
+        "truth",
+        "error",
+        "error_bar",
+        "epsilon_spent",
+        "diagnostics",
+        "warnings",
+        "elapsed_s",
+        "population",
+    ):
+        assert key in out
+    assert out["error"] == pytest.approx(abs(out["estimate"] - 0.3), rel=1e-12)
+    assert out["params"]["samples_per_user"] == 16
+    assert out["seed"] == 2
+    assert str(derive_seeds(2)[1]) not in json.dumps(out)  # the private seed never appears
+
+
+def test_chunk_size_must_be_positive() -> None:
+    pop = build_population(SPEC, 0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        simulate(TOY, TOY.parse_params({"samples_per_user": 1}), pop, 0, chunk_size=0)
+
+
+# --------------------------------------------------------------------------- the real catalogue
+
+CATALOGUE_POPULATIONS = {
+    "scalar": PopulationSpec(
+        users=4000, samples=16, distribution="two-point", mean=0.3, epsilon_mix="0.5:0.5,2:0.5"
+    ),
+    "vector": PopulationSpec(
+        users=4000, samples=4, distribution="two-point", mean=0.2, dimension=4, epsilon=1.0
+    ),
+    "categorical": PopulationSpec(
+        users=4000, distribution="categorical", items=10, zipf=1.0, epsilon_uniform="0.5:2"
+    ),
+}
+
+
+def catalogue_names() -> list[str]:
+    from protocol.catalogue import CATALOGUE
+
+    return sorted(CATALOGUE)
+
+
+@pytest.mark.parametrize("name", catalogue_names())
+def test_catalogue_protocols_are_chunk_invariant_and_deterministic(name: str) -> None:
+    from protocol.catalogue import get_protocol
+
+    protocol = get_protocol(name)
+    spec = CATALOGUE_POPULATIONS[protocol.data_kind]
+    results = [run(protocol, {}, 21, c, spec) for c in (1000, 4096, spec.users or 0)]
+    again = run(protocol, {}, 21, 1000, spec)
+    other = run(protocol, {}, 22, 1000, spec)
+    ref = np.asarray(results[0].result.estimate, dtype=np.float64)
+    assert np.array_equal(np.asarray(again.result.estimate), ref)
+    assert not np.array_equal(np.asarray(other.result.estimate), ref)
+    for r in results[1:]:
+        np.testing.assert_allclose(np.asarray(r.result.estimate), ref, rtol=REL, atol=1e-15)
+    for r in results:
+        assert np.all(r.charges <= r.population.epsilon + 1e-12)
+        assert json.dumps(r.as_json(), allow_nan=False)

@@ -1,0 +1,80 @@
+"""Wire messages (protocol/wire.py): strict, and payloads round-trip through numeric rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
+
+from protocol.base import PayloadKind
+from protocol.wire import (
+    EnrollRequest,
+    Payload,
+    ReportSubmit,
+    StudyCreate,
+    Task,
+    payload_from_row,
+    payload_row,
+)
+
+finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+PAYLOAD = TypeAdapter(Payload)
+
+
+@given(st.lists(finite, min_size=1, max_size=16))
+def test_vector_payloads_round_trip(values: list[float]) -> None:
+    kinds: tuple[PayloadKind, ...] = ("vector", "histogram", "statistic")
+    for kind in kinds:
+        p = payload_from_row(kind, np.asarray(values))
+        assert np.array_equal(payload_row(p), values)
+        assert PAYLOAD.validate_json(PAYLOAD.dump_json(p)) == p
+
+
+@given(finite, st.sampled_from([-1, 1]), st.integers(0, 10**6))
+def test_small_payloads_round_trip(x: float, sign: int, index: int) -> None:
+    cases: tuple[tuple[PayloadKind, list[float]], ...] = (
+        ("scalar", [x]),
+        ("bit", [sign]),
+        ("index-sign", [index, sign]),
+    )
+    for kind, row in cases:
+        p = payload_from_row(kind, np.asarray(row, dtype=np.float64))
+        assert payload_row(p).tolist() == row
+        assert p.kind == kind
+
+
+def test_payloads_are_discriminated_and_strict() -> None:
+    assert PAYLOAD.validate_python({"kind": "bit", "bit": -1}).kind == "bit"
+    for bad in (
+        {"kind": "bit", "bit": 0},
+        {"kind": "scalar", "value": float("nan")},
+        {"kind": "scalar", "value": 1.0, "extra": 1},
+        {"kind": "nope", "value": 1.0},
+        {"kind": "index-sign", "index": -1, "sign": 1},
+    ):
+        with pytest.raises(ValidationError):
+            PAYLOAD.validate_python(bad)
+
+
+def test_request_models_reject_bad_input() -> None:
+    with pytest.raises(ValidationError):
+        EnrollRequest(epsilon=0.0)
+    with pytest.raises(ValidationError):
+        EnrollRequest.model_validate({"epsilon": float("inf")})
+    with pytest.raises(ValidationError):
+        StudyCreate.model_validate({"protocol": "user-mean", "seed": -1})
+    with pytest.raises(ValidationError):
+        StudyCreate.model_validate({"protocol": "user-mean", "seed": 1, "quorum": 1.5})
+    with pytest.raises(ValidationError):
+        ReportSubmit.model_validate(
+            {"participant_id": 0, "token": "t", "round": 0, "payload": {"kind": "scalar"}}
+        )
+
+
+def test_task_union() -> None:
+    task = TypeAdapter(Task).validate_python(
+        {"kind": "wait", "reason": "enrolling", "retry_after_s": 1}
+    )
+    assert task.kind == "wait"
