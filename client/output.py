@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,28 +18,11 @@ from numpy.typing import NDArray
 from rich.console import Console
 from rich.table import Table
 
-from protocol.base import JSON
+from protocol.base import JSON, jsonable
 
 __all__ = ["estimation_error", "jsonable", "render_table", "result_summary"]
 
 _VECTOR_SHOWN = 6
-
-
-def jsonable(x: Any) -> Any:
-    """``x`` with numpy values turned into Python ones and non-finite floats into None."""
-    if isinstance(x, Mapping):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, np.ndarray):
-        return jsonable(x.tolist())
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(x) else None
-    return x
 
 
 def estimation_error(

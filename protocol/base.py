@@ -65,6 +65,8 @@ __all__ = [
     "UserData",
     "check_epsilons",
     "cohort_permutation",
+    "finite_or_none",
+    "jsonable",
     "split_sizes",
     "valid_payloads",
     "z_quantile",
@@ -356,6 +358,24 @@ def z_quantile(level: float) -> float:
     if not 0.0 < level < 1.0:
         raise ValueError("level must lie in (0, 1)")
     return float(NormalDist().inv_cdf(0.5 + level / 2.0))
+
+
+def jsonable(x: Any) -> Any:
+    """``x`` with numpy values turned into Python ones and non-finite floats into None (what a
+    JSON document, a database JSON column and the wire can hold)."""
+    if isinstance(x, Mapping):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(x) else None
+    return x
 
 
 def finite_or_none(x: float) -> float | None:

@@ -1,1 +1,8 @@
 """fedldp aggregation server: FastAPI routes → services → repository → SQLAlchemy tables."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("fedldp")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+    __version__ = "0+unknown"

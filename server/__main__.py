@@ -1,0 +1,38 @@
+"""``python -m server [--host H] [--port P]``: run the aggregation server with uvicorn.
+
+Settings come from the environment (``FEDLDP_DATABASE_URL``, ``FEDLDP_ADMIN_KEY``,
+``FEDLDP_LOG_LEVEL``, …; see ``server.settings``); the flags override host and port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import uvicorn
+
+from server.app import create_app
+from server.settings import Settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m server", description=__doc__)
+    parser.add_argument("--host", help="interface to bind (default $FEDLDP_HOST or 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default $FEDLDP_PORT or 8000)")
+    args = parser.parse_args(argv)
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    settings = Settings(**overrides)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=settings.log_level == "debug",
+    )
+
+
+if __name__ == "__main__":
+    main()

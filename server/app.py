@@ -1,0 +1,98 @@
+"""The FastAPI application factory (STYLE.md rule 5: ``create_app(settings)``, no import-time app).
+
+Errors: every ``FedldpError`` renders as ``{"code", "detail"}`` with its status; request bodies that
+fail validation as 422 ``invalid_request``; unknown routes as 404 ``not_found``; anything else as a
+500 ``internal_error`` without a stack trace (which goes to the log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from server import __version__
+from server.context import Context
+from server.db import Database
+from server.errors import FedldpError
+from server.rounds import sweep
+from server.routes import router
+from server.settings import Settings
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("fedldp.server")
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+def _error(status: int, code: str, detail: str) -> JSONResponse:
+    return JSONResponse({"code": code, "detail": detail}, status_code=status)
+
+
+async def _sweeper(ctx: Context) -> None:
+    """Close complete or late rounds and start studies whose enrollment deadline passed."""
+    while True:
+        try:
+            await asyncio.to_thread(sweep, ctx)
+        except Exception:
+            log.exception("sweep failed; retrying in %.1f s", ctx.settings.sweep_interval_s)
+        await asyncio.sleep(ctx.settings.sweep_interval_s)
+
+
+def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> FastAPI:
+    """The app for ``settings`` (default: from the environment). ``sweeper=False`` leaves the
+    deadline sweeper off (tests drive ``server.rounds.sweep`` themselves)."""
+    settings = settings or Settings()
+    ctx = Context(settings, Database(settings))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(_sweeper(ctx)) if sweeper else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            ctx.db.dispose()
+
+    app = FastAPI(
+        title="fedldp aggregation server",
+        version=__version__,
+        description="Runs multi-round federated LDP protocols over privatized reports.",
+        lifespan=lifespan,
+    )
+    app.state.ctx = ctx
+    app.include_router(router)
+
+    @app.exception_handler(FedldpError)
+    async def _fedldp(request: Request, exc: FedldpError) -> JSONResponse:
+        return _error(exc.status, exc.code, exc.detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
+            for e in exc.errors()[:10]
+        )
+        return _error(422, "invalid_request", problems or "invalid request")
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+        return _error(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return _error(500, "internal_error", "the server hit an internal error (see its log)")
+
+    return app

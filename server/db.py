@@ -1,0 +1,65 @@
+"""Engine and sessions: SQLite in WAL mode with a busy timeout, or PostgreSQL, from one URL.
+
+On SQLite every transaction begins with ``BEGIN IMMEDIATE`` (the SQLAlchemy recipe for pysqlite),
+so writers serialize at BEGIN instead of failing on a read-to-write lock upgrade; on PostgreSQL
+the services lock the rows they change (``SELECT … FOR UPDATE``/conditional updates).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from server.settings import Settings
+from server.tables import Base
+
+__all__ = ["Database"]
+
+
+class Database:
+    """The engine, a session factory, and the schema (created on first use)."""
+
+    def __init__(self, settings: Settings) -> None:
+        url = settings.database_url
+        self.is_sqlite = url.startswith("sqlite")
+        kwargs: dict[str, Any] = {}
+        if self.is_sqlite:
+            kwargs["connect_args"] = {
+                "timeout": settings.busy_timeout_s,
+                "check_same_thread": False,
+            }
+        else:
+            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+        self.engine: Engine = create_engine(url, **kwargs)
+        if self.is_sqlite:
+            _configure_sqlite(self.engine, settings.busy_timeout_s)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        Base.metadata.create_all(self.engine)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def session(self) -> Session:
+        return self.sessions()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
+        dbapi_connection.isolation_level = None  # let BEGIN below start transactions
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")

@@ -1,0 +1,122 @@
+"""The server's error tree (STYLE.md rule 4): a stable ``code`` and an HTTP status per error.
+
+Services raise these; one exception handler in ``server.app`` renders ``{"code", "detail"}``. The
+client maps the codes back to its own exceptions (``client.api``), so tests assert on codes.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AdminKeyInvalid",
+    "AdminKeyRequired",
+    "BudgetExceeded",
+    "DuplicateConflict",
+    "EnrollmentFull",
+    "FedldpError",
+    "InvalidParams",
+    "InvalidPayload",
+    "InvalidRequest",
+    "InvalidToken",
+    "NotFinished",
+    "NotInCohort",
+    "PlanInfeasible",
+    "RoundClosed",
+    "StudyNotEnrolling",
+    "StudyNotRunning",
+    "UnknownParticipant",
+    "UnknownProtocol",
+    "UnknownRound",
+    "UnknownStudy",
+    "WrongRound",
+]
+
+
+class FedldpError(Exception):
+    """Base of every error the API reports: ``code`` is stable, ``detail`` is for humans."""
+
+    code: str = "internal_error"
+    status: int = 500
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class InvalidRequest(FedldpError):
+    code, status = "invalid_request", 422
+
+
+class UnknownStudy(FedldpError):
+    code, status = "unknown_study", 404
+
+
+class UnknownParticipant(FedldpError):
+    code, status = "unknown_participant", 404
+
+
+class UnknownRound(FedldpError):
+    code, status = "unknown_round", 404
+
+
+class UnknownProtocol(FedldpError):
+    code, status = "unknown_protocol", 422
+
+
+class InvalidParams(FedldpError):
+    code, status = "invalid_params", 422
+
+
+class PlanInfeasible(FedldpError):
+    code, status = "plan_infeasible", 422
+
+
+class AdminKeyRequired(FedldpError):
+    code, status = "admin_key_required", 401
+
+
+class AdminKeyInvalid(FedldpError):
+    code, status = "admin_key_invalid", 403
+
+
+class InvalidToken(FedldpError):
+    code, status = "invalid_token", 401
+
+
+class StudyNotEnrolling(FedldpError):
+    code, status = "study_not_enrolling", 409
+
+
+class EnrollmentFull(FedldpError):
+    code, status = "enrollment_full", 409
+
+
+class StudyNotRunning(FedldpError):
+    code, status = "study_not_running", 409
+
+
+class RoundClosed(FedldpError):
+    code, status = "round_closed", 409
+
+
+class WrongRound(FedldpError):
+    code, status = "wrong_round", 409
+
+
+class NotInCohort(FedldpError):
+    code, status = "not_in_cohort", 409
+
+
+class NotFinished(FedldpError):
+    code, status = "not_finished", 409
+
+
+class InvalidPayload(FedldpError):
+    code, status = "invalid_payload", 422
+
+
+class BudgetExceeded(FedldpError):
+    code, status = "budget_exceeded", 409
+
+
+class DuplicateConflict(FedldpError):
+    code, status = "duplicate_conflict", 409

@@ -1,0 +1,374 @@
+"""Participant services: tasks, report ingestion and the ε ledger.
+
+Ingestion is columnar: a batch of reports for one round is checked as arrays (token, cohort
+membership, ledger, the protocol's payload check), then inserted in one statement that skips keys
+already stored. A report identical to the stored one is a duplicate (same receipt); a different
+one for the same (participant, round) is refused. Nothing of a refused report is stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from protocol.base import FloatArray, PayloadKind, RoundTask
+from protocol.ledger import TOLERANCE
+from protocol.wire import (
+    BatchItemStatus,
+    BatchReceipt,
+    BudgetCharge,
+    BudgetView,
+    Receipt,
+    ReportBatch,
+    ReportSubmit,
+    Task,
+    TaskBatchItem,
+    TaskDone,
+    TaskReport,
+    TaskWait,
+    payload_row,
+)
+from server import repository as repo
+from server.auth import token_ok
+from server.context import Context
+from server.errors import (
+    BudgetExceeded,
+    DuplicateConflict,
+    FedldpError,
+    InvalidPayload,
+    InvalidRequest,
+    InvalidToken,
+    NotInCohort,
+    RoundClosed,
+    StudyNotRunning,
+    UnknownParticipant,
+    UnknownStudy,
+    WrongRound,
+)
+from server.plans import StudyPlan
+from server.rounds import advance
+from server.tables import RoundRow, StudyRow, utcnow
+
+__all__ = ["budget", "submit", "submit_batch", "task", "tasks"]
+
+ENROLLING_WAIT_S = 0.5
+BETWEEN_ROUNDS_WAIT_S = 0.2
+
+
+def _study(session: Session, study_id: str) -> StudyRow:
+    study = repo.get_study(session, study_id)
+    if study is None:
+        raise UnknownStudy(f"no study {study_id!r}")
+    return study
+
+
+def _check_participants(study: StudyRow, ids: list[int], tokens: list[str]) -> None:
+    if len(ids) != len(tokens):
+        raise InvalidRequest(f"{len(ids)} participant ids but {len(tokens)} tokens")
+    for pid, token in zip(ids, tokens, strict=True):
+        if pid >= study.n_participants:
+            raise UnknownParticipant(f"study {study.id} has no participant {pid}")
+        if not token_ok(study.secret, study.id, pid, token):
+            raise InvalidToken(f"the token of participant {pid} is not valid for study {study.id}")
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> list[Task]:
+    if study.phase == "enrolling":
+        wait = TaskWait(reason="enrollment is open", retry_after_s=ENROLLING_WAIT_S)
+        return [wait] * len(ids)
+    if study.phase != "running" or study.current_round is None:
+        history = repo.reported_rounds(session, study.id, ids)
+        return [TaskDone(phase=study.phase, reported_rounds=history[p]) for p in ids]
+    splan = ctx.plans.get(session, study)
+    k = study.current_round
+    r = repo.get_round(session, study.id, k)
+    assert r is not None
+    pids = np.asarray(ids, dtype=np.int64)
+    now_in = splan.membership(k, pids)
+    later = np.zeros(pids.shape, dtype=np.bool_)
+    for j in range(k + 1, len(splan.plan.rounds)):
+        later |= splan.membership(j, pids).member
+    reported = repo.reported_pids(session, study.id, k, [int(p) for p in pids[now_in.member]])
+    pending = now_in.member & ~np.isin(pids, list(reported))
+    rp = splan.plan.rounds[k]
+    groups = rp.groups()
+    history = repo.reported_rounds(
+        session, study.id, [ids[i] for i in np.flatnonzero(~pending & ~later)]
+    )
+    out: list[Task] = []
+    for i, pid in enumerate(ids):
+        if pending[i] and r.status == "open":
+            pos = int(now_in.position[i])
+            out.append(
+                TaskReport(
+                    round=k,
+                    name=r.name,
+                    broadcast=r.broadcast or {},
+                    payload_kind=r.payload_kind,
+                    payload_shape=list(r.payload_shape),
+                    group=int(groups[pos]),
+                    epsilon=float(rp.epsilon[pos]),
+                    deadline=r.deadline,
+                )
+            )
+        elif pending[i] or later[i]:
+            out.append(
+                TaskWait(reason=f"round {k} is in progress", retry_after_s=BETWEEN_ROUNDS_WAIT_S)
+            )
+        else:  # nothing left for this participant in this study
+            out.append(TaskDone(phase="running", reported_rounds=history[pid]))
+    return out
+
+
+def task(ctx: Context, study_id: str, participant_id: int, token: str | None) -> Task:
+    with ctx.transaction() as session:
+        study = _study(session, study_id)
+        _check_participants(study, [participant_id], [token or ""])
+        return _tasks(ctx, session, study, [participant_id])[0]
+
+
+def tasks(ctx: Context, study_id: str, ids: list[int], tokens: list[str]) -> list[TaskBatchItem]:
+    with ctx.transaction() as session:
+        study = _study(session, study_id)
+        _check_participants(study, ids, tokens)
+        found = _tasks(ctx, session, study, ids)
+    return [TaskBatchItem(participant_id=p, task=t) for p, t in zip(ids, found, strict=True)]
+
+
+# --------------------------------------------------------------------------- reports
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    statuses: list[BatchItemStatus | None]  # None: accepted
+    duplicates: set[int]
+    stored: dict[int, tuple[str, datetime]]  # digest and time of each accepted or duplicate
+    complete: bool
+
+
+def _digest(kind: str, row: FloatArray) -> str:
+    return hashlib.sha256(kind.encode() + b"\0" + row.astype("<f8").tobytes()).hexdigest()[:32]
+
+
+def _open_round(session: Session, study: StudyRow, index: int) -> RoundRow:
+    if study.phase != "running":
+        raise StudyNotRunning(f"study {study.id} is {study.phase}; it takes no reports")
+    r = repo.get_round(session, study.id, index, share=True)
+    if r is None:
+        raise WrongRound(f"study {study.id} has no round {index}")
+    if r.status == "closed":
+        raise RoundClosed(f"round {index} of study {study.id} is closed")
+    if r.status == "pending":
+        raise WrongRound(f"round {index} of study {study.id} is not open yet")
+    return r
+
+
+def _ingest(
+    ctx: Context,
+    session: Session,
+    study: StudyRow,
+    r: RoundRow,
+    ids: list[int],
+    tokens: list[str],
+    kind: PayloadKind,
+    rows: list[list[float]],
+) -> _Outcome:
+    if not len(ids) == len(tokens) == len(rows):
+        raise InvalidRequest(f"{len(ids)} ids, {len(tokens)} tokens and {len(rows)} payloads")
+    if len(set(ids)) != len(ids):
+        raise InvalidRequest("a participant appears twice in the batch")
+    if kind != r.payload_kind:
+        raise InvalidPayload(f"round {r.index} takes {r.payload_kind} payloads, not {kind}")
+    splan: StudyPlan = ctx.plans.get(session, study)
+    k = r.index
+    shape = tuple(int(s) for s in r.payload_shape)
+    width = int(np.prod(shape, dtype=np.int64))
+    n = len(ids)
+    statuses: list[BatchItemStatus | None] = [None] * n
+
+    def reject(i: int, error: FedldpError) -> None:
+        statuses[i] = BatchItemStatus(
+            participant_id=ids[i], status="rejected", code=error.code, detail=error.detail
+        )
+
+    pids = np.asarray(ids, dtype=np.int64)
+    known = pids < study.n_participants
+    safe = np.where(known, pids, 0)  # unknown ids are rejected below; index with a valid one
+    member = splan.membership(k, safe)
+    payloads = np.zeros((n, width), dtype=np.float64)
+    for i, pid in enumerate(ids):
+        if not known[i]:
+            reject(i, UnknownParticipant(f"study {study.id} has no participant {pid}"))
+        elif not token_ok(study.secret, study.id, pid, tokens[i]):
+            reject(i, InvalidToken(f"the token of participant {pid} is not valid"))
+        elif not member.member[i]:
+            reject(i, NotInCohort(f"participant {pid} is not in the cohort of round {k}"))
+        elif len(rows[i]) != width:
+            reject(i, InvalidPayload(f"payload of {len(rows[i])} numbers, expected shape {shape}"))
+        else:
+            payloads[i] = rows[i]
+    ok = np.array([s is None for s in statuses], dtype=np.bool_)
+    pos = member.position
+    rp = splan.plan.rounds[k]
+    charge = rp.epsilon[pos]
+    # The ledger: what the plan charged before round k plus this round must fit the declared ε.
+    # The start-time plan check makes this hold; it is the per-report guard the contract names.
+    over = ok & (splan.charged_before[k][safe] + charge > splan.declared[safe] + TOLERANCE)
+    for j in np.flatnonzero(over):
+        reject(int(j), BudgetExceeded(f"participant {ids[j]}'s report would overspend its ε"))
+    ok &= ~over
+    if ok.any():
+        idx = np.flatnonzero(ok)
+        task = RoundTask(k, r.name, r.broadcast or {}, r.payload_kind, shape)
+        try:
+            valid = splan.protocol.check(
+                splan.params, task, charge[idx], payloads[idx].reshape((idx.size, *shape))
+            )
+        except ValueError as exc:
+            raise InvalidPayload(str(exc)) from None
+        for i in idx[~np.asarray(valid, dtype=np.bool_)]:
+            reject(
+                int(i),
+                InvalidPayload(f"participant {ids[i]}'s payload is outside the mechanism's range"),
+            )
+        ok[idx[~np.asarray(valid, dtype=np.bool_)]] = False
+    now = utcnow()
+    digests = {int(i): _digest(kind, payloads[i]) for i in np.flatnonzero(ok)}
+    inserted = repo.insert_reports(
+        session,
+        [
+            {
+                "study_id": study.id,
+                "round": k,
+                "participant_id": ids[i],
+                "payload": payloads[i].astype("<f8").tobytes(),
+                "epsilon": float(charge[i]),
+                "digest": digests[i],
+                "received_at": now,
+            }
+            for i in digests
+        ],
+    )
+    stored = {ids[i]: (digests[i], now) for i in digests if ids[i] in inserted}
+    conflicts = [i for i in digests if ids[i] not in inserted]
+    duplicates: set[int] = set()
+    if conflicts:
+        before = repo.existing_reports(session, study.id, k, [ids[i] for i in conflicts])
+        for i in conflicts:
+            digest, at = before[ids[i]]
+            if digest == digests[i]:
+                duplicates.add(ids[i])
+                stored[ids[i]] = (digest, at)
+            else:
+                reject(
+                    i,
+                    DuplicateConflict(
+                        f"participant {ids[i]} already sent a different report for round {k}"
+                    ),
+                )
+    received = repo.add_received(session, study.id, k, len(inserted)) if inserted else r.received
+    return _Outcome(statuses, duplicates, stored, received >= r.expected)
+
+
+def submit(ctx: Context, study_id: str, report: ReportSubmit) -> Receipt:
+    row = payload_row(report.payload)
+    with ctx.transaction() as session:
+        study = _study(session, study_id)
+        r = _open_round(session, study, report.round)
+        outcome = _ingest(
+            ctx,
+            session,
+            study,
+            r,
+            [report.participant_id],
+            [report.token],
+            report.payload.kind,
+            [row.tolist()],
+        )
+        status = outcome.statuses[0]
+        if status is not None:
+            raise _ERRORS[status.code or ""](status.detail or "")
+    if outcome.complete:
+        advance(ctx, study_id, report.round)
+    digest, at = outcome.stored[report.participant_id]
+    return Receipt(
+        participant_id=report.participant_id,
+        round=report.round,
+        digest=digest,
+        received_at=at,
+        duplicate=report.participant_id in outcome.duplicates,
+    )
+
+
+def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceipt:
+    with ctx.transaction() as session:
+        study = _study(session, study_id)
+        r = _open_round(session, study, batch.round)
+        outcome = _ingest(
+            ctx, session, study, r, batch.participant_ids, batch.tokens, batch.kind, batch.payloads
+        )
+    if outcome.complete:
+        advance(ctx, study_id, batch.round)
+    rejected = [s for s in outcome.statuses if s is not None]
+    return BatchReceipt(
+        round=batch.round,
+        accepted=len(outcome.stored) - len(outcome.duplicates),
+        duplicates=len(outcome.duplicates),
+        rejected=len(rejected),
+        items=rejected,
+    )
+
+
+_ERRORS: dict[str, type[FedldpError]] = {
+    cls.code: cls
+    for cls in (
+        UnknownParticipant,
+        InvalidToken,
+        NotInCohort,
+        InvalidPayload,
+        BudgetExceeded,
+        DuplicateConflict,
+    )
+}
+
+
+# --------------------------------------------------------------------------- ledger
+
+
+def budget(ctx: Context, study_id: str, participant_id: int, token: str | None) -> BudgetView:
+    with ctx.transaction() as session:
+        study = _study(session, study_id)
+        _check_participants(study, [participant_id], [token or ""])
+        p = repo.participant(session, study_id, participant_id)
+        assert p is not None
+        reported = set(repo.reported_rounds(session, study_id, [participant_id])[participant_id])
+        planned: list[BudgetCharge] = []
+        if repo.list_rounds(session, study_id):  # a plan was fixed
+            splan = ctx.plans.get(session, study)
+            pid = np.array([participant_id], dtype=np.int64)
+            for rp in splan.plan.rounds:
+                m = splan.membership(rp.index, pid)
+                if m.member[0]:
+                    planned.append(
+                        BudgetCharge(
+                            round=rp.index,
+                            name=rp.name,
+                            epsilon=float(rp.epsilon[m.position[0]]),
+                            reported=rp.index in reported,
+                        )
+                    )
+        spent = sum(c.epsilon for c in planned if c.reported)
+        return BudgetView(
+            participant_id=participant_id,
+            declared_epsilon=p.epsilon,
+            planned=planned,
+            spent=spent,
+            remaining=max(0.0, p.epsilon - spent),
+        )

@@ -1,0 +1,293 @@
+"""All SQL of the server (STYLE.md rule 2): small functions over a ``Session``, no business rules.
+
+Writes that decide a transition are conditional updates (``… WHERE phase = 'enrolling'``, ``…
+WHERE status = 'open'``) whose row count says whether this transaction won, so each transition
+happens once whatever the number of requests, threads or replicas racing for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import CursorResult, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from protocol.base import FloatArray, IntArray
+from server.tables import ParticipantRow, ReportRow, RoundRow, StudyRow
+
+__all__ = [
+    "IN_CHUNK",
+    "add_participants",
+    "add_received",
+    "close_round_if_open",
+    "due_enrollments",
+    "due_rounds",
+    "existing_reports",
+    "get_round",
+    "get_study",
+    "insert_reports",
+    "list_rounds",
+    "list_studies",
+    "load_participants",
+    "participant",
+    "reported_pids",
+    "reported_rounds",
+    "reserve_participant_ids",
+    "set_study",
+    "spent_per_participant",
+    "stream_reports",
+    "transition_study",
+    "update_round",
+]
+
+IN_CHUNK = 900
+"""Largest IN-list per statement (below SQLite's historical 999-variable limit)."""
+
+
+def _chunks(values: Sequence[int]) -> Iterator[list[int]]:
+    for start in range(0, len(values), IN_CHUNK):
+        yield list(values[start : start + IN_CHUNK])
+
+
+# --------------------------------------------------------------------------- studies
+
+
+def get_study(session: Session, study_id: str) -> StudyRow | None:
+    return session.get(StudyRow, study_id, populate_existing=True)
+
+
+def list_studies(session: Session) -> list[StudyRow]:
+    return list(session.scalars(select(StudyRow).order_by(StudyRow.created_at, StudyRow.id)))
+
+
+def transition_study(
+    session: Session, study_id: str, from_phases: Sequence[str], **values: Any
+) -> bool:
+    """Set ``values`` (e.g. ``phase``) iff the study is in one of ``from_phases``: did it happen?"""
+    stmt = (
+        update(StudyRow)
+        .where(StudyRow.id == study_id, StudyRow.phase.in_(list(from_phases)))
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
+    return result.rowcount == 1
+
+
+def set_study(session: Session, study_id: str, **values: Any) -> None:
+    session.execute(
+        update(StudyRow)
+        .where(StudyRow.id == study_id)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def reserve_participant_ids(session: Session, study_id: str, count: int) -> int | None:
+    """Reserve ``count`` consecutive participant ids of an enrolling study: the first id, or None
+    if the study is not enrolling. The row update serializes concurrent enrollments."""
+    stmt = (
+        update(StudyRow)
+        .where(StudyRow.id == study_id, StudyRow.phase == "enrolling")
+        .values(n_participants=StudyRow.n_participants + count)
+        .returning(StudyRow.n_participants)
+    )
+    total = session.execute(stmt).scalar_one_or_none()
+    return None if total is None else int(total) - count
+
+
+def due_enrollments(session: Session, now: datetime) -> list[str]:
+    stmt = select(StudyRow.id).where(
+        StudyRow.phase == "enrolling", StudyRow.enrollment_deadline <= now
+    )
+    return list(session.scalars(stmt))
+
+
+# --------------------------------------------------------------------------- participants
+
+
+def add_participants(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    session.execute(insert(ParticipantRow), list(rows))
+
+
+def participant(session: Session, study_id: str, participant_id: int) -> ParticipantRow | None:
+    return session.get(ParticipantRow, (study_id, participant_id))
+
+
+def load_participants(session: Session, study_id: str) -> tuple[FloatArray, list[dict[str, Any]]]:
+    """Every participant's declared ε and metadata, in participant-id order."""
+    stmt = (
+        select(ParticipantRow.epsilon, ParticipantRow.metadata_)
+        .where(ParticipantRow.study_id == study_id)
+        .order_by(ParticipantRow.participant_id)
+    )
+    rows = session.execute(stmt).all()
+    eps = np.fromiter((r[0] for r in rows), dtype=np.float64, count=len(rows))
+    return eps, [r[1] for r in rows]
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+def list_rounds(session: Session, study_id: str) -> list[RoundRow]:
+    stmt = select(RoundRow).where(RoundRow.study_id == study_id).order_by(RoundRow.index)
+    return list(session.scalars(stmt.execution_options(populate_existing=True)))
+
+
+def get_round(
+    session: Session, study_id: str, index: int, *, share: bool = False
+) -> RoundRow | None:
+    """Round ``index``; ``share`` takes a shared row lock (PostgreSQL) so that the round cannot
+    close while this transaction adds reports to it."""
+    stmt = select(RoundRow).where(RoundRow.study_id == study_id, RoundRow.index == index)
+    if share:
+        stmt = stmt.with_for_update(read=True)
+    return session.scalars(stmt.execution_options(populate_existing=True)).one_or_none()
+
+
+def update_round(session: Session, study_id: str, index: int, **values: Any) -> None:
+    session.execute(
+        update(RoundRow)
+        .where(RoundRow.study_id == study_id, RoundRow.index == index)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def close_round_if_open(session: Session, study_id: str, index: int, now: datetime) -> bool:
+    """Close round ``index`` iff it is open: True for the one transaction that closes it."""
+    stmt = (
+        update(RoundRow)
+        .where(RoundRow.study_id == study_id, RoundRow.index == index, RoundRow.status == "open")
+        .values(status="closed", closed_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
+    return result.rowcount == 1
+
+
+def add_received(session: Session, study_id: str, index: int, count: int) -> int:
+    """Add ``count`` to the round's report counter; the new count."""
+    stmt = (
+        update(RoundRow)
+        .where(RoundRow.study_id == study_id, RoundRow.index == index)
+        .values(received=RoundRow.received + count)
+        .returning(RoundRow.received)
+    )
+    return int(session.execute(stmt).scalar_one())
+
+
+def due_rounds(session: Session, now: datetime) -> list[tuple[str, int]]:
+    """Open rounds that are complete or past their deadline."""
+    stmt = select(RoundRow.study_id, RoundRow.index).where(
+        RoundRow.status == "open",
+        (RoundRow.received >= RoundRow.expected) | (RoundRow.deadline <= now),
+    )
+    return [(str(s), int(k)) for s, k in session.execute(stmt).all()]
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def insert_reports(session: Session, rows: Sequence[dict[str, Any]]) -> set[int]:
+    """Insert reports, skipping (study, round, participant) keys already stored: the ids that
+    were inserted by this statement."""
+    if not rows:
+        return set()
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        stmt: Any = postgresql.insert(ReportRow).on_conflict_do_nothing()
+    elif dialect == "sqlite":
+        stmt = sqlite.insert(ReportRow).on_conflict_do_nothing()
+    else:  # pragma: no cover - only SQLite and PostgreSQL are supported
+        raise RuntimeError(f"unsupported database {dialect}")
+    stmt = stmt.returning(ReportRow.participant_id)
+    return {int(pid) for pid in session.scalars(stmt, list(rows))}
+
+
+def existing_reports(
+    session: Session, study_id: str, index: int, participant_ids: Sequence[int]
+) -> dict[int, tuple[str, datetime]]:
+    """Digest and arrival time of the stored reports of these participants in this round."""
+    out: dict[int, tuple[str, datetime]] = {}
+    for chunk in _chunks(participant_ids):
+        stmt = select(ReportRow.participant_id, ReportRow.digest, ReportRow.received_at).where(
+            ReportRow.study_id == study_id,
+            ReportRow.round == index,
+            ReportRow.participant_id.in_(chunk),
+        )
+        for pid, digest, at in session.execute(stmt).all():
+            out[int(pid)] = (str(digest), at)
+    return out
+
+
+def reported_pids(
+    session: Session, study_id: str, index: int, participant_ids: Sequence[int]
+) -> set[int]:
+    out: set[int] = set()
+    for chunk in _chunks(participant_ids):
+        stmt = select(ReportRow.participant_id).where(
+            ReportRow.study_id == study_id,
+            ReportRow.round == index,
+            ReportRow.participant_id.in_(chunk),
+        )
+        out.update(int(p) for p in session.scalars(stmt))
+    return out
+
+
+def reported_rounds(
+    session: Session, study_id: str, participant_ids: Sequence[int]
+) -> dict[int, list[int]]:
+    """The rounds each of these participants has reported in (ascending)."""
+    out: dict[int, list[int]] = {int(p): [] for p in participant_ids}
+    for chunk in _chunks(participant_ids):
+        stmt = (
+            select(ReportRow.participant_id, ReportRow.round)
+            .where(ReportRow.study_id == study_id, ReportRow.participant_id.in_(chunk))
+            .order_by(ReportRow.participant_id, ReportRow.round)
+        )
+        for pid, k in session.execute(stmt).all():
+            out[int(pid)].append(int(k))
+    return out
+
+
+def stream_reports(
+    session: Session, study_id: str, index: int, chunk: int
+) -> Iterator[tuple[IntArray, list[bytes]]]:
+    """The round's reports in participant order, ``chunk`` at a time: (ids, payload bytes).
+    Keyset pagination keeps memory flat and works the same on every backend."""
+    after = -1
+    while True:
+        stmt = (
+            select(ReportRow.participant_id, ReportRow.payload)
+            .where(
+                ReportRow.study_id == study_id,
+                ReportRow.round == index,
+                ReportRow.participant_id > after,
+            )
+            .order_by(ReportRow.participant_id)
+            .limit(chunk)
+        )
+        rows = session.execute(stmt).all()
+        if not rows:
+            return
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        yield ids, [bytes(r[1]) for r in rows]
+        after = int(ids[-1])
+
+
+def spent_per_participant(session: Session, study_id: str, n: int) -> FloatArray:
+    """ε charged to each participant by its stored reports (basic composition)."""
+    stmt = (
+        select(ReportRow.participant_id, func.sum(ReportRow.epsilon))
+        .where(ReportRow.study_id == study_id)
+        .group_by(ReportRow.participant_id)
+    )
+    spent = np.zeros(n, dtype=np.float64)
+    for pid, total in session.execute(stmt).all():
+        spent[int(pid)] = float(total)
+    return spent

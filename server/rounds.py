@@ -1,0 +1,235 @@
+"""Round orchestration, in the database (DESIGN.md "Flow of a study", step 3-5).
+
+Each transition is one transaction that starts with a conditional update, so it happens exactly
+once across threads, replicas and restarts:
+
+* start: ``phase enrolling → running``; the plan is fixed, round rows are written, round 0 opens.
+* close: ``round open → closed``; the reports are streamed in participant order into the
+  protocol's server step, the output is stored, and the next round opens (or the result is
+  stored and the study finishes). A round closes when its cohort has reported, or at its
+  deadline if the quorum is met (the protocol then aggregates who reported); otherwise the study
+  fails with the reason. A crash inside the transaction rolls all of it back: the round is still
+  open and the next sweep closes it again, to the same output.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from protocol.base import JSON, ReportChunk, jsonable
+from protocol.ledger import check_plan_budget
+from server import repository as repo
+from server.context import Context
+from server.plans import StudyPlan, build_plan
+from server.tables import RoundRow, StudyRow, utcnow
+
+__all__ = ["advance", "close_round", "fail_study", "start_study", "sweep"]
+
+log = logging.getLogger("fedldp.server")
+
+
+def fail_study(session: Session, study_id: str, reason: str) -> bool:
+    log.warning("study %s failed: %s", study_id, reason)
+    return repo.transition_study(
+        session,
+        study_id,
+        ["enrolling", "running"],
+        phase="failed",
+        failure_reason=reason,
+        current_round=None,
+    )
+
+
+def start_study(ctx: Context, session: Session, study: StudyRow, now: datetime) -> str | None:
+    """Close enrollment and open round 0 (inside the caller's transaction): None on success,
+    else the reason the plan is infeasible (the study is then failed with it)."""
+    if study.n_participants == 0:
+        reason = "no participants enrolled"
+        fail_study(session, study.id, reason)
+        return reason
+    epsilon, metadata = repo.load_participants(session, study.id)
+    try:
+        splan = build_plan(study, epsilon, metadata)
+        check_plan_budget(splan.plan, epsilon)
+    except ValueError as exc:
+        reason = f"the plan is infeasible: {exc}"
+        fail_study(session, study.id, reason)
+        return reason
+    if not repo.transition_study(
+        session,
+        study.id,
+        ["enrolling"],
+        phase="running",
+        current_round=0,
+        warnings=[*study.warnings, *splan.plan.warnings],
+    ):
+        return None  # someone else started (or cancelled) it first
+    session.add_all(
+        RoundRow(
+            study_id=study.id,
+            index=rp.index,
+            name=rp.name,
+            status="pending",
+            payload_kind=rp.payload_kind,
+            payload_shape=list(rp.payload_shape),
+            expected=int(rp.cohort.size),
+            received=0,
+        )
+        for rp in splan.plan.rounds
+    )
+    session.flush()
+    _open_round(session, study, splan, 0, [], now)
+    ctx.plans.put(study.id, splan)
+    return None
+
+
+def _open_round(
+    session: Session,
+    study: StudyRow,
+    splan: StudyPlan,
+    index: int,
+    outputs: list[JSON],
+    now: datetime,
+) -> None:
+    broadcast = splan.protocol.broadcast(splan.params, splan.plan, index, outputs)
+    repo.update_round(
+        session,
+        study.id,
+        index,
+        status="open",
+        opened_at=now,
+        deadline=now + timedelta(seconds=study.round_deadline_s),
+        broadcast=jsonable(broadcast),
+    )
+    repo.set_study(session, study.id, current_round=index)
+
+
+def _chunks(
+    ctx: Context, session: Session, study_id: str, splan: StudyPlan, index: int
+) -> Iterator[ReportChunk]:
+    rp = splan.plan.rounds[index]
+    groups = rp.groups()
+    shape = rp.payload_shape
+    for ids, blobs in repo.stream_reports(session, study_id, index, ctx.settings.aggregate_chunk):
+        where = splan.membership(index, ids).position
+        payloads = np.frombuffer(b"".join(blobs), dtype="<f8").reshape((ids.size, *shape))
+        yield ReportChunk(ids, rp.epsilon[where], groups[where], payloads.astype(np.float64))
+
+
+def close_round(ctx: Context, study_id: str, index: int) -> bool:
+    """Close an open round that is complete or past its deadline (one transaction): True if
+    this call closed it."""
+    now = utcnow()
+    with ctx.transaction() as session:
+        study = repo.get_study(session, study_id)
+        r = repo.get_round(session, study_id, index)
+        if study is None or r is None or study.phase != "running" or r.status != "open":
+            return False
+        complete = r.received >= r.expected
+        late = r.deadline is not None and r.deadline <= now
+        if not (complete or late):
+            return False
+        if not repo.close_round_if_open(session, study_id, index, now):
+            return False
+        if not complete:
+            needed = math.ceil(study.quorum * r.expected - 1e-9)
+            if r.received < needed:
+                fail_study(
+                    session,
+                    study_id,
+                    f"round {index} ({r.name}) got {r.received} of {r.expected} reports by its "
+                    f"deadline; the quorum {study.quorum:g} needs {needed}",
+                )
+                return True
+        splan = ctx.plans.get(session, study)
+        outputs: list[JSON] = [
+            dict(row.output or {}) for row in repo.list_rounds(session, study_id)[:index]
+        ]
+        broadcast: JSON = dict(r.broadcast or {})
+        try:
+            output = splan.protocol.aggregate(
+                splan.params,
+                splan.plan,
+                index,
+                broadcast,
+                _chunks(ctx, session, study_id, splan, index),
+            )
+        except ValueError as exc:
+            fail_study(session, study_id, f"round {index} ({r.name}) could not aggregate: {exc}")
+            return True
+        output = jsonable(output)
+        repo.update_round(session, study_id, index, output=output)
+        outputs.append(output)
+        if index + 1 < len(splan.plan.rounds):
+            _open_round(session, study, splan, index + 1, outputs, now)
+        else:
+            _finish(session, study, splan, outputs)
+        log.info(
+            "study %s: round %d (%s) closed with %d reports", study_id, index, r.name, r.received
+        )
+        return True
+
+
+def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[JSON]) -> None:
+    try:
+        result = splan.protocol.finalize(splan.params, splan.plan, outputs)
+    except ValueError as exc:
+        fail_study(session, study.id, f"the result could not be computed: {exc}")
+        return
+    spent = repo.spent_per_participant(session, study.id, splan.plan.n_participants)
+    stored: dict[str, Any] = {
+        "estimate": result.estimate,
+        "error_bar": None if result.error_bar is None else result.error_bar.as_json(),
+        "diagnostics": result.diagnostics,
+        "warnings": list(result.warnings),
+        "epsilon_spent": {
+            "participants": int(spent.size),
+            "charged": int(np.count_nonzero(spent > 0)),
+            "max": float(spent.max()),
+            "median": float(np.median(spent)),
+            "mean": float(spent.mean()),
+        },
+    }
+    repo.transition_study(
+        session,
+        study.id,
+        ["running"],
+        phase="finished",
+        current_round=None,
+        result=jsonable(stored),
+    )
+    log.info("study %s finished", study.id)
+
+
+def advance(ctx: Context, study_id: str, index: int) -> None:
+    """Close round ``index`` and any following rounds that are already complete (an empty
+    cohort, say), after a report made the round complete."""
+    while close_round(ctx, study_id, index):
+        index += 1
+
+
+def sweep(ctx: Context) -> int:
+    """One pass of the background sweeper: start studies whose enrollment deadline passed and
+    close rounds that are complete or late. The number of transitions made."""
+    now = utcnow()
+    done = 0
+    with ctx.transaction() as session:
+        due_studies = repo.due_enrollments(session, now)
+    for study_id in due_studies:
+        with ctx.transaction() as session:
+            study = repo.get_study(session, study_id)
+            if study is not None and study.phase == "enrolling":
+                start_study(ctx, session, study, now)
+                done += 1
+    with ctx.transaction() as session:
+        due = repo.due_rounds(session, now)
+    for study_id, index in due:
+        done += int(close_round(ctx, study_id, index))
+    return done

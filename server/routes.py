@@ -1,0 +1,185 @@
+"""HTTP routes (STYLE.md rule 2): parse, call a service, return. Bodies are protocol.wire models."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request, Response, status
+
+from protocol import wire
+from protocol.catalogue import CATALOGUE
+from server import participants, studies
+from server.auth import check_admin
+from server.context import Context
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+_ERROR = {"model": wire.ErrorBody}
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: _ERROR,
+    403: _ERROR,
+    404: _ERROR,
+    409: _ERROR,
+    422: _ERROR,
+}
+
+
+def context(request: Request) -> Context:
+    ctx: Context = request.app.state.ctx
+    return ctx
+
+
+Ctx = Annotated[Context, Depends(context)]
+AdminKey = Annotated[str | None, Header(alias="x-admin-key", description="the admin key")]
+Authorization = Annotated[
+    str | None, Header(description="Bearer <the participant's token from enrollment>")
+]
+
+
+def _admin(ctx: Context, key: str | None) -> None:
+    check_admin(ctx.settings.admin_key, key)
+
+
+def _bearer(value: str | None) -> str | None:
+    if value is None:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None
+
+
+@router.get("/health", tags=["service"])
+def health(ctx: Ctx) -> wire.Health:
+    from server import __version__
+
+    return wire.Health(status="ok", version=__version__, database=ctx.db.dialect)
+
+
+@router.get("/v1/protocols", tags=["catalogue"])
+def protocols() -> wire.ProtocolList:
+    """The protocol catalogue, with each protocol's parameter JSON schema."""
+    return wire.ProtocolList(
+        protocols=[wire.ProtocolInfo(**CATALOGUE[n].describe()) for n in sorted(CATALOGUE)]
+    )
+
+
+@router.post(
+    "/v1/studies", status_code=status.HTTP_201_CREATED, responses=_RESPONSES, tags=["studies"]
+)
+def create_study(body: wire.StudyCreate, ctx: Ctx, x_admin_key: AdminKey = None) -> wire.StudyView:
+    """Create a study (admin key needed when the server has one)."""
+    _admin(ctx, x_admin_key)
+    return studies.create(ctx, body)
+
+
+@router.get("/v1/studies", tags=["studies"])
+def list_studies(ctx: Ctx) -> wire.StudyList:
+    return wire.StudyList(studies=studies.list_all(ctx))
+
+
+@router.get("/v1/studies/{study_id}", responses=_RESPONSES, tags=["studies"])
+def get_study(study_id: str, ctx: Ctx) -> wire.StudyView:
+    """Phase and per-round progress (expected and received reports, time left)."""
+    return studies.get(ctx, study_id)
+
+
+@router.post("/v1/studies/{study_id}/start", responses=_RESPONSES, tags=["studies"])
+def start_study(study_id: str, ctx: Ctx, x_admin_key: AdminKey = None) -> wire.StudyView:
+    """Close enrollment, fix the plan and open the first round."""
+    _admin(ctx, x_admin_key)
+    return studies.start(ctx, study_id)
+
+
+@router.post("/v1/studies/{study_id}/cancel", responses=_RESPONSES, tags=["studies"])
+def cancel_study(study_id: str, ctx: Ctx, x_admin_key: AdminKey = None) -> wire.StudyView:
+    _admin(ctx, x_admin_key)
+    return studies.cancel(ctx, study_id)
+
+
+@router.post(
+    "/v1/studies/{study_id}/participants",
+    status_code=status.HTTP_201_CREATED,
+    responses=_RESPONSES,
+    tags=["participants"],
+)
+def enroll(study_id: str, body: wire.EnrollRequest, ctx: Ctx) -> wire.Enrollment:
+    """Enroll one participant with its declared ε: its id and secret token."""
+    return studies.enroll(ctx, study_id, [body])[0]
+
+
+@router.post(
+    "/v1/studies/{study_id}/participants/batch",
+    status_code=status.HTTP_201_CREATED,
+    responses=_RESPONSES,
+    tags=["participants"],
+)
+def enroll_batch(study_id: str, body: wire.EnrollBatch, ctx: Ctx) -> wire.EnrollmentBatch:
+    """Enroll many participants; ids are consecutive, in request order."""
+    return wire.EnrollmentBatch(enrollments=studies.enroll(ctx, study_id, body.participants))
+
+
+@router.get(
+    "/v1/studies/{study_id}/participants/{participant_id}/task",
+    response_model=wire.Task,
+    responses=_RESPONSES,
+    tags=["participants"],
+)
+def get_task(
+    study_id: str, participant_id: int, ctx: Ctx, authorization: Authorization = None
+) -> wire.Task:
+    """What the participant should do now: wait, report (round, broadcast, ε), or nothing."""
+    return participants.task(ctx, study_id, participant_id, _bearer(authorization))
+
+
+@router.post("/v1/studies/{study_id}/tasks", responses=_RESPONSES, tags=["participants"])
+def get_tasks(study_id: str, body: wire.TaskBatchRequest, ctx: Ctx) -> wire.TaskBatch:
+    """The tasks of many participants (each with its token)."""
+    return wire.TaskBatch(
+        tasks=participants.tasks(ctx, study_id, body.participant_ids, body.tokens)
+    )
+
+
+@router.post("/v1/studies/{study_id}/reports", responses=_RESPONSES, tags=["reports"])
+def submit_report(
+    study_id: str, body: wire.ReportSubmit, ctx: Ctx, response: Response
+) -> wire.Receipt:
+    """One privatized report (idempotent: resending it returns the same receipt)."""
+    receipt = participants.submit(ctx, study_id, body)
+    response.status_code = status.HTTP_200_OK if receipt.duplicate else status.HTTP_201_CREATED
+    return receipt
+
+
+@router.post("/v1/studies/{study_id}/reports/batch", responses=_RESPONSES, tags=["reports"])
+def submit_reports(study_id: str, body: wire.ReportBatch, ctx: Ctx) -> wire.BatchReceipt:
+    """Many participants' privatized reports for one round; rejected items are listed."""
+    return participants.submit_batch(ctx, study_id, body)
+
+
+@router.get("/v1/studies/{study_id}/rounds", responses=_RESPONSES, tags=["results"])
+def get_rounds(study_id: str, ctx: Ctx) -> wire.RoundsView:
+    return studies.rounds_of(ctx, study_id)
+
+
+@router.get("/v1/studies/{study_id}/rounds/{index}", responses=_RESPONSES, tags=["results"])
+def get_round(study_id: str, index: int, ctx: Ctx) -> wire.RoundView:
+    """A round's public broadcast and output."""
+    return studies.round_of(ctx, study_id, index)
+
+
+@router.get("/v1/studies/{study_id}/result", responses=_RESPONSES, tags=["results"])
+def get_result(study_id: str, ctx: Ctx) -> wire.ResultView:
+    """Estimate, error bar, diagnostics and ε summary of a finished study (409 before)."""
+    return studies.result(ctx, study_id)
+
+
+@router.get(
+    "/v1/studies/{study_id}/participants/{participant_id}/budget",
+    responses=_RESPONSES,
+    tags=["participants"],
+)
+def get_budget(
+    study_id: str, participant_id: int, ctx: Ctx, authorization: Authorization = None
+) -> wire.BudgetView:
+    """The participant's ε ledger: declared, planned per round, spent."""
+    return participants.budget(ctx, study_id, participant_id, _bearer(authorization))

@@ -1,0 +1,35 @@
+"""Server settings (STYLE.md rule 5): one pydantic-settings class, ``FEDLDP_`` env prefix."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+class Settings(BaseSettings):
+    """Every server setting, with defaults that run locally; each is overridable from the
+    environment as ``FEDLDP_<NAME>`` (e.g. ``FEDLDP_DATABASE_URL``)."""
+
+    model_config = SettingsConfigDict(env_prefix="FEDLDP_", extra="ignore", frozen=True)
+
+    database_url: str = Field(
+        "sqlite:///fedldp.db",
+        description="SQLAlchemy URL: a SQLite file (WAL, busy timeout) or postgresql+psycopg://…",
+    )
+    host: str = Field("127.0.0.1", description="interface uvicorn binds")
+    port: int = Field(8000, ge=0, le=65535, description="port uvicorn binds")
+    admin_key: str | None = Field(
+        None, description="when set, creating, starting and cancelling studies need X-Admin-Key"
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    sweep_interval_s: float = Field(
+        0.5, gt=0, description="how often deadlines and complete rounds are checked"
+    )
+    busy_timeout_s: float = Field(30.0, gt=0, description="SQLite busy timeout")
+    aggregate_chunk: int = Field(
+        8192, ge=1, description="reports per chunk streamed from the database into aggregation"
+    )

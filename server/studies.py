@@ -1,0 +1,208 @@
+"""Study services: create, inspect, enroll, start, cancel (no HTTP here; see server.routes)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from protocol.base import jsonable
+from protocol.catalogue import CATALOGUE
+from protocol.wire import (
+    Enrollment,
+    EnrollRequest,
+    ResultView,
+    RoundsView,
+    RoundView,
+    StudyCreate,
+    StudyView,
+)
+from server import repository as repo
+from server.auth import new_secret, token_for
+from server.context import Context
+from server.errors import (
+    EnrollmentFull,
+    InvalidParams,
+    NotFinished,
+    PlanInfeasible,
+    StudyNotEnrolling,
+    UnknownProtocol,
+    UnknownRound,
+    UnknownStudy,
+)
+from server.rounds import advance, start_study
+from server.tables import StudyRow, utcnow
+from server.views import result_view, round_view, study_view
+
+__all__ = [
+    "cancel",
+    "create",
+    "enroll",
+    "get",
+    "list_all",
+    "result",
+    "round_of",
+    "rounds_of",
+    "start",
+]
+
+
+def _study(session: Session, study_id: str) -> StudyRow:
+    study = repo.get_study(session, study_id)
+    if study is None:
+        raise UnknownStudy(f"no study {study_id!r}")
+    return study
+
+
+def _view(session: Session, study: StudyRow) -> StudyView:
+    return study_view(study, repo.list_rounds(session, study.id), utcnow())
+
+
+def create(ctx: Context, body: StudyCreate) -> StudyView:
+    protocol = CATALOGUE.get(body.protocol)
+    if protocol is None:
+        raise UnknownProtocol(
+            f"no protocol {body.protocol!r}; the catalogue has {', '.join(sorted(CATALOGUE))}"
+        )
+    try:
+        params = protocol.parse_params(body.params)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidParams(f"invalid parameters for {protocol.name}: {problems}") from None
+    except ValueError as exc:
+        raise InvalidParams(f"invalid parameters for {protocol.name}: {exc}") from None
+    now = utcnow()
+    study = StudyRow(
+        id=uuid.uuid4().hex,
+        name=body.name,
+        protocol=protocol.name,
+        params=jsonable(params.model_dump(mode="json")),
+        seed=body.seed,
+        secret=new_secret(),
+        phase="enrolling",
+        created_at=now,
+        enrollment_target=body.enrollment_target,
+        enrollment_deadline=(
+            None
+            if body.enrollment_deadline_s is None
+            else now + timedelta(seconds=body.enrollment_deadline_s)
+        ),
+        round_deadline_s=body.round_deadline_s,
+        quorum=body.quorum,
+        n_participants=0,
+        current_round=None,
+        failure_reason=None,
+        warnings=[],
+        result=None,
+    )
+    with ctx.transaction() as session:
+        session.add(study)
+        session.flush()
+        return _view(session, study)
+
+
+def list_all(ctx: Context) -> list[StudyView]:
+    with ctx.transaction() as session:
+        return [_view(session, s) for s in repo.list_studies(session)]
+
+
+def get(ctx: Context, study_id: str) -> StudyView:
+    with ctx.transaction() as session:
+        return _view(session, _study(session, study_id))
+
+
+def start(ctx: Context, study_id: str) -> StudyView:
+    """Close enrollment now; PlanInfeasible (the study then failed) if no plan fits."""
+    with ctx.transaction() as session:
+        study = _study(session, study_id)
+        if study.phase != "enrolling":
+            raise StudyNotEnrolling(f"study {study_id} is {study.phase}, not enrolling")
+        reason = start_study(ctx, session, study, utcnow())
+    if reason is not None:
+        raise PlanInfeasible(f"study {study_id} cannot start: {reason}")
+    advance(ctx, study_id, 0)  # a round with an empty cohort closes at once
+    return get(ctx, study_id)
+
+
+def cancel(ctx: Context, study_id: str) -> StudyView:
+    with ctx.transaction() as session:
+        study = _study(session, study_id)
+        if not repo.transition_study(
+            session,
+            study_id,
+            ["enrolling", "running"],
+            phase="cancelled",
+            current_round=None,
+            failure_reason="cancelled by the administrator",
+        ):
+            raise StudyNotEnrolling(f"study {study_id} is {study.phase}; it cannot be cancelled")
+        return _view(session, _study(session, study_id))
+
+
+def enroll(ctx: Context, study_id: str, requests: list[EnrollRequest]) -> list[Enrollment]:
+    """Enroll participants with consecutive ids; the target, when reached, starts the study."""
+    now = utcnow()
+    with ctx.transaction() as session:
+        study = _study(session, study_id)
+        if study.phase != "enrolling":
+            raise StudyNotEnrolling(f"study {study_id} is {study.phase}; enrollment is closed")
+        target = study.enrollment_target
+        if target is not None and study.n_participants + len(requests) > target:
+            raise EnrollmentFull(
+                f"study {study_id} has {study.n_participants} of its {target} participants; "
+                f"{len(requests)} more do not fit"
+            )
+        first = repo.reserve_participant_ids(session, study_id, len(requests))
+        if first is None:
+            raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
+        repo.add_participants(
+            session,
+            [
+                {
+                    "study_id": study_id,
+                    "participant_id": first + i,
+                    "epsilon": r.epsilon,
+                    "metadata_": dict(r.metadata),
+                    "enrolled_at": now,
+                }
+                for i, r in enumerate(requests)
+            ],
+        )
+        out = [
+            Enrollment(participant_id=first + i, token=token_for(study.secret, study_id, first + i))
+            for i in range(len(requests))
+        ]
+        full = target is not None and first + len(requests) >= target
+        if full:
+            study = _study(session, study_id)
+            start_study(ctx, session, study, now)
+    if full:
+        advance(ctx, study_id, 0)
+    return out
+
+
+def rounds_of(ctx: Context, study_id: str) -> RoundsView:
+    with ctx.transaction() as session:
+        _study(session, study_id)
+        return RoundsView(rounds=[round_view(r) for r in repo.list_rounds(session, study_id)])
+
+
+def round_of(ctx: Context, study_id: str, index: int) -> RoundView:
+    with ctx.transaction() as session:
+        _study(session, study_id)
+        r = repo.get_round(session, study_id, index)
+        if r is None:
+            raise UnknownRound(f"study {study_id} has no round {index}")
+        return round_view(r)
+
+
+def result(ctx: Context, study_id: str) -> ResultView:
+    with ctx.transaction() as session:
+        study = _study(session, study_id)
+        if study.phase in ("enrolling", "running"):
+            raise NotFinished(f"study {study_id} is {study.phase}; its result is not ready")
+        return result_view(study)

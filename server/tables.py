@@ -1,0 +1,125 @@
+"""Typed SQLAlchemy tables (STYLE.md rule 6). ORM rows never go on the wire (see server.views).
+
+A study's plan is not stored: it is a pure function of the protocol, its parameters, the enrolled
+ε's and metadata, and the study seed, so any replica (or a restarted server) recomputes the same
+plan from these rows. What the rounds produced (broadcasts, outputs, the result) is stored.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["Base", "ParticipantRow", "ReportRow", "RoundRow", "StudyRow", "utcnow"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite keeps no zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime,
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+    }
+
+
+class StudyRow(Base):
+    __tablename__ = "studies"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    protocol: Mapped[str] = mapped_column(String(64))
+    params: Mapped[dict[str, Any]]
+    seed: Mapped[int] = mapped_column(BigInteger)
+    secret: Mapped[str] = mapped_column(String(64))  # HMAC key of the participants' tokens
+    phase: Mapped[str] = mapped_column(String(16), index=True)
+    created_at: Mapped[datetime]
+    enrollment_target: Mapped[int | None]
+    enrollment_deadline: Mapped[datetime | None]
+    round_deadline_s: Mapped[float] = mapped_column(Float)
+    quorum: Mapped[float] = mapped_column(Float)
+    n_participants: Mapped[int] = mapped_column(Integer, default=0)
+    current_round: Mapped[int | None]
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+    warnings: Mapped[list[Any]]
+    result: Mapped[dict[str, Any] | None]
+
+
+class ParticipantRow(Base):
+    __tablename__ = "participants"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    participant_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    epsilon: Mapped[float] = mapped_column(Float)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    enrolled_at: Mapped[datetime]
+
+
+class RoundRow(Base):
+    __tablename__ = "rounds"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))  # pending, open, closed
+    payload_kind: Mapped[str] = mapped_column(String(16))
+    payload_shape: Mapped[list[Any]]
+    expected: Mapped[int]
+    received: Mapped[int] = mapped_column(Integer, default=0)
+    opened_at: Mapped[datetime | None]
+    deadline: Mapped[datetime | None]
+    closed_at: Mapped[datetime | None]
+    broadcast: Mapped[dict[str, Any] | None]
+    output: Mapped[dict[str, Any] | None]
+
+
+class ReportRow(Base):
+    """One accepted report: the payload exactly as sent (float64 bytes), never raw data."""
+
+    __tablename__ = "reports"
+    __table_args__ = (Index("ix_reports_participant", "study_id", "participant_id"),)
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)
+    participant_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    epsilon: Mapped[float] = mapped_column(Float)  # the ε this report charged
+    digest: Mapped[str] = mapped_column(String(32))
+    received_at: Mapped[datetime]
