@@ -38,6 +38,8 @@ from protocol.wire import (
     EnrollRequest,
     ErrorBody,
     Health,
+    Lease,
+    LeaseRequest,
     ProtocolList,
     Receipt,
     ReportBatch,
@@ -131,7 +133,17 @@ _FAMILIES: dict[str, type[ApiError]] = {
     **dict.fromkeys(("unknown_study", "unknown_participant"), NotFoundError),
     **dict.fromkeys(("invalid_token", "admin_key_required", "admin_key_invalid"), AuthError),
     **dict.fromkeys(
-        ("study_not_enrolling", "study_not_running", "round_closed", "wrong_round", "not_finished"),
+        (
+            "study_not_enrolling",
+            "study_not_running",
+            "round_closed",
+            "wrong_round",
+            "not_finished",
+            "study_exists",
+            "nothing_to_lease",
+            "participant_exists",
+            "enrollment_full",
+        ),
         PhaseError,
     ),
     **dict.fromkeys(
@@ -390,6 +402,13 @@ class ApiClient:
     async def enroll_batch(self, study_id: str, batch: EnrollBatch) -> EnrollmentBatch:
         return await self._call(
             EnrollmentBatch, "POST", f"/v1/studies/{study_id}/participants/batch", body=batch
+        )
+
+    async def lease(self, study_id: str, size: int) -> Lease:
+        """Reserve the next block of participant ids (not retried once it may have reached the
+        server: a lost lease would leave its ids unenrolled)."""
+        return await self._call(
+            Lease, "POST", f"/v1/studies/{study_id}/leases", body=LeaseRequest(size=size)
         )
 
     async def task(self, study_id: str, participant_id: int, token: str) -> Task:

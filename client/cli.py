@@ -120,9 +120,10 @@ def add_protocols_parser(subparsers: Subparsers) -> None:
 _SIMULATE_EPILOG = """\
 protocol parameters:
   --param key=value sets one parameter (value parsed as JSON when it can be, else a string);
-  --params-json sets several; --param wins over --params-json. A protocol with a
-  samples_per_user parameter gets it from the population when it is not given: the smallest
-  per-user sample count (users holding more keep their first m).
+  --params-json sets several; --param wins over --params-json. Parameters the population
+  determines are filled in when not given: samples_per_user (the smallest per-user sample
+  count; users holding more keep their first m), dimension (--dimension) and domain_size
+  (--items).
 
 examples:
   fedldp simulate --protocol user-mean --users 100000 --samples 256 \\

@@ -174,6 +174,8 @@ def _run_swarm(args: argparse.Namespace) -> int:
         create = (args.create, params)
     elif args.param or args.params_json:
         raise ValueError("--param/--params-json go with --create (a study's are fixed)")
+    if args.lease and (create is None or not args.name):
+        raise ValueError("--lease needs --create PROTOCOL and --name NAME (the study to share)")
     run = asyncio.run(
         run_swarm(
             args.server,
@@ -186,6 +188,7 @@ def _run_swarm(args: argparse.Namespace) -> int:
             progress=_progress(args),
             admin_key=args.admin_key,
             name=args.name,
+            lease=args.lease,
         )
     )
     _print_summary(run.summary(), args.json)
@@ -218,7 +221,14 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
     target.add_argument("--study", metavar="ID", help="join this (empty, enrolling) study")
     target.add_argument("--create", metavar="PROTOCOL", help="create a study of this protocol")
     _add_param_options(parser)
-    parser.add_argument("--name", help="study name (with --create)")
+    parser.add_argument("--name", help="study name (with --create); unique on the server")
+    parser.add_argument(
+        "--lease",
+        action="store_true",
+        help="share the study NAME with other swarms: the first creates it, the others join; "
+        "each leases disjoint blocks of participant ids and runs those users (for "
+        "docker compose --scale swarm=K; every swarm gets the same seed and population)",
+    )
     parser.add_argument(
         "--seed",
         type=int,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import multiprocessing
 import time
 from collections.abc import Mapping, Sequence
@@ -154,12 +155,70 @@ def _check_data(protocol: Protocol[Any], population: Population) -> None:
         )
 
 
-def _enroll_request(population: Population, i: int) -> EnrollRequest:
+def _enroll_request(population: Population, i: int, *, leased: bool = False) -> EnrollRequest:
     metadata: dict[str, float | list[float]] = {}
     for key, values in population.metadata.items():
         v = values[i]
         metadata[key] = v.tolist() if np.ndim(v) else float(v)
-    return EnrollRequest(epsilon=float(population.epsilon[i]), metadata=metadata)
+    return EnrollRequest(
+        epsilon=float(population.epsilon[i]),
+        metadata=metadata,
+        participant_id=i if leased else None,
+    )
+
+
+async def join(api: ApiClient, name: str, create: StudyCreate, population: Population) -> StudyView:
+    """The study called ``name``: created with the population size as enrollment target by the
+    first swarm to ask, found by the others (which check it is the same study)."""
+    try:
+        return await api.create_study(create.model_copy(update={"name": name}))
+    except PhaseError as exc:
+        if exc.code != "study_exists":
+            raise
+    found = [s for s in (await api.list_studies()).studies if s.name == name]
+    if not found:
+        raise SwarmError("study_missing", f"study {name!r} exists but is not listed")
+    study = found[0]
+    mine = (create.protocol, create.seed, population.n)
+    theirs = (study.protocol, study.seed, study.enrollment_target)
+    if mine != theirs:
+        raise SwarmError(
+            "study_mismatch",
+            f"study {name!r} runs (protocol, study seed, users) = {theirs}, this swarm {mine}: "
+            "give every swarm of a study the same protocol, seed and population",
+        )
+    return study
+
+
+async def enroll_leases(
+    api: ApiClient, study: StudyView, population: Population, progress: SwarmProgress
+) -> Roster:
+    """Lease blocks of participant ids until none are left and enroll those users (participant
+    id = population index): swarms sharing a study run disjoint parts of the population."""
+    slots: list[int] = []
+    ids: list[int] = []
+    tokens: list[str] = []
+    while True:
+        try:
+            lease = await api.lease(study.id, ENROLL_CHUNK)
+        except PhaseError as exc:
+            if exc.code in ("nothing_to_lease", "study_not_enrolling"):
+                break
+            raise
+        batch = EnrollBatch(
+            participants=[
+                _enroll_request(population, i, leased=True) for i in range(lease.start, lease.stop)
+            ]
+        )
+        answer = await api.enroll_batch(study.id, batch)
+        slots += range(lease.start, lease.stop)
+        ids += [e.participant_id for e in answer.enrollments]
+        tokens += [e.token for e in answer.enrollments]
+        progress.enrolled(len(slots), population.n)
+    if ids != slots:
+        raise SwarmError("enrollment_mismatch", "the server numbered leased participants itself")
+    index = np.asarray(slots, dtype=np.int64)
+    return Roster(index, ids, tokens, np.asarray(population.epsilon[index], dtype=np.float64))
 
 
 async def enroll(
@@ -207,9 +266,13 @@ async def start(api: ApiClient, study_id: str) -> StudyView:
         raise
 
 
-async def final_result(api: ApiClient, study_id: str, patience_s: float = 60.0) -> ResultView:
-    """The study's result once it is finished; SwarmError if it failed or was cancelled."""
-    deadline = time.monotonic() + patience_s
+async def final_result(
+    api: ApiClient, study_id: str, patience_s: float | None = 60.0
+) -> ResultView:
+    """The study's result once it is finished; SwarmError if it failed or was cancelled.
+    ``patience_s`` None waits as long as the server says the study is still going (its round
+    and enrollment deadlines bound that)."""
+    deadline = math.inf if patience_s is None else time.monotonic() + patience_s
     delay = 0.05
     while True:
         try:
@@ -298,6 +361,7 @@ async def run_swarm(
     progress: bool | None = None,
     admin_key: str | None = None,
     name: str | None = None,
+    lease: bool = False,
     round_deadline_s: float = 600.0,
     quorum: float = 1.0,
     retry: RetryPolicy | None = None,
@@ -312,9 +376,16 @@ async def run_swarm(
     users on the batch endpoints (default 4 requests in flight). ``progress`` None shows progress
     bars when stderr is a terminal. ``transport`` (tests) replaces the network; it cannot be
     combined with ``processes`` > 1.
+
+    ``lease=True`` (with ``create`` and a ``name``) lets several swarms share one study: the
+    first creates it (enrollment target = the population size), the others join it by name;
+    each leases disjoint blocks of participant ids, enrolls and runs those users, and the study
+    starts by itself once the whole population is enrolled (``docker compose --scale swarm=K``).
     """
     if (study_id is None) == (create is None):
         raise ValueError("give exactly one of study_id and create")
+    if lease and (create is None or not name):
+        raise ValueError("lease needs create=(protocol, params) and a study name to join")
     if batch is not None and not 1 <= batch <= MAX_BATCH:
         raise ValueError(f"batch must lie in [1, {MAX_BATCH}]")
     if processes < 1 or (processes > 1 and transport is not None):
@@ -334,23 +405,32 @@ async def run_swarm(
         with SwarmProgress(progress) as bars:
             if create is not None:
                 protocol_name, params = create
-                study = await api.create_study(
-                    StudyCreate(
-                        protocol=protocol_name,
-                        params=dict(params),
-                        seed=derive_seeds(pop.seed)[0],
-                        name=name,
-                        round_deadline_s=round_deadline_s,
-                        quorum=quorum,
-                    )
+                spec = StudyCreate(
+                    protocol=protocol_name,
+                    params=dict(params),
+                    seed=derive_seeds(pop.seed)[0],
+                    name=name,
+                    round_deadline_s=round_deadline_s,
+                    quorum=quorum,
+                    enrollment_target=pop.n if lease else None,
+                    # a swarm that leased ids and died must not hold the others forever
+                    enrollment_deadline_s=round_deadline_s if lease else None,
                 )
+                if lease:
+                    assert name is not None
+                    study = await join(api, name, spec, pop)
+                else:
+                    study = await api.create_study(spec)
             else:
                 assert study_id is not None
                 study = await api.study(study_id)
             protocol = _local_protocol(study.protocol)
             _check_data(protocol, pop)
-            roster = await enroll(api, study, pop, bars)
-            study = await start(api, study.id)
+            if lease:
+                roster = await enroll_leases(api, study, pop, bars)
+            else:
+                roster = await enroll(api, study, pop, bars)
+                study = await start(api, study.id)
             watcher = asyncio.create_task(watch_study(api, study.id, bars))
             try:
                 if processes == 1:
@@ -383,7 +463,8 @@ async def run_swarm(
                             for lo, hi in _bounds(len(roster), processes)
                         ]
                     )
-                result = await final_result(api, study.id)
+                # with leases, other swarms may still be running their users
+                result = await final_result(api, study.id, None if lease else 60.0)
                 study = await api.study(study.id)
                 bars.study(study)
             finally:

@@ -32,6 +32,8 @@ __all__ = [
     "Health",
     "HistogramPayload",
     "IndexSignPayload",
+    "Lease",
+    "LeaseRequest",
     "Payload",
     "ProtocolInfo",
     "ProtocolList",
@@ -229,6 +231,11 @@ class StudyList(Model):
 class EnrollRequest(Model):
     epsilon: PositiveFloat
     metadata: dict[str, float | list[float]] = Field(default_factory=dict)
+    participant_id: NonNegInt | None = Field(
+        default=None,
+        description="an id from this swarm's lease (leased enrollment); omitted: the server "
+        "numbers participants in arrival order",
+    )
 
 
 class EnrollBatch(Model):
@@ -242,6 +249,18 @@ class Enrollment(Model):
 
 class EnrollmentBatch(Model):
     enrollments: list[Enrollment]
+
+
+class LeaseRequest(Model):
+    size: Annotated[int, Field(ge=1, le=MAX_BATCH)]
+
+
+class Lease(Model):
+    """A block [start, stop) of participant ids reserved for one swarm (stop > start)."""
+
+    study_id: str
+    start: int
+    stop: int
 
 
 class TaskWait(Model):

@@ -19,8 +19,11 @@ __all__ = [
     "InvalidToken",
     "NotFinished",
     "NotInCohort",
+    "NothingToLease",
+    "ParticipantExists",
     "PlanInfeasible",
     "RoundClosed",
+    "StudyExists",
     "StudyNotEnrolling",
     "StudyNotRunning",
     "UnknownParticipant",
@@ -88,6 +91,18 @@ class StudyNotEnrolling(FedldpError):
 
 class EnrollmentFull(FedldpError):
     code, status = "enrollment_full", 409
+
+
+class StudyExists(FedldpError):
+    code, status = "study_exists", 409
+
+
+class ParticipantExists(FedldpError):
+    code, status = "participant_exists", 409
+
+
+class NothingToLease(FedldpError):
+    code, status = "nothing_to_lease", 409
 
 
 class StudyNotRunning(FedldpError):

@@ -24,19 +24,21 @@ __all__ = [
     "add_participants",
     "add_received",
     "close_round_if_open",
+    "count_participants",
     "due_enrollments",
     "due_rounds",
     "existing_reports",
     "get_round",
     "get_study",
     "insert_reports",
+    "lease_ids",
     "list_rounds",
     "list_studies",
     "load_participants",
+    "max_participant_id",
     "participant",
     "reported_pids",
     "reported_rounds",
-    "reserve_participant_ids",
     "set_study",
     "spent_per_participant",
     "stream_reports",
@@ -87,9 +89,9 @@ def set_study(session: Session, study_id: str, **values: Any) -> None:
     )
 
 
-def reserve_participant_ids(session: Session, study_id: str, count: int) -> int | None:
-    """Reserve ``count`` consecutive participant ids of an enrolling study: the first id, or None
-    if the study is not enrolling. The row update serializes concurrent enrollments."""
+def count_participants(session: Session, study_id: str, count: int) -> int | None:
+    """Add ``count`` explicitly numbered participants to an enrolling study: the new total, or
+    None if the study is not enrolling."""
     stmt = (
         update(StudyRow)
         .where(StudyRow.id == study_id, StudyRow.phase == "enrolling")
@@ -97,7 +99,28 @@ def reserve_participant_ids(session: Session, study_id: str, count: int) -> int 
         .returning(StudyRow.n_participants)
     )
     total = session.execute(stmt).scalar_one_or_none()
-    return None if total is None else int(total) - count
+    return None if total is None else int(total)
+
+
+def lease_ids(session: Session, study_id: str, size: int, limit: int) -> int | None:
+    """Reserve the next ``size`` ids below ``limit`` of an enrolling study: the first, or None
+    when every id below ``limit`` is leased (or the study is not enrolling)."""
+    stmt = (
+        update(StudyRow)
+        .where(StudyRow.id == study_id, StudyRow.phase == "enrolling", StudyRow.leased < limit)
+        .values(leased=StudyRow.leased + size)
+        .returning(StudyRow.leased)
+    )
+    total = session.execute(stmt).scalar_one_or_none()
+    return None if total is None else int(total) - size
+
+
+def max_participant_id(session: Session, study_id: str) -> int | None:
+    stmt = select(func.max(ParticipantRow.participant_id)).where(
+        ParticipantRow.study_id == study_id
+    )
+    value = session.execute(stmt).scalar_one_or_none()
+    return None if value is None else int(value)
 
 
 def due_enrollments(session: Session, now: datetime) -> list[str]:

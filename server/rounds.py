@@ -54,6 +54,10 @@ def start_study(ctx: Context, session: Session, study: StudyRow, now: datetime) 
         reason = "no participants enrolled"
         fail_study(session, study.id, reason)
         return reason
+    if repo.max_participant_id(session, study.id) != study.n_participants - 1:
+        reason = "leased participant ids are not contiguous: some leased blocks were not enrolled"
+        fail_study(session, study.id, reason)
+        return reason
     epsilon, metadata = repo.load_participants(session, study.id)
     try:
         splan = build_plan(study, epsilon, metadata)

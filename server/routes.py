@@ -119,6 +119,18 @@ def enroll_batch(study_id: str, body: wire.EnrollBatch, ctx: Ctx) -> wire.Enroll
     return wire.EnrollmentBatch(enrollments=studies.enroll(ctx, study_id, body.participants))
 
 
+@router.post(
+    "/v1/studies/{study_id}/leases",
+    status_code=status.HTTP_201_CREATED,
+    responses=_RESPONSES,
+    tags=["participants"],
+)
+def lease(study_id: str, body: wire.LeaseRequest, ctx: Ctx) -> wire.Lease:
+    """Reserve the next block of participant ids for one swarm (studies with an enrollment
+    target; swarms then enroll their block with explicit participant ids)."""
+    return studies.lease(ctx, study_id, body.size)
+
+
 @router.get(
     "/v1/studies/{study_id}/participants/{participant_id}/task",
     response_model=wire.Task,

@@ -6,6 +6,7 @@ import uuid
 from datetime import timedelta
 
 from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from protocol.base import jsonable
@@ -13,6 +14,7 @@ from protocol.catalogue import CATALOGUE
 from protocol.wire import (
     Enrollment,
     EnrollRequest,
+    Lease,
     ResultView,
     RoundsView,
     RoundView,
@@ -25,8 +27,12 @@ from server.context import Context
 from server.errors import (
     EnrollmentFull,
     InvalidParams,
+    InvalidRequest,
     NotFinished,
+    NothingToLease,
+    ParticipantExists,
     PlanInfeasible,
+    StudyExists,
     StudyNotEnrolling,
     UnknownProtocol,
     UnknownRound,
@@ -41,6 +47,7 @@ __all__ = [
     "create",
     "enroll",
     "get",
+    "lease",
     "list_all",
     "result",
     "round_of",
@@ -99,10 +106,13 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         warnings=[],
         result=None,
     )
-    with ctx.transaction() as session:
-        session.add(study)
-        session.flush()
-        return _view(session, study)
+    try:
+        with ctx.transaction() as session:
+            session.add(study)
+            session.flush()
+            return _view(session, study)
+    except IntegrityError:
+        raise StudyExists(f"a study named {body.name!r} exists already") from None
 
 
 def list_all(ctx: Context) -> list[StudyView]:
@@ -144,45 +154,75 @@ def cancel(ctx: Context, study_id: str) -> StudyView:
 
 
 def enroll(ctx: Context, study_id: str, requests: list[EnrollRequest]) -> list[Enrollment]:
-    """Enroll participants with consecutive ids; the target, when reached, starts the study."""
+    """Enroll participants, numbered by the server in arrival order or, all of them, with ids
+    from a lease; the enrollment target, when reached, starts the study."""
+    explicit = [r.participant_id for r in requests if r.participant_id is not None]
+    if explicit and len(explicit) != len(requests):
+        raise InvalidRequest("give a participant_id for every participant of a batch, or none")
+    if len(set(explicit)) != len(explicit):
+        raise InvalidRequest("a participant_id appears twice in the batch")
     now = utcnow()
-    with ctx.transaction() as session:
-        study = _study(session, study_id)
-        if study.phase != "enrolling":
-            raise StudyNotEnrolling(f"study {study_id} is {study.phase}; enrollment is closed")
-        target = study.enrollment_target
-        if target is not None and study.n_participants + len(requests) > target:
-            raise EnrollmentFull(
-                f"study {study_id} has {study.n_participants} of its {target} participants; "
-                f"{len(requests)} more do not fit"
-            )
-        first = repo.reserve_participant_ids(session, study_id, len(requests))
-        if first is None:
-            raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
-        repo.add_participants(
-            session,
-            [
-                {
-                    "study_id": study_id,
-                    "participant_id": first + i,
-                    "epsilon": r.epsilon,
-                    "metadata_": dict(r.metadata),
-                    "enrolled_at": now,
-                }
-                for i, r in enumerate(requests)
-            ],
-        )
-        out = [
-            Enrollment(participant_id=first + i, token=token_for(study.secret, study_id, first + i))
-            for i in range(len(requests))
-        ]
-        full = target is not None and first + len(requests) >= target
-        if full:
+    try:
+        with ctx.transaction() as session:
             study = _study(session, study_id)
-            start_study(ctx, session, study, now)
+            if study.phase != "enrolling":
+                raise StudyNotEnrolling(f"study {study_id} is {study.phase}; enrollment is closed")
+            target = study.enrollment_target
+            if target is not None and study.n_participants + len(requests) > target:
+                raise EnrollmentFull(
+                    f"study {study_id} has {study.n_participants} of its {target} participants; "
+                    f"{len(requests)} more do not fit"
+                )
+            if explicit and target is not None and max(explicit) >= target:
+                raise InvalidRequest(f"participant ids must lie below the target {target}")
+            total = repo.count_participants(session, study_id, len(requests))
+            if total is None:
+                raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
+            ids = explicit or list(range(total - len(requests), total))
+            repo.add_participants(
+                session,
+                [
+                    {
+                        "study_id": study_id,
+                        "participant_id": pid,
+                        "epsilon": r.epsilon,
+                        "metadata_": dict(r.metadata),
+                        "enrolled_at": now,
+                    }
+                    for pid, r in zip(ids, requests, strict=True)
+                ],
+            )
+            out = [
+                Enrollment(participant_id=pid, token=token_for(study.secret, study_id, pid))
+                for pid in ids
+            ]
+            full = target is not None and total >= target
+            if full:
+                start_study(ctx, session, _study(session, study_id), now)
+    except IntegrityError:
+        raise ParticipantExists(
+            f"some of participant ids {min(explicit)}..{max(explicit)} of study {study_id} are "
+            "enrolled already"
+        ) from None
     if full:
         advance(ctx, study_id, 0)
     return out
+
+
+def lease(ctx: Context, study_id: str, size: int) -> Lease:
+    """Reserve the next block of at most ``size`` participant ids for one swarm (leased
+    enrollment: swarms that share a study take disjoint blocks, up to the enrollment target)."""
+    with ctx.transaction() as session:
+        study = _study(session, study_id)
+        target = study.enrollment_target
+        if target is None:
+            raise InvalidRequest(f"study {study_id} has no enrollment target; leases need one")
+        if study.phase != "enrolling":
+            raise StudyNotEnrolling(f"study {study_id} is {study.phase}; enrollment is closed")
+        first = repo.lease_ids(session, study_id, size, target)
+        if first is None:
+            raise NothingToLease(f"all {target} participant ids of study {study_id} are leased")
+        return Lease(study_id=study_id, start=first, stop=min(first + size, target))
 
 
 def rounds_of(ctx: Context, study_id: str) -> RoundsView:

@@ -64,7 +64,7 @@ class StudyRow(Base):
     __tablename__ = "studies"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    name: Mapped[str | None] = mapped_column(String(200))
+    name: Mapped[str | None] = mapped_column(String(200), unique=True)  # a join key
     protocol: Mapped[str] = mapped_column(String(64))
     params: Mapped[dict[str, Any]]
     seed: Mapped[int] = mapped_column(BigInteger)
@@ -76,6 +76,7 @@ class StudyRow(Base):
     round_deadline_s: Mapped[float] = mapped_column(Float)
     quorum: Mapped[float] = mapped_column(Float)
     n_participants: Mapped[int] = mapped_column(Integer, default=0)
+    leased: Mapped[int] = mapped_column(Integer, default=0)  # ids handed out in leases
     current_round: Mapped[int | None]
     failure_reason: Mapped[str | None] = mapped_column(Text)
     warnings: Mapped[list[Any]]
