@@ -87,7 +87,10 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         id=uuid.uuid4().hex,
         name=body.name,
         protocol=protocol.name,
-        params=jsonable(params.model_dump(mode="json")),
+        # what was given, not the filled-in defaults: re-parsing it (plans on every replica, the
+        # swarm's own client step) must give the same parameters, and some parameters refuse to
+        # be set together with others (heavy_tail derives bound)
+        params=jsonable(params.model_dump(mode="json", exclude_unset=True)),
         seed=body.seed,
         secret=new_secret(),
         phase="enrolling",
