@@ -136,6 +136,7 @@ _FAMILIES: dict[str, type[ApiError]] = {
         (
             "study_not_enrolling",
             "study_not_running",
+            "study_ended",
             "round_closed",
             "wrong_round",
             "not_finished",

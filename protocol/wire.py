@@ -63,9 +63,14 @@ __all__ = [
 ]
 
 MAX_BATCH = 50_000
-NonNegInt = Annotated[int, Field(ge=0)]
+MAX_ID = 2**31 - 1
+"""Largest participant id, round index and enrollment target (a 32-bit database integer)."""
+MAX_DEADLINE_S = 100 * 365.25 * 86400.0
+"""Longest deadline a study may set (100 years; far larger ones overflow a datetime)."""
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_ID)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
+Deadline = Annotated[float, Field(gt=0, le=MAX_DEADLINE_S, description="seconds")]
 
 
 class Model(BaseModel):
@@ -184,10 +189,10 @@ class StudyCreate(Model):
     protocol: str
     params: dict[str, Any] = Field(default_factory=dict)
     seed: Seed
-    name: str | None = Field(default=None, max_length=200)
-    enrollment_target: Annotated[int, Field(ge=1)] | None = None
-    enrollment_deadline_s: PositiveFloat | None = None
-    round_deadline_s: PositiveFloat = 600.0
+    name: str | None = Field(default=None, max_length=200, pattern=r"^[^\x00]*$")
+    enrollment_target: Annotated[int, Field(ge=1, le=MAX_ID)] | None = None
+    enrollment_deadline_s: Deadline | None = None
+    round_deadline_s: Deadline = 600.0
     quorum: Annotated[float, Field(gt=0, le=1)] = 1.0
 
 

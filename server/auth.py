@@ -26,7 +26,10 @@ def token_for(secret: str, study_id: str, participant_id: int) -> str:
 
 
 def token_ok(secret: str, study_id: str, participant_id: int, token: str) -> bool:
-    return hmac.compare_digest(token_for(secret, study_id, participant_id), token)
+    # as bytes: compare_digest raises TypeError on str with non-ASCII characters (and a JSON
+    # string may hold lone surrogates, which only "surrogatepass" encodes)
+    given = token.encode("utf-8", "surrogatepass")
+    return hmac.compare_digest(token_for(secret, study_id, participant_id).encode(), given)
 
 
 def check_admin(configured: str | None, given: str | None) -> None:

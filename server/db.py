@@ -17,6 +17,9 @@ from server.tables import Base
 
 __all__ = ["Database"]
 
+SCHEMA_LOCK = 0x0FED1D9
+"""PostgreSQL advisory lock key held while creating the schema."""
+
 
 class Database:
     """The engine, a session factory, and the schema (created on first use)."""
@@ -36,7 +39,12 @@ class Database:
         if self.is_sqlite:
             _configure_sqlite(self.engine, settings.busy_timeout_s)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
-        Base.metadata.create_all(self.engine)
+        with self.engine.begin() as connection:
+            if not self.is_sqlite:
+                # replicas starting together would race to create the same tables (and their
+                # types) in PostgreSQL's catalog; the lock lasts until this transaction ends
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})")
+            Base.metadata.create_all(connection)
 
     @property
     def dialect(self) -> str:

@@ -23,6 +23,7 @@ __all__ = [
     "ParticipantExists",
     "PlanInfeasible",
     "RoundClosed",
+    "StudyEnded",
     "StudyExists",
     "StudyNotEnrolling",
     "StudyNotRunning",
@@ -103,6 +104,10 @@ class ParticipantExists(FedldpError):
 
 class NothingToLease(FedldpError):
     code, status = "nothing_to_lease", 409
+
+
+class StudyEnded(FedldpError):
+    code, status = "study_ended", 409
 
 
 class StudyNotRunning(FedldpError):

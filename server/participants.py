@@ -70,10 +70,13 @@ def _check_participants(study: StudyRow, ids: list[int], tokens: list[str]) -> N
     if len(ids) != len(tokens):
         raise InvalidRequest(f"{len(ids)} participant ids but {len(tokens)} tokens")
     for pid, token in zip(ids, tokens, strict=True):
-        if pid >= study.n_participants:
+        # Tokens are only issued at enrollment, so a valid one names an enrolled participant
+        # (leased ids may lie above the count while a lower block is still enrolling).
+        if token_ok(study.secret, study.id, pid, token):
+            continue
+        if not 0 <= pid < study.n_participants:
             raise UnknownParticipant(f"study {study.id} has no participant {pid}")
-        if not token_ok(study.secret, study.id, pid, token):
-            raise InvalidToken(f"the token of participant {pid} is not valid for study {study.id}")
+        raise InvalidToken(f"the token of participant {pid} is not valid for study {study.id}")
 
 
 # --------------------------------------------------------------------------- tasks
@@ -153,8 +156,22 @@ class _Outcome:
     complete: bool
 
 
-def _digest(kind: str, row: FloatArray) -> str:
-    return hashlib.sha256(kind.encode() + b"\0" + row.astype("<f8").tobytes()).hexdigest()[:32]
+def _row_bytes(payloads: FloatArray) -> list[bytes]:
+    """Each payload row as stored: its little-endian float64 bytes."""
+    data = np.ascontiguousarray(payloads, dtype="<f8").tobytes()
+    size = payloads.shape[1] * 8
+    return [data[j * size : (j + 1) * size] for j in range(payloads.shape[0])]
+
+
+def _digests(kind: str, blobs: list[bytes]) -> list[str]:
+    """The receipt digest of each stored row: SHA-256 of ``kind``, a zero byte and the row."""
+    prefix = hashlib.sha256(kind.encode() + b"\0")
+    out: list[str] = []
+    for blob in blobs:
+        h = prefix.copy()
+        h.update(blob)
+        out.append(h.hexdigest()[:32])
+    return out
 
 
 def _open_round(session: Session, study: StudyRow, index: int) -> RoundRow:
@@ -198,22 +215,29 @@ def _ingest(
             participant_id=ids[i], status="rejected", code=error.code, detail=error.detail
         )
 
-    pids = np.asarray(ids, dtype=np.int64)
+    # ids beyond the count are unknown; capped so that huge ones fit in int64
+    pids = np.asarray([min(p, study.n_participants) for p in ids], dtype=np.int64)
     known = pids < study.n_participants
     safe = np.where(known, pids, 0)  # unknown ids are rejected below; index with a valid one
     member = splan.membership(k, safe)
-    payloads = np.zeros((n, width), dtype=np.float64)
+    widths = [len(row) for row in rows]
+    if all(w == width for w in widths):
+        payloads = np.array(rows, dtype=np.float64).reshape((n, width))
+    else:  # the misshapen rows are rejected below and stay zero
+        payloads = np.zeros((n, width), dtype=np.float64)
+        for i, row in enumerate(rows):
+            if widths[i] == width:
+                payloads[i] = row
+    is_known, in_cohort = known.tolist(), member.member.tolist()
     for i, pid in enumerate(ids):
-        if not known[i]:
+        if not is_known[i]:
             reject(i, UnknownParticipant(f"study {study.id} has no participant {pid}"))
         elif not token_ok(study.secret, study.id, pid, tokens[i]):
             reject(i, InvalidToken(f"the token of participant {pid} is not valid"))
-        elif not member.member[i]:
+        elif not in_cohort[i]:
             reject(i, NotInCohort(f"participant {pid} is not in the cohort of round {k}"))
-        elif len(rows[i]) != width:
-            reject(i, InvalidPayload(f"payload of {len(rows[i])} numbers, expected shape {shape}"))
-        else:
-            payloads[i] = rows[i]
+        elif widths[i] != width:
+            reject(i, InvalidPayload(f"payload of {widths[i]} numbers, expected shape {shape}"))
     ok = np.array([s is None for s in statuses], dtype=np.bool_)
     pos = member.position
     rp = splan.plan.rounds[k]
@@ -240,7 +264,9 @@ def _ingest(
             )
         ok[idx[~np.asarray(valid, dtype=np.bool_)]] = False
     now = utcnow()
-    digests = {int(i): _digest(kind, payloads[i]) for i in np.flatnonzero(ok)}
+    accepted = np.flatnonzero(ok)
+    blobs = _row_bytes(payloads[accepted])
+    digests = dict(zip(accepted.tolist(), _digests(kind, blobs), strict=True))
     inserted = repo.insert_reports(
         session,
         [
@@ -248,12 +274,12 @@ def _ingest(
                 "study_id": study.id,
                 "round": k,
                 "participant_id": ids[i],
-                "payload": payloads[i].astype("<f8").tobytes(),
-                "epsilon": float(charge[i]),
+                "payload": blob,
+                "epsilon": epsilon,
                 "digest": digests[i],
                 "received_at": now,
             }
-            for i in digests
+            for i, blob, epsilon in zip(digests, blobs, charge[accepted].tolist(), strict=True)
         ],
     )
     stored = {ids[i]: (digests[i], now) for i in digests if ids[i] in inserted}

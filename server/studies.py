@@ -32,6 +32,7 @@ from server.errors import (
     NothingToLease,
     ParticipantExists,
     PlanInfeasible,
+    StudyEnded,
     StudyExists,
     StudyNotEnrolling,
     UnknownProtocol,
@@ -152,7 +153,7 @@ def cancel(ctx: Context, study_id: str) -> StudyView:
             current_round=None,
             failure_reason="cancelled by the administrator",
         ):
-            raise StudyNotEnrolling(f"study {study_id} is {study.phase}; it cannot be cancelled")
+            raise StudyEnded(f"study {study_id} is {study.phase} already; it cannot be cancelled")
         return _view(session, _study(session, study_id))
 
 
@@ -203,9 +204,10 @@ def enroll(ctx: Context, study_id: str, requests: list[EnrollRequest]) -> list[E
             if full:
                 start_study(ctx, session, _study(session, study_id), now)
     except IntegrityError:
+        # server-numbered ids (no explicit ones) can run into ids enrolled from a lease
+        span = f"{min(explicit)}..{max(explicit)}" if explicit else "numbered by the server"
         raise ParticipantExists(
-            f"some of participant ids {min(explicit)}..{max(explicit)} of study {study_id} are "
-            "enrolled already"
+            f"some of participant ids {span} of study {study_id} are enrolled already"
         ) from None
     if full:
         advance(ctx, study_id, 0)

@@ -1,0 +1,552 @@
+"""Report ingestion, tasks and the ledger (server/participants.py), over HTTP.
+
+Every refusal is checked on its stable code and status AND on the database: a refused report
+leaves no row and does not move the round's counter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from protocol.wire import (
+    BatchReceipt,
+    Enrollment,
+    Receipt,
+    ResultView,
+    StudyView,
+    TaskBatch,
+    TaskReport,
+)
+from server.context import Context
+from tests.server.helpers import (
+    app_context,
+    create_study,
+    enroll,
+    expect_error,
+    report_count,
+    round_of,
+    start,
+    stored_report,
+    submit_batch,
+)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def report(e: Enrollment, payload: dict[str, Any], round_index: int = 0) -> dict[str, Any]:
+    return {
+        "participant_id": e.participant_id,
+        "token": e.token,
+        "round": round_index,
+        "payload": payload,
+    }
+
+
+BIT_UP = {"kind": "bit", "bit": 1}
+BIT_DOWN = {"kind": "bit", "bit": -1}
+
+
+@dataclass
+class Running:
+    """A started study and what the tests need to talk to it."""
+
+    client: httpx.AsyncClient
+    ctx: Context
+    study: StudyView
+    people: list[Enrollment]
+
+    @property
+    def reports(self) -> str:
+        return f"/v1/studies/{self.study.id}/reports"
+
+    async def received(self, round_index: int = 0) -> int:
+        return (await round_of(self.client, self.study.id, round_index)).received
+
+    def stored(self, round_index: int | None = None) -> int:
+        return report_count(self.ctx, self.study.id, round_index)
+
+
+@pytest.fixture
+async def rr(client: httpx.AsyncClient, app: FastAPI) -> Running:
+    """hetero-mean-rr (one round, a ±1 bit from everyone) with four participants, started."""
+    study = await create_study(client, "hetero-mean-rr")
+    people = await enroll(client, study.id, [1.0, 1.0, 0.5, 2.0])
+    await start(client, study.id)
+    return Running(client, app_context(app), study, people)
+
+
+@dataclass
+class TwoStage(Running):
+    stage_one: list[Enrollment]
+    stage_two: list[Enrollment]
+
+
+@pytest.fixture
+async def two_stage(client: httpx.AsyncClient, app: FastAPI) -> TwoStage:
+    """user-mean (stage one: histograms of one bin, stage two: scalars) with 12 participants."""
+    study = await create_study(client, "user-mean", {"samples_per_user": 4})
+    people = await enroll(client, study.id, [1.0] * 12)
+    await start(client, study.id)
+    answer = await client.post(
+        f"/v1/studies/{study.id}/tasks",
+        json={
+            "participant_ids": [e.participant_id for e in people],
+            "tokens": [e.token for e in people],
+        },
+    )
+    tasks = TaskBatch.model_validate_json(answer.content).tasks
+    first = {t.participant_id for t in tasks if isinstance(t.task, TaskReport)}
+    one = [e for e in people if e.participant_id in first]
+    two = [e for e in people if e.participant_id not in first]
+    assert len(one) == len(two) == 6
+    return TwoStage(client, app_context(app), study, people, one, two)
+
+
+async def finish_stage_one(s: TwoStage) -> None:
+    receipt = await submit_batch(
+        s.client, s.study.id, 0, "histogram", s.stage_one, [[0.5]] * len(s.stage_one)
+    )
+    assert receipt.accepted + receipt.duplicates == len(s.stage_one)
+    assert (await round_of(s.client, s.study.id, 0)).status == "closed"
+
+
+# --------------------------------------------------------------------------- duplicates
+
+
+async def test_identical_resend_is_idempotent(rr: Running) -> None:
+    body = report(rr.people[0], BIT_UP)
+    first = await rr.client.post(rr.reports, json=body)
+    assert first.status_code == 201
+    again = await rr.client.post(rr.reports, json=body)
+    assert again.status_code == 200
+    a, b = Receipt.model_validate_json(first.content), Receipt.model_validate_json(again.content)
+    assert (a.duplicate, b.duplicate) == (False, True)
+    assert b.digest == a.digest
+    assert b.received_at == a.received_at
+    assert rr.stored() == 1
+    assert await rr.received() == 1
+
+
+async def test_batch_resend_counts_duplicates_once(rr: Running) -> None:
+    sent = await submit_batch(rr.client, rr.study.id, 0, "bit", rr.people[:2], [[1.0], [-1.0]])
+    assert (sent.accepted, sent.duplicates) == (2, 0)
+    again = await submit_batch(rr.client, rr.study.id, 0, "bit", rr.people[:2], [[1.0], [-1.0]])
+    assert (again.accepted, again.duplicates, again.rejected) == (0, 2, 0)
+    assert rr.stored() == 2
+    assert await rr.received() == 2
+    single = await rr.client.post(rr.reports, json=report(rr.people[1], BIT_DOWN))
+    assert single.status_code == 200
+    assert Receipt.model_validate_json(single.content).duplicate
+
+
+async def test_different_second_report_is_a_conflict_and_changes_nothing(rr: Running) -> None:
+    first = await rr.client.post(rr.reports, json=report(rr.people[0], BIT_UP))
+    kept = stored_report(rr.ctx, rr.study.id, 0, 0)
+    assert kept is not None
+    assert first.status_code == 201
+
+    expect_error(
+        await rr.client.post(rr.reports, json=report(rr.people[0], BIT_DOWN)),
+        409,
+        "duplicate_conflict",
+    )
+    assert stored_report(rr.ctx, rr.study.id, 0, 0) == kept
+    assert Receipt.model_validate_json(first.content).digest == kept[1]
+    assert rr.stored() == 1
+    assert await rr.received() == 1
+
+    # In a batch only the conflicting item is refused; the others go in.
+    batch = await submit_batch(rr.client, rr.study.id, 0, "bit", rr.people[:2], [[-1.0], [1.0]])
+    assert (batch.accepted, batch.duplicates, batch.rejected) == (1, 0, 1)
+    assert [(i.participant_id, i.status, i.code) for i in batch.items] == [
+        (0, "rejected", "duplicate_conflict")
+    ]
+    assert stored_report(rr.ctx, rr.study.id, 0, 0) == kept
+    assert rr.stored() == 2
+    assert await rr.received() == 2
+
+
+async def test_concurrent_reports_are_all_stored_and_counted(rr: Running) -> None:
+    # A bigger cohort than the fixture's, all reporting at once (one request each).
+    study = await create_study(rr.client, "hetero-mean-rr")
+    people = await enroll(rr.client, study.id, [1.0] * 40)
+    await start(rr.client, study.id)
+    url = f"/v1/studies/{study.id}/reports"
+    answers = await asyncio.gather(
+        *(rr.client.post(url, json=report(e, BIT_UP)) for e in people[:39])
+    )
+    assert sorted({a.status_code for a in answers}) == [201]
+    assert report_count(rr.ctx, study.id, 0) == 39
+    assert (await round_of(rr.client, study.id, 0)).received == 39
+    last = await rr.client.post(url, json=report(people[39], BIT_DOWN))
+    assert last.status_code == 201
+    result = ResultView.model_validate_json(
+        (await rr.client.get(f"/v1/studies/{study.id}/result")).content
+    )
+    assert result.phase == "finished"
+    assert result.diagnostics["n_reports"] == 40
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+async def test_report_for_a_closed_round_is_refused(two_stage: TwoStage) -> None:
+    s = two_stage
+    await finish_stage_one(s)
+    late = s.stage_one[0]
+    expect_error(
+        await s.client.post(s.reports, json=report(late, {"kind": "histogram", "values": [0.5]})),
+        409,
+        "round_closed",
+    )
+    batch = await s.client.post(
+        f"{s.reports}/batch",
+        json={
+            "round": 0,
+            "kind": "histogram",
+            "participant_ids": [late.participant_id],
+            "tokens": [late.token],
+            "payloads": [[0.5]],
+        },
+    )
+    expect_error(batch, 409, "round_closed")
+    assert s.stored(0) == 6
+    assert await s.received(0) == 6
+    assert s.stored(1) == 0
+
+
+async def test_report_for_a_round_not_open_yet_is_refused(two_stage: TwoStage) -> None:
+    s = two_stage
+    early = s.stage_two[0]
+    for round_index in (1, 2, 10**6, 2**31 - 1):
+        expect_error(
+            await s.client.post(
+                s.reports, json=report(early, {"kind": "scalar", "value": 0.1}, round_index)
+            ),
+            409,
+            "wrong_round",
+        )
+    for round_index in (2**31, 2**64):  # beyond any round index the schema admits
+        expect_error(
+            await s.client.post(
+                s.reports, json=report(early, {"kind": "scalar", "value": 0.1}, round_index)
+            ),
+            422,
+            "invalid_request",
+        )
+    assert s.stored() == 0
+    assert await s.received(1) == 0
+
+
+async def test_participant_outside_the_cohort_is_refused(two_stage: TwoStage) -> None:
+    s = two_stage
+    outsider = s.stage_two[0]
+    expect_error(
+        await s.client.post(
+            s.reports, json=report(outsider, {"kind": "histogram", "values": [0.5]})
+        ),
+        409,
+        "not_in_cohort",
+    )
+    batch = await submit_batch(
+        s.client, s.study.id, 0, "histogram", [s.stage_one[0], outsider], [[0.5], [0.5]]
+    )
+    assert (batch.accepted, batch.rejected) == (1, 1)
+    assert [(i.participant_id, i.code) for i in batch.items] == [
+        (outsider.participant_id, "not_in_cohort")
+    ]
+    assert stored_report(s.ctx, s.study.id, 0, outsider.participant_id) is None
+    assert s.stored() == 1
+    assert await s.received(0) == 1
+
+    # Stage two then takes only its own cohort.
+    await finish_stage_one(s)
+    expect_error(
+        await s.client.post(
+            s.reports, json=report(s.stage_one[1], {"kind": "scalar", "value": 0.1}, 1)
+        ),
+        409,
+        "not_in_cohort",
+    )
+    assert s.stored(1) == 0
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+async def test_payload_of_the_wrong_kind_is_refused(rr: Running) -> None:
+    expect_error(
+        await rr.client.post(rr.reports, json=report(rr.people[0], {"kind": "scalar", "value": 1})),
+        422,
+        "invalid_payload",
+    )
+    batch = await rr.client.post(
+        f"{rr.reports}/batch",
+        json={
+            "round": 0,
+            "kind": "scalar",
+            "participant_ids": [0, 1],
+            "tokens": [rr.people[0].token, rr.people[1].token],
+            "payloads": [[1.0], [1.0]],
+        },
+    )
+    expect_error(batch, 422, "invalid_payload")
+    assert rr.stored() == 0
+    assert await rr.received() == 0
+
+
+async def test_payload_of_the_wrong_shape_is_refused(rr: Running) -> None:
+    receipt = await submit_batch(
+        rr.client, rr.study.id, 0, "bit", rr.people[:3], [[1.0, 1.0], [], [1.0]]
+    )
+    assert (receipt.accepted, receipt.rejected) == (1, 2)
+    assert [(i.participant_id, i.code) for i in receipt.items] == [
+        (0, "invalid_payload"),
+        (1, "invalid_payload"),
+    ]
+    assert rr.stored() == 1
+    assert stored_report(rr.ctx, rr.study.id, 0, 2) is not None
+
+
+async def test_payload_outside_the_mechanisms_range_is_refused(rr: Running) -> None:
+    # BitPayload only admits ±1, so a bit of 0.5 is refused by the wire schema...
+    expect_error(
+        await rr.client.post(rr.reports, json=report(rr.people[0], {"kind": "bit", "bit": 0.5})),
+        422,
+        "invalid_request",
+    )
+    # ...and by the protocol's own check when it comes through the columnar batch.
+    receipt = await submit_batch(
+        rr.client, rr.study.id, 0, "bit", rr.people[:3], [[0.5], [1.0], [-2.0]]
+    )
+    assert (receipt.accepted, receipt.rejected) == (1, 2)
+    assert {(i.participant_id, i.status, i.code) for i in receipt.items} == {
+        (0, "rejected", "invalid_payload"),
+        (2, "rejected", "invalid_payload"),
+    }
+    assert stored_report(rr.ctx, rr.study.id, 0, 0) is None
+    assert stored_report(rr.ctx, rr.study.id, 0, 2) is None
+    assert rr.stored() == 1
+    assert await rr.received() == 1
+
+
+async def test_index_sign_outside_the_sketch_is_refused(
+    client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    study = await create_study(client, "hetero-frequency", {"domain_size": 4})
+    people = await enroll(client, study.id, [1.0] * 3)
+    started = await start(client, study.id)
+    m = int((await round_of(client, study.id, 0)).broadcast["m"])  # type: ignore[index]
+    url = f"/v1/studies/{started.id}/reports"
+    for index in (m, m + 7):
+        expect_error(
+            await client.post(
+                url, json=report(people[0], {"kind": "index-sign", "index": index, "sign": 1})
+            ),
+            422,
+            "invalid_payload",
+        )
+    accepted = await client.post(
+        url, json=report(people[0], {"kind": "index-sign", "index": m - 1, "sign": -1})
+    )
+    assert accepted.status_code == 201
+    assert report_count(app_context(app), study.id) == 1
+
+
+@pytest.mark.parametrize(
+    ("where", "raw"),
+    [
+        (
+            "single",
+            b'{"participant_id": 0, "token": "TOKEN", "round": 0,'
+            b' "payload": {"kind": "scalar", "value": NaN}}',
+        ),
+        (
+            "single",
+            b'{"participant_id": 0, "token": "TOKEN", "round": 0,'
+            b' "payload": {"kind": "vector", "values": [0.1, -Infinity]}}',
+        ),
+        (
+            "batch",
+            b'{"round": 0, "kind": "bit", "participant_ids": [0], "tokens": ["TOKEN"],'
+            b' "payloads": [[NaN]]}',
+        ),
+        (
+            "batch",
+            b'{"round": 0, "kind": "bit", "participant_ids": [0], "tokens": ["TOKEN"],'
+            b' "payloads": [[Infinity]]}',
+        ),
+        (
+            "batch",
+            b'{"round": 0, "kind": "bit", "participant_ids": [0], "tokens": ["TOKEN"],'
+            b' "payloads": [[1e999]]}',
+        ),
+    ],
+)
+async def test_non_finite_numbers_are_refused_by_the_wire_schema(
+    rr: Running, where: str, raw: bytes
+) -> None:
+    url = rr.reports if where == "single" else f"{rr.reports}/batch"
+    response = await rr.client.post(
+        url,
+        content=raw.replace(b"TOKEN", rr.people[0].token.encode()),
+        headers={"Content-Type": "application/json"},
+    )
+    expect_error(response, 422, "invalid_request")
+    assert rr.stored() == 0
+    assert await rr.received() == 0
+
+
+# --------------------------------------------------------------------------- who is asking
+
+
+async def test_unknown_participant_is_refused(rr: Running) -> None:
+    token = rr.people[0].token
+    for pid in (4, 10**6, 2**31 - 1):
+        expect_error(
+            await rr.client.post(
+                rr.reports,
+                json={"participant_id": pid, "token": token, "round": 0, "payload": BIT_UP},
+            ),
+            404,
+            "unknown_participant",
+        )
+    expect_error(  # beyond any participant id the schema admits
+        await rr.client.post(
+            rr.reports,
+            json={"participant_id": 2**64, "token": token, "round": 0, "payload": BIT_UP},
+        ),
+        422,
+        "invalid_request",
+    )
+    for pid in (4, -1):
+        for what in ("task", "budget"):
+            expect_error(
+                await rr.client.get(
+                    f"/v1/studies/{rr.study.id}/participants/{pid}/{what}", headers=bearer(token)
+                ),
+                404,
+                "unknown_participant",
+            )
+    expect_error(
+        await rr.client.post(
+            f"/v1/studies/{rr.study.id}/tasks",
+            json={"participant_ids": [0, 4], "tokens": [token] * 2},
+        ),
+        404,
+        "unknown_participant",
+    )
+    batch = await rr.client.post(
+        f"{rr.reports}/batch",
+        json={
+            "round": 0,
+            "kind": "bit",
+            "participant_ids": [0, 4, 2**31 - 1],
+            "tokens": [token] * 3,
+            "payloads": [[1.0]] * 3,
+        },
+    )
+    receipt = BatchReceipt.model_validate_json(batch.content)
+    assert (receipt.accepted, receipt.rejected) == (1, 2)
+    assert [(i.participant_id, i.code) for i in receipt.items] == [
+        (4, "unknown_participant"),
+        (2**31 - 1, "unknown_participant"),
+    ]
+    assert rr.stored() == 1
+
+
+async def test_bad_token_is_refused(rr: Running) -> None:
+    other = rr.people[1].token
+    task_url = f"/v1/studies/{rr.study.id}/participants/0/task"
+    budget_url = f"/v1/studies/{rr.study.id}/participants/0/budget"
+    for headers in (
+        {},
+        bearer(other),
+        bearer(""),
+        {"Authorization": rr.people[0].token},  # no scheme
+        {"Authorization": f"Basic {rr.people[0].token}"},
+    ):
+        expect_error(await rr.client.get(task_url, headers=headers), 401, "invalid_token")
+        expect_error(await rr.client.get(budget_url, headers=headers), 401, "invalid_token")
+    for wrong in (other, "\u00e9t\u00e9"):  # a non-ASCII token is just as wrong
+        expect_error(
+            await rr.client.post(
+                f"/v1/studies/{rr.study.id}/tasks", json={"participant_ids": [0], "tokens": [wrong]}
+            ),
+            401,
+            "invalid_token",
+        )
+        expect_error(
+            await rr.client.post(
+                rr.reports,
+                json={"participant_id": 0, "token": wrong, "round": 0, "payload": BIT_UP},
+            ),
+            401,
+            "invalid_token",
+        )
+    receipt = await submit_batch(
+        rr.client,
+        rr.study.id,
+        0,
+        "bit",
+        [rr.people[0], Enrollment(participant_id=1, token=rr.people[0].token)],
+        [[1.0], [1.0]],
+    )
+    assert [(i.participant_id, i.code) for i in receipt.items] == [(1, "invalid_token")]
+    assert stored_report(rr.ctx, rr.study.id, 0, 1) is None
+    assert rr.stored() == 1
+    # A token of another study is no good here either.
+    other_study = await create_study(rr.client, "hetero-mean-rr")
+    (stranger,) = await enroll(rr.client, other_study.id, [1.0])
+    assert stranger.participant_id == 0
+    expect_error(
+        await rr.client.get(task_url, headers=bearer(stranger.token)), 401, "invalid_token"
+    )
+
+
+async def test_malformed_batches_are_refused_whole(rr: Running) -> None:
+    people = rr.people
+    cases: list[dict[str, Any]] = [
+        {"participant_ids": [0, 1], "tokens": [people[0].token], "payloads": [[1.0], [1.0]]},
+        {
+            "participant_ids": [0, 1],
+            "tokens": [people[0].token, people[1].token],
+            "payloads": [[1.0]],
+        },
+        {"participant_ids": [0, 0], "tokens": [people[0].token] * 2, "payloads": [[1.0], [1.0]]},
+    ]
+    for case in cases:
+        response = await rr.client.post(
+            f"{rr.reports}/batch", json={"round": 0, "kind": "bit", **case}
+        )
+        expect_error(response, 422, "invalid_request")
+    expect_error(
+        await rr.client.post(
+            f"/v1/studies/{rr.study.id}/tasks",
+            json={"participant_ids": [0, 1], "tokens": [people[0].token]},
+        ),
+        422,
+        "invalid_request",
+    )
+    assert rr.stored() == 0
+
+
+async def test_report_to_a_study_not_running_is_refused(
+    client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    (person,) = await enroll(client, study.id, [1.0])
+    expect_error(
+        await client.post(f"/v1/studies/{study.id}/reports", json=report(person, BIT_UP)),
+        409,
+        "study_not_running",
+    )
+    assert report_count(app_context(app), study.id) == 0

@@ -1,0 +1,458 @@
+"""Study services over HTTP (server/studies.py): creation, enrollment, start, result, refusals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import TypeAdapter
+
+from protocol.wire import (
+    Enrollment,
+    EnrollmentBatch,
+    Lease,
+    ResultView,
+    StudyList,
+    StudyView,
+    Task,
+)
+from tests.server.helpers import create_study, enroll, expect_error, round_of, start
+
+TASK: TypeAdapter[Task] = TypeAdapter(Task)
+
+
+async def study_view(client: httpx.AsyncClient, study_id: str) -> StudyView:
+    response = await client.get(f"/v1/studies/{study_id}")
+    assert response.status_code == 200
+    return StudyView.model_validate_json(response.content)
+
+
+async def no_studies(client: httpx.AsyncClient) -> bool:
+    listed = StudyList.model_validate_json((await client.get("/v1/studies")).content)
+    return listed.studies == []
+
+
+# --------------------------------------------------------------------------- creation
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"protocol": "no-such-protocol", "seed": 1}, 422, "unknown_protocol"),
+        ({"protocol": "user-mean", "seed": 1}, 422, "invalid_params"),  # samples_per_user
+        (
+            {"protocol": "user-mean", "params": {"samples_per_user": 0}, "seed": 1},
+            422,
+            "invalid_params",
+        ),
+        (
+            {"protocol": "user-mean", "params": {"samples_per_user": 4, "typo": 1}, "seed": 1},
+            422,
+            "invalid_params",
+        ),
+        (
+            {
+                "protocol": "user-mean",
+                "params": {"samples_per_user": 4, "heavy_tail": True},
+                "seed": 1,
+            },
+            422,
+            "invalid_params",
+        ),  # a model validator's ValueError
+        (
+            {"protocol": "hetero-mean-laplace", "params": {"lo": 1, "hi": 0}, "seed": 1},
+            422,
+            "invalid_params",
+        ),
+        ({"protocol": "hetero-mean-rr", "seed": -1}, 422, "invalid_request"),
+        ({"protocol": "hetero-mean-rr", "seed": 2**63}, 422, "invalid_request"),
+        ({"protocol": "hetero-mean-rr"}, 422, "invalid_request"),
+        ({"protocol": "hetero-mean-rr", "seed": 1, "quorum": 0}, 422, "invalid_request"),
+        ({"protocol": "hetero-mean-rr", "seed": 1, "quorum": 1.5}, 422, "invalid_request"),
+        ({"protocol": "hetero-mean-rr", "seed": 1, "round_deadline_s": 0}, 422, "invalid_request"),
+        ({"protocol": "hetero-mean-rr", "seed": 1, "enrollment_target": 0}, 422, "invalid_request"),
+        ({"protocol": "hetero-mean-rr", "seed": 1, "surprise": True}, 422, "invalid_request"),
+        # Admitted by the wire schema, but not storable: refused, never a 500.
+        (
+            {"protocol": "hetero-mean-rr", "seed": 1, "round_deadline_s": 1e300},
+            422,
+            "invalid_request",
+        ),
+        (
+            {"protocol": "hetero-mean-rr", "seed": 1, "enrollment_deadline_s": 1e12},
+            422,
+            "invalid_request",
+        ),
+        (
+            {"protocol": "hetero-mean-rr", "seed": 1, "enrollment_target": 2**31},
+            422,
+            "invalid_request",
+        ),
+        ({"protocol": "hetero-mean-rr", "seed": 1, "name": "nul\u0000"}, 422, "invalid_request"),
+    ],
+)
+async def test_bad_study_is_refused_and_not_stored(
+    client: httpx.AsyncClient, body: dict[str, Any], status: int, code: str
+) -> None:
+    expect_error(await client.post("/v1/studies", json=body), status, code)
+    assert await no_studies(client)
+
+
+async def test_invalid_params_name_the_problem(client: httpx.AsyncClient) -> None:
+    body = {"protocol": "user-mean", "params": {"samples_per_user": -3}, "seed": 1}
+    error = expect_error(await client.post("/v1/studies", json=body), 422, "invalid_params")
+    assert "samples_per_user" in error.detail
+
+
+# --------------------------------------------------------------------------- enrollment
+
+
+@pytest.mark.parametrize(
+    "participant",
+    [{"epsilon": 0}, {"epsilon": -1.0}, {}, {"epsilon": "high"}, {"epsilon": 1, "x": 2}],
+)
+async def test_enrollment_needs_a_positive_epsilon(
+    client: httpx.AsyncClient, participant: dict[str, Any]
+) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    url = f"/v1/studies/{study.id}/participants"
+    expect_error(await client.post(url, json=participant), 422, "invalid_request")
+    batch = {"participants": [{"epsilon": 1.0}, participant]}
+    expect_error(await client.post(f"{url}/batch", json=batch), 422, "invalid_request")
+    assert (await study_view(client, study.id)).n_participants == 0
+
+
+@pytest.mark.parametrize("raw", [b'{"epsilon": NaN}', b'{"epsilon": Infinity}'])
+async def test_enrollment_refuses_a_non_finite_epsilon(
+    client: httpx.AsyncClient, raw: bytes
+) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    response = await client.post(
+        f"/v1/studies/{study.id}/participants",
+        content=raw,
+        headers={"Content-Type": "application/json"},
+    )
+    expect_error(response, 422, "invalid_request")
+    assert (await study_view(client, study.id)).n_participants == 0
+
+
+async def test_empty_enrollment_batch_is_refused(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    expect_error(
+        await client.post(f"/v1/studies/{study.id}/participants/batch", json={"participants": []}),
+        422,
+        "invalid_request",
+    )
+
+
+async def test_enrollment_into_a_started_study_is_refused(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    await enroll(client, study.id, [1.0, 1.0])
+    await start(client, study.id)
+    url = f"/v1/studies/{study.id}/participants"
+    expect_error(await client.post(url, json={"epsilon": 1.0}), 409, "study_not_enrolling")
+    expect_error(
+        await client.post(f"{url}/batch", json={"participants": [{"epsilon": 1.0}]}),
+        409,
+        "study_not_enrolling",
+    )
+    view = await study_view(client, study.id)
+    assert view.n_participants == 2
+    assert view.rounds[0].expected == 2
+
+
+async def test_reaching_the_enrollment_target_starts_the_study(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr", enrollment_target=5)
+    await enroll(client, study.id, [1.0] * 3)
+    assert (await study_view(client, study.id)).phase == "enrolling"
+    # More than the target has room for is refused whole.
+    expect_error(
+        await client.post(
+            f"/v1/studies/{study.id}/participants/batch",
+            json={"participants": [{"epsilon": 1.0}] * 3},
+        ),
+        409,
+        "enrollment_full",
+    )
+    assert (await study_view(client, study.id)).n_participants == 3
+    response = await client.post(
+        f"/v1/studies/{study.id}/participants/batch", json={"participants": [{"epsilon": 1.0}] * 2}
+    )
+    assert response.status_code == 201
+    ids = [
+        e.participant_id for e in EnrollmentBatch.model_validate_json(response.content).enrollments
+    ]
+    assert ids == [3, 4]
+    view = await study_view(client, study.id)
+    assert view.phase == "running"
+    assert view.current_round == 0
+    assert (await round_of(client, study.id, 0)).expected == 5
+    expect_error(
+        await client.post(f"/v1/studies/{study.id}/participants", json={"epsilon": 1.0}),
+        409,
+        "study_not_enrolling",
+    )
+
+
+# --------------------------------------------------------------------------- start
+
+
+async def test_start_without_participants_fails_the_study(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    error = expect_error(await client.post(f"/v1/studies/{study.id}/start"), 422, "plan_infeasible")
+    assert "no participants" in error.detail
+    view = await study_view(client, study.id)
+    assert view.phase == "failed"
+    assert view.failure_reason == "no participants enrolled"
+    assert view.rounds == []
+    result = ResultView.model_validate_json(
+        (await client.get(f"/v1/studies/{study.id}/result")).content
+    )
+    assert (result.phase, result.estimate, result.failure_reason) == (
+        "failed",
+        None,
+        "no participants enrolled",
+    )
+
+
+@pytest.mark.parametrize(
+    ("params", "epsilons", "reason"),
+    [
+        # 64 samples → 4 bins: stage one needs a score Σ min(ε², 1) ≥ 300 (§1.5); it has 5.
+        ({"samples_per_user": 64}, [1.0] * 10, "stage one"),
+        ({"samples_per_user": 4}, [1.0], "at least 2 participants"),
+    ],
+)
+async def test_infeasible_plan_fails_the_study_with_the_reason(
+    client: httpx.AsyncClient, params: dict[str, Any], epsilons: list[float], reason: str
+) -> None:
+    study = await create_study(client, "user-mean", params)
+    await enroll(client, study.id, epsilons)
+    error = expect_error(await client.post(f"/v1/studies/{study.id}/start"), 422, "plan_infeasible")
+    assert reason in error.detail
+    view = await study_view(client, study.id)
+    assert view.phase == "failed"
+    assert view.failure_reason is not None
+    assert view.failure_reason.startswith("the plan is infeasible")
+    assert reason in view.failure_reason
+    assert view.rounds == []
+    expect_error(await client.post(f"/v1/studies/{study.id}/start"), 409, "study_not_enrolling")
+
+
+async def test_start_twice_is_refused(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    await enroll(client, study.id, [1.0])
+    await start(client, study.id)
+    expect_error(await client.post(f"/v1/studies/{study.id}/start"), 409, "study_not_enrolling")
+    assert (await study_view(client, study.id)).phase == "running"
+
+
+# --------------------------------------------------------------------------- results
+
+
+async def test_result_before_the_end_is_not_ready(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    await enroll(client, study.id, [1.0, 1.0])
+    expect_error(await client.get(f"/v1/studies/{study.id}/result"), 409, "not_finished")
+    await start(client, study.id)
+    expect_error(await client.get(f"/v1/studies/{study.id}/result"), 409, "not_finished")
+
+
+async def test_unknown_round_is_not_found(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    expect_error(await client.get(f"/v1/studies/{study.id}/rounds/0"), 404, "unknown_round")
+    await enroll(client, study.id, [1.0])
+    await start(client, study.id)
+    for index in (1, -1, 2**40, 2**64):
+        expect_error(
+            await client.get(f"/v1/studies/{study.id}/rounds/{index}"), 404, "unknown_round"
+        )
+
+
+ROUTES = [
+    ("GET", "/v1/studies/{sid}", None),
+    ("POST", "/v1/studies/{sid}/start", None),
+    ("POST", "/v1/studies/{sid}/cancel", None),
+    ("POST", "/v1/studies/{sid}/participants", {"epsilon": 1.0}),
+    ("POST", "/v1/studies/{sid}/participants/batch", {"participants": [{"epsilon": 1.0}]}),
+    ("GET", "/v1/studies/{sid}/participants/0/task", None),
+    ("POST", "/v1/studies/{sid}/tasks", {"participant_ids": [0], "tokens": ["t"]}),
+    (
+        "POST",
+        "/v1/studies/{sid}/reports",
+        {"participant_id": 0, "token": "t", "round": 0, "payload": {"kind": "bit", "bit": 1}},
+    ),
+    (
+        "POST",
+        "/v1/studies/{sid}/reports/batch",
+        {"round": 0, "kind": "bit", "participant_ids": [0], "tokens": ["t"], "payloads": [[1.0]]},
+    ),
+    ("GET", "/v1/studies/{sid}/rounds", None),
+    ("GET", "/v1/studies/{sid}/rounds/0", None),
+    ("GET", "/v1/studies/{sid}/result", None),
+    ("GET", "/v1/studies/{sid}/participants/0/budget", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])
+async def test_unknown_study_is_not_found(
+    client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None
+) -> None:
+    # A real study exists, so the lookup is by id and not "the only one there is".
+    await create_study(client, "hetero-mean-rr")
+    response = await client.request(
+        method,
+        path.format(sid="0123456789abcdef0123456789abcdef"),
+        json=body,
+        headers={"Authorization": "Bearer t"},
+    )
+    expect_error(response, 404, "unknown_study")
+
+
+# --------------------------------------------------------------------------- leased enrollment
+
+
+async def lease(client: httpx.AsyncClient, study_id: str, size: int) -> Lease:
+    response = await client.post(f"/v1/studies/{study_id}/leases", json={"size": size})
+    assert response.status_code == 201, response.text
+    return Lease.model_validate_json(response.content)
+
+
+async def enroll_lease(client: httpx.AsyncClient, study_id: str, block: Lease) -> list[Enrollment]:
+    body = {
+        "participants": [
+            {"epsilon": 1.0, "participant_id": pid} for pid in range(block.start, block.stop)
+        ]
+    }
+    response = await client.post(f"/v1/studies/{study_id}/participants/batch", json=body)
+    assert response.status_code == 201, response.text
+    return EnrollmentBatch.model_validate_json(response.content).enrollments
+
+
+async def test_leases_hand_out_disjoint_blocks_up_to_the_target(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr", enrollment_target=10)
+    blocks = [await lease(client, study.id, 4) for _ in range(3)]
+    assert [(b.study_id, b.start, b.stop) for b in blocks] == [
+        (study.id, 0, 4),
+        (study.id, 4, 8),
+        (study.id, 8, 10),  # cut at the target
+    ]
+    expect_error(
+        await client.post(f"/v1/studies/{study.id}/leases", json={"size": 1}),
+        409,
+        "nothing_to_lease",
+    )
+    for size in (0, 50_001):
+        expect_error(
+            await client.post(f"/v1/studies/{study.id}/leases", json={"size": size}),
+            422,
+            "invalid_request",
+        )
+
+
+async def test_leases_need_an_enrolling_study_with_a_target(client: httpx.AsyncClient) -> None:
+    open_ended = await create_study(client, "hetero-mean-rr")
+    expect_error(
+        await client.post(f"/v1/studies/{open_ended.id}/leases", json={"size": 5}),
+        422,
+        "invalid_request",
+    )
+    study = await create_study(client, "hetero-mean-rr", enrollment_target=2)
+    await enroll(client, study.id, [1.0, 1.0])  # the target starts it
+    expect_error(
+        await client.post(f"/v1/studies/{study.id}/leases", json={"size": 5}),
+        409,
+        "study_not_enrolling",
+    )
+
+
+async def test_leased_blocks_enrolled_in_any_order_start_the_study(
+    client: httpx.AsyncClient,
+) -> None:
+    study = await create_study(client, "hetero-mean-rr", enrollment_target=6)
+    low, high = await lease(client, study.id, 3), await lease(client, study.id, 3)
+    late = await enroll_lease(client, study.id, high)  # the second swarm is faster
+    assert [e.participant_id for e in late] == [3, 4, 5]
+    # Its participants already ask for their tasks (a swarm polls right after enrolling).
+    for e in late:
+        response = await client.get(
+            f"/v1/studies/{study.id}/participants/{e.participant_id}/task",
+            headers={"Authorization": f"Bearer {e.token}"},
+        )
+        assert response.status_code == 200, response.text
+        assert TASK.validate_json(response.content).kind == "wait"
+    tasks = await client.post(
+        f"/v1/studies/{study.id}/tasks",
+        json={
+            "participant_ids": [e.participant_id for e in late],
+            "tokens": [e.token for e in late],
+        },
+    )
+    assert tasks.status_code == 200, tasks.text
+    assert (await study_view(client, study.id)).phase == "enrolling"
+
+    await enroll_lease(client, study.id, low)
+    view = await study_view(client, study.id)
+    assert (view.phase, view.n_participants) == ("running", 6)
+    assert (await round_of(client, study.id, 0)).expected == 6
+
+
+async def test_leased_ids_are_checked(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr", enrollment_target=4)
+    url = f"/v1/studies/{study.id}/participants/batch"
+    cases: list[tuple[list[dict[str, Any]], int, str]] = [
+        ([{"epsilon": 1.0, "participant_id": 4}], 422, "invalid_request"),  # beyond the target
+        ([{"epsilon": 1.0, "participant_id": 0}, {"epsilon": 1.0}], 422, "invalid_request"),
+        ([{"epsilon": 1.0, "participant_id": 1}] * 2, 422, "invalid_request"),
+    ]
+    for participants, status, code in cases:
+        expect_error(await client.post(url, json={"participants": participants}), status, code)
+    assert (await study_view(client, study.id)).n_participants == 0
+    open_ended = await create_study(client, "hetero-mean-rr")  # no target to bound the ids
+    for pid in (2**31, 2**64):
+        expect_error(
+            await client.post(
+                f"/v1/studies/{open_ended.id}/participants",
+                json={"epsilon": 1.0, "participant_id": pid},
+            ),
+            422,
+            "invalid_request",
+        )
+    assert (await study_view(client, open_ended.id)).n_participants == 0
+
+    first = await client.post(url, json={"participants": [{"epsilon": 1.0, "participant_id": 1}]})
+    assert first.status_code == 201
+    again = await client.post(url, json={"participants": [{"epsilon": 2.0, "participant_id": 1}]})
+    expect_error(again, 409, "participant_exists")
+    # Server-numbered enrollment that runs into a leased id is refused the same way.
+    numbered = await client.post(url, json={"participants": [{"epsilon": 1.0}]})
+    expect_error(numbered, 409, "participant_exists")
+    assert (await study_view(client, study.id)).n_participants == 1
+
+
+async def test_start_refuses_leased_blocks_with_gaps(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr", enrollment_target=6)
+    await lease(client, study.id, 3)
+    await enroll_lease(client, study.id, await lease(client, study.id, 3))
+    error = expect_error(await client.post(f"/v1/studies/{study.id}/start"), 422, "plan_infeasible")
+    assert "contiguous" in error.detail
+    view = await study_view(client, study.id)
+    assert view.phase == "failed"
+    assert view.failure_reason is not None
+    assert "contiguous" in view.failure_reason
+
+
+async def test_study_names_are_unique(client: httpx.AsyncClient) -> None:
+    await create_study(client, "hetero-mean-rr", name="shared")
+    expect_error(
+        await client.post(
+            "/v1/studies", json={"protocol": "hetero-mean-laplace", "seed": 2, "name": "shared"}
+        ),
+        409,
+        "study_exists",
+    )
+    await create_study(client, "hetero-mean-rr")  # unnamed studies never clash
+    await create_study(client, "hetero-mean-rr")
+    listed = StudyList.model_validate_json((await client.get("/v1/studies")).content)
+    assert [s.name for s in listed.studies] == ["shared", None, None]
