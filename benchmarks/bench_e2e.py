@@ -3,8 +3,10 @@ simulation of the same study, side by side in one run.
 
 Starts a real server (``python -m server``) on a temporary SQLite database, runs a swarm of
 ``--users`` participants (default 10^5, 256 two-point samples each, ε = 1) in batch mode against it,
-then simulates the same seed in process. Prints both times, their ratio (target <= 10) and checks
-that both paths give the same estimate (1e-9 relative, DESIGN.md).
+then simulates the same seed in process (the median of three runs). Prints both times, their ratio
+(target <= 10), where the HTTP time went (from the server's own timestamps: enrollment and start,
+each round from opening to closing) and checks that both paths give the same estimate (1e-9
+relative, DESIGN.md). Exits 1 if the target is missed or the estimates differ.
 
     python benchmarks/bench_e2e.py [--users N] [--samples M] [--batch B] [--concurrency C]
                                    [--processes K] [--seed S]
@@ -14,17 +16,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import tempfile
 import time
 from pathlib import Path
+
+import httpx
 
 from client.population import PopulationSpec, build_population
 from client.server_process import ServerProcess, sqlite_url
 from client.simulate import fill_from_population, simulate
 from client.swarm import run_swarm
 from protocol.catalogue import get_protocol
+from protocol.wire import RoundsView
 
 RATIO_TARGET = 10.0
+IN_PROCESS_RUNS = 3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,11 +53,16 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="fedldp-bench-") as tmp:
         database = Path(tmp) / "bench.db"
-        with ServerProcess(database_url=sqlite_url(database), log=Path(tmp) / "server.log") as srv:
-            srv.wait_healthy()
+        server = ServerProcess(
+            database_url=sqlite_url(database),
+            env={"FEDLDP_LOG_LEVEL": "warning"},
+            log=Path(tmp) / "server.log",
+        )
+        with server:
+            server.wait_healthy()
             run = asyncio.run(
                 run_swarm(
-                    srv.url,
+                    server.url,
                     population=population,
                     create=(protocol.name, params),
                     batch=args.batch,
@@ -59,9 +71,17 @@ def main(argv: list[str] | None = None) -> int:
                     progress=False,
                 )
             )
-    started = time.perf_counter()
-    local = simulate(protocol, protocol.parse_params(params), population, args.seed)
-    in_process = time.perf_counter() - started
+            with httpx.Client(base_url=server.url, timeout=60.0) as http:
+                answer = http.get(f"/v1/studies/{run.study_id}/rounds")
+                answer.raise_for_status()
+                rounds = RoundsView.model_validate_json(answer.content).rounds
+
+    times: list[float] = []
+    for _ in range(IN_PROCESS_RUNS):
+        started = time.perf_counter()
+        local = simulate(protocol, protocol.parse_params(params), population, args.seed)
+        times.append(time.perf_counter() - started)
+    in_process = statistics.median(times)
 
     remote_estimate = run.result.estimate
     assert isinstance(remote_estimate, float)
@@ -69,8 +89,27 @@ def main(argv: list[str] | None = None) -> int:
     relative = abs(remote_estimate - local.result.estimate) / abs(local.result.estimate)
     ratio = run.elapsed_s / in_process
     print(f"user-mean, n = {args.users}, m = {args.samples}, seed {args.seed}")
-    print(f"  over HTTP  : {run.elapsed_s:8.2f} s  (batch {args.batch}, {args.processes} proc.)")
-    print(f"  in process : {in_process:8.2f} s")
+    print(
+        f"  over HTTP  : {run.elapsed_s:8.2f} s  (batch {args.batch}, concurrency "
+        f"{args.concurrency}, {args.processes} proc.)"
+    )
+    accounted = 0.0
+    if rounds and rounds[0].opened_at is not None:
+        setup = (rounds[0].opened_at - run.study.created_at).total_seconds()
+        accounted += setup
+        print(f"    create, enroll and start : {setup:7.2f} s")
+    for r in rounds:
+        if r.opened_at is not None and r.closed_at is not None:
+            span = (r.closed_at - r.opened_at).total_seconds()
+            accounted += span
+            print(f"    round {r.index} ({r.name:>9}) : {span:7.2f} s  ({r.received} reports)")
+    print(f"    the rest (client side)   : {run.elapsed_s - accounted:7.2f} s")
+    stats = run.stats
+    print(
+        f"    swarm requests           : {stats.task_requests} task batches, "
+        f"{stats.report_requests} report batches, {stats.waits} waits"
+    )
+    print(f"  in process : {in_process:8.2f} s  (median of {IN_PROCESS_RUNS})")
     print(f"  ratio      : {ratio:8.2f}   (target <= {RATIO_TARGET:g})")
     print(f"  estimates  : {remote_estimate!r} vs {local.result.estimate!r} (rel. {relative:.1e})")
     ok = ratio <= RATIO_TARGET and relative <= 1e-9

@@ -238,8 +238,17 @@ class BlockAgent(_Agent):
             tokens=[roster.tokens[i] for i in positions],
             payloads=rows.tolist(),
         )
-        async with ctx.gate:
-            receipt = await ctx.api.submit_reports(ctx.study_id, batch)
+        try:
+            async with ctx.gate:
+                receipt = await ctx.api.submit_reports(ctx.study_id, batch)
+        except PhaseError as exc:
+            if exc.code not in LATE:
+                raise
+            # The round closed before the batch got in, as for a late UserAgent: at its deadline,
+            # or, for a batch resent after a lost answer, because the first send completed it.
+            ctx.stats.report_requests += 1
+            ctx.stats.late += len(batch.participant_ids)
+            return
         ctx.stats.report_requests += 1
         late = [item for item in receipt.items if item.code in LATE]
         failed = [item for item in receipt.items if item.code not in LATE]

@@ -1,7 +1,7 @@
 """The swarm's work loops (client/agents.py): pieces that need no server.
 
 The loops themselves run against the real app in tests/client/test_swarm.py and against a real
-server process in tests/test_e2e.py.
+server process in tests/e2e/test_e2e.py.
 """
 
 from __future__ import annotations
@@ -9,13 +9,19 @@ from __future__ import annotations
 import pickle
 import random
 
+import httpx
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.agents import Roster, SwarmError, WaitPolicy, first_error
-from client.api import PhaseError
+from client.agents import Roster, SwarmError, WaitPolicy, drive, first_error
+from client.api import ApiClient, PhaseError
+from client.population import PopulationSpec, build_population
+from client.simulate import fill_from_population
+from client.user import Privatizer
+from protocol.catalogue import get_protocol
+from protocol.wire import TaskBatch, TaskBatchItem, TaskDone, TaskReport
 
 
 @given(
@@ -56,3 +62,52 @@ def test_errors_cross_process_boundaries(error: Exception) -> None:
     assert type(back) is type(error)
     assert vars(back) == vars(error)
     assert str(back) == str(error)
+
+
+@pytest.mark.parametrize(("code", "late"), [("round_closed", True), ("study_not_running", False)])
+async def test_a_block_whose_round_closed_first_is_late_not_failed(code: str, late: bool) -> None:
+    """A batch refused whole because its round closed (at the deadline, or completed by this
+    very batch's first send when a lost answer made the block resend it) is late, like a single
+    report; any other refusal still stops the swarm."""
+    population = build_population(PopulationSpec(users=4, samples=2), seed=3)
+    protocol = get_protocol("hetero-mean-laplace")
+    params = protocol.parse_params(fill_from_population(protocol, {}, population))
+    task = TaskReport(
+        round=0,
+        name="mean",
+        broadcast={"lo": -1.0, "hi": 1.0},
+        payload_kind="scalar",
+        payload_shape=[],
+        group=0,
+        epsilon=1.0,
+        deadline=None,
+    )
+    asked: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path.rsplit("/", 1)[-1])
+        if request.url.path.endswith("/tasks"):
+            first = asked.count("tasks") == 1
+            answer = TaskBatch(
+                tasks=[
+                    TaskBatchItem(
+                        participant_id=i,
+                        task=task if first else TaskDone(phase="running", reported_rounds=[0]),
+                    )
+                    for i in range(4)
+                ]
+            )
+            return httpx.Response(200, content=answer.model_dump_json())
+        return httpx.Response(409, json={"code": code, "detail": "too late"})
+
+    roster = Roster(np.arange(4), list(range(4)), [f"t{i}" for i in range(4)], np.ones(4))
+    privatizer = Privatizer(protocol, params, population, population.population_seed)
+    async with ApiClient("http://fedldp.test", transport=httpx.MockTransport(server)) as api:
+        if not late:
+            with pytest.raises(PhaseError) as refused:
+                await drive(api, "s", roster, privatizer, batch=4, concurrency=1)
+            assert refused.value.code == code
+            return
+        stats = await drive(api, "s", roster, privatizer, batch=4, concurrency=1)
+    assert asked == ["tasks", "batch", "tasks"]
+    assert (stats.reports, stats.late, stats.report_requests) == (0, 4, 1)
