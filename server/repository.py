@@ -359,13 +359,16 @@ def stream_reports(
 
 
 def spent_per_participant(session: Session, study_id: str, n: int) -> FloatArray:
-    """ε charged to each participant by its stored reports (basic composition)."""
+    """ε charged to each participant by its stored reports (basic composition); the sums are
+    taken in the database and streamed in partitions, so memory stays one float per participant."""
     stmt = (
         select(ReportRow.participant_id, func.sum(ReportRow.epsilon))
         .where(ReportRow.study_id == study_id)
         .group_by(ReportRow.participant_id)
+        .execution_options(yield_per=8192)
     )
     spent = np.zeros(n, dtype=np.float64)
-    for pid, total in session.execute(stmt).all():
-        spent[int(pid)] = float(total)
+    for part in session.execute(stmt).partitions():
+        ids = np.fromiter((r[0] for r in part), dtype=np.int64, count=len(part))
+        spent[ids] = np.fromiter((r[1] for r in part), dtype=np.float64, count=len(part))
     return spent

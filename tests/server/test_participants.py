@@ -29,6 +29,7 @@ from tests.server.helpers import (
     create_study,
     enroll,
     expect_error,
+    expire_round,
     report_count,
     round_of,
     start,
@@ -201,9 +202,10 @@ async def test_concurrent_reports_are_all_stored_and_counted(rr: Running) -> Non
 async def test_report_for_a_closed_round_is_refused(two_stage: TwoStage) -> None:
     s = two_stage
     await finish_stage_one(s)
-    late = s.stage_one[0]
+    late = s.stage_one[0]  # a report other than the one it sent (an identical resend gets
+    # its stored receipt: test_identical_resend_after_the_study_ended_gets_its_receipt)
     expect_error(
-        await s.client.post(s.reports, json=report(late, {"kind": "histogram", "values": [0.5]})),
+        await s.client.post(s.reports, json=report(late, {"kind": "histogram", "values": [0.25]})),
         409,
         "round_closed",
     )
@@ -214,7 +216,7 @@ async def test_report_for_a_closed_round_is_refused(two_stage: TwoStage) -> None
             "kind": "histogram",
             "participant_ids": [late.participant_id],
             "tokens": [late.token],
-            "payloads": [[0.5]],
+            "payloads": [[0.25]],
         },
     )
     expect_error(batch, 409, "round_closed")
@@ -550,3 +552,48 @@ async def test_report_to_a_study_not_running_is_refused(
         "study_not_running",
     )
     assert report_count(app_context(app), study.id) == 0
+
+
+async def test_identical_resend_after_the_study_ended_gets_its_receipt(rr: Running) -> None:
+    """An answer lost in a crash: the report completed the round (and the study); resending
+    it must not fail the participant, and a different report still must."""
+    bits = [[1.0], [-1.0], [1.0], [1.0]]
+    sent = await submit_batch(rr.client, rr.study.id, 0, "bit", rr.people, bits)
+    assert sent.accepted == 4
+    assert (await rr.client.get(f"/v1/studies/{rr.study.id}/result")).status_code == 200
+    first = stored_report(rr.ctx, rr.study.id, 0, 0)
+    again = await rr.client.post(rr.reports, json=report(rr.people[0], BIT_UP))
+    assert again.status_code == 200
+    receipt = Receipt.model_validate_json(again.content)
+    assert receipt.duplicate
+    assert first is not None
+    assert receipt.digest == first[1]
+    batch = await submit_batch(rr.client, rr.study.id, 0, "bit", rr.people, bits)
+    assert (batch.accepted, batch.duplicates, batch.rejected) == (0, 4, 0)
+    expect_error(
+        await rr.client.post(rr.reports, json=report(rr.people[1], BIT_UP)),
+        409,
+        "study_not_running",
+    )
+    changed = await rr.client.post(
+        f"{rr.reports}/batch",
+        json={
+            "round": 0,
+            "kind": "bit",
+            "participant_ids": [0, 1],
+            "tokens": [rr.people[0].token, rr.people[1].token],
+            "payloads": [[1.0], [1.0]],
+        },
+    )
+    expect_error(changed, 409, "study_not_running")
+    assert rr.stored() == 4
+
+
+async def test_reports_after_the_deadline_are_refused_before_the_sweep(rr: Running) -> None:
+    await rr.client.post(rr.reports, json=report(rr.people[0], BIT_UP))
+    expire_round(rr.ctx, rr.study.id, 0)  # late, but the sweeper has not closed it yet
+    assert (await round_of(rr.client, rr.study.id, 0)).status == "open"
+    expect_error(
+        await rr.client.post(rr.reports, json=report(rr.people[1], BIT_UP)), 409, "round_closed"
+    )
+    assert rr.stored() == 1
