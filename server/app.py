@@ -21,6 +21,7 @@ from server import __version__
 from server.context import Context
 from server.db import Database
 from server.errors import FedldpError
+from server.grouping import ReportGrouper
 from server.rounds import sweep
 from server.routes import router
 from server.settings import Settings
@@ -71,6 +72,7 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
         lifespan=lifespan,
     )
     app.state.ctx = ctx
+    app.state.grouper = ReportGrouper(ctx)
     app.include_router(router)
 
     @app.exception_handler(FedldpError)

@@ -53,7 +53,7 @@ from server.plans import StudyPlan
 from server.rounds import advance
 from server.tables import RoundRow, StudyRow, utcnow
 
-__all__ = ["budget", "submit", "submit_batch", "task", "tasks"]
+__all__ = ["budget", "submit_batch", "submit_many", "task", "tasks"]
 
 ENROLLING_WAIT_S = 0.5
 BETWEEN_ROUNDS_WAIT_S = 0.2
@@ -329,49 +329,58 @@ def _ingest(
     return _Outcome(statuses, duplicates, stored, received >= r.expected)
 
 
-def submit(ctx: Context, study_id: str, report: ReportSubmit) -> Receipt:
-    row = payload_row(report.payload)
-    pid = report.participant_id
+def submit_many(
+    ctx: Context, study_id: str, reports: list[ReportSubmit]
+) -> list[Receipt | FedldpError]:
+    """Single-participant reports of one round and kind, from different participants, stored
+    in one transaction (the grouping of concurrent requests, see server.grouping): a receipt or
+    the refusal of each. Whole-group refusals (the round closed, the study ended) fall back to
+    each report's stored receipt when it is an identical resend."""
+    index, kind = reports[0].round, reports[0].payload.kind
+    ids = [r.participant_id for r in reports]
+    tokens = [r.token for r in reports]
+    rows = [payload_row(r.payload).tolist() for r in reports]
     with ctx.transaction() as session:
         study = _study(session, study_id)
         try:
-            r = _open_round(session, study, report.round)
-        except (RoundClosed, StudyNotRunning):
-            args = ([pid], [report.token], report.payload.kind, [row.tolist()])
-            again = _resent(session, study, report.round, *args)
-            if again is None:
-                raise
-            digest, at = again[pid]
-            return Receipt(
+            r = _open_round(session, study, index)
+        except (RoundClosed, StudyNotRunning) as exc:
+            out: list[Receipt | FedldpError] = []
+            for i, pid in enumerate(ids):
+                again = _resent(session, study, index, [pid], [tokens[i]], kind, [rows[i]])
+                if again is None:
+                    out.append(exc)
+                else:
+                    digest, at = again[pid]
+                    out.append(
+                        Receipt(
+                            participant_id=pid,
+                            round=index,
+                            digest=digest,
+                            received_at=at,
+                            duplicate=True,
+                        )
+                    )
+            return out
+        outcome = _ingest(ctx, session, study, r, ids, tokens, kind, rows)
+    if outcome.complete:
+        advance(ctx, study_id, index)
+    results: list[Receipt | FedldpError] = []
+    for pid, status in zip(ids, outcome.statuses, strict=True):
+        if status is not None:
+            results.append(_ERRORS[status.code or ""](status.detail or ""))
+            continue
+        digest, at = outcome.stored[pid]
+        results.append(
+            Receipt(
                 participant_id=pid,
-                round=report.round,
+                round=index,
                 digest=digest,
                 received_at=at,
-                duplicate=True,
+                duplicate=pid in outcome.duplicates,
             )
-        outcome = _ingest(
-            ctx,
-            session,
-            study,
-            r,
-            [report.participant_id],
-            [report.token],
-            report.payload.kind,
-            [row.tolist()],
         )
-        status = outcome.statuses[0]
-        if status is not None:
-            raise _ERRORS[status.code or ""](status.detail or "")
-    if outcome.complete:
-        advance(ctx, study_id, report.round)
-    digest, at = outcome.stored[report.participant_id]
-    return Receipt(
-        participant_id=report.participant_id,
-        round=report.round,
-        digest=digest,
-        received_at=at,
-        duplicate=report.participant_id in outcome.duplicates,
-    )
+    return results
 
 
 def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceipt:

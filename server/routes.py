@@ -11,6 +11,7 @@ from protocol.catalogue import CATALOGUE
 from server import participants, studies
 from server.auth import check_admin
 from server.context import Context
+from server.grouping import ReportGrouper
 
 __all__ = ["router"]
 
@@ -153,11 +154,13 @@ def get_tasks(study_id: str, body: wire.TaskBatchRequest, ctx: Ctx) -> wire.Task
 
 
 @router.post("/v1/studies/{study_id}/reports", responses=_RESPONSES, tags=["reports"])
-def submit_report(
-    study_id: str, body: wire.ReportSubmit, ctx: Ctx, response: Response
+async def submit_report(
+    study_id: str, body: wire.ReportSubmit, request: Request, response: Response
 ) -> wire.Receipt:
-    """One privatized report (idempotent: resending it returns the same receipt)."""
-    receipt = participants.submit(ctx, study_id, body)
+    """One privatized report (idempotent: resending it returns the same receipt). Concurrent
+    reports are stored together, one transaction per group (server.grouping)."""
+    grouper: ReportGrouper = request.app.state.grouper
+    receipt = await grouper.submit(study_id, body)
     response.status_code = status.HTTP_200_OK if receipt.duplicate else status.HTTP_201_CREATED
     return receipt
 

@@ -597,3 +597,39 @@ async def test_reports_after_the_deadline_are_refused_before_the_sweep(rr: Runni
         await rr.client.post(rr.reports, json=report(rr.people[1], BIT_UP)), 409, "round_closed"
     )
     assert rr.stored() == 1
+
+
+async def test_concurrent_single_reports_are_grouped_without_mixing_outcomes(
+    client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    """Single reports sent at once are stored together (server.grouping); each still gets its
+    own outcome: a bad token, a wrong kind or a conflicting second report refuses only itself,
+    and a participant's identical report sent twice at once is stored once."""
+    study = await create_study(client, "hetero-mean-rr")
+    people = await enroll(client, study.id, [1.0] * 30)
+    await start(client, study.id)
+    ctx = app_context(app)
+    url = f"/v1/studies/{study.id}/reports"
+    bodies = [report(p, BIT_UP if p.participant_id % 2 else BIT_DOWN) for p in people[:25]]
+    bodies.append({**report(people[25], BIT_UP), "token": people[0].token})  # not its token
+    bodies.append(report(people[26], {"kind": "scalar", "value": 0.5}))  # wrong kind
+    bodies += [report(people[27], BIT_UP)] * 2  # the same report twice at once
+    bodies += [report(people[28], BIT_UP), report(people[28], BIT_DOWN)]  # two different ones
+    answers = await asyncio.gather(*(client.post(url, json=b) for b in bodies))
+    codes = [a.status_code for a in answers]
+    assert codes[:25] == [201] * 25
+    expect_error(answers[25], 401, "invalid_token")
+    expect_error(answers[26], 422, "invalid_payload")
+    assert sorted(codes[27:29]) == [200, 201]
+    twice = [Receipt.model_validate_json(a.content) for a in answers[27:29]]
+    assert twice[0].digest == twice[1].digest
+    assert sorted(codes[29:31]) == [201, 409]
+    conflict = answers[29] if codes[29] == 409 else answers[30]
+    expect_error(conflict, 409, "duplicate_conflict")
+    assert report_count(ctx, study.id, 0) == 27
+    assert (await round_of(client, study.id, 0)).received == 27
+    for person, answer in zip(people[:25], answers[:25], strict=True):
+        receipt = Receipt.model_validate_json(answer.content)
+        stored = stored_report(ctx, study.id, 0, person.participant_id)
+        assert stored is not None
+        assert (receipt.participant_id, receipt.digest) == (person.participant_id, stored[1])
