@@ -20,8 +20,7 @@ from __future__ import annotations
 import asyncio
 import random
 from abc import ABC, abstractmethod
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
@@ -34,10 +33,10 @@ from protocol.ledger import BudgetExceededError
 from protocol.wire import (
     ReportBatch,
     ReportSubmit,
+    RoundTasks,
     Task,
     TaskBatchRequest,
     TaskDone,
-    TaskReport,
     TaskWait,
 )
 
@@ -208,32 +207,31 @@ class BlockAgent(_Agent):
             answer = await ctx.api.tasks(ctx.study_id, request)
         ctx.stats.task_requests += 1
         index = {pid: int(i) for i, pid in zip(positions, request.participant_ids, strict=True)}
-        rounds: dict[int, list[tuple[int, TaskReport]]] = defaultdict(list)
-        hint = float("inf")
-        for item in answer.tasks:
-            pos, task = index[item.participant_id], item.task
-            if isinstance(task, TaskDone):
-                if _ended(task):
-                    raise await study_ended_error(ctx.api, ctx.study_id)
-                self.active[pos] = False
-            elif isinstance(task, TaskWait):
-                hint = min(hint, max(task.retry_after_s, 1e-3))
-            else:
-                rounds[task.round].append((pos, task))
-        for k in sorted(rounds):
-            await self._report(k, rounds[k])
-        if rounds:
+        if answer.done and answer.phase in ("failed", "cancelled"):
+            raise await study_ended_error(ctx.api, ctx.study_id)
+        for pid in answer.done:
+            self.active[index[pid]] = False
+        for tasks in sorted(answer.reports, key=lambda rt: rt.round):
+            await self._report(tasks, np.array([index[p] for p in tasks.participant_ids]))
+        if answer.reports:
             return 0.0
-        return None if not self.active.any() else hint
+        if not self.active.any():
+            return None
+        return max(answer.retry_after_s, 1e-3)
 
-    async def _report(self, k: int, items: Sequence[tuple[int, TaskReport]]) -> None:
+    async def _report(self, tasks: RoundTasks, positions: IntArray) -> None:
         ctx, roster = self.ctx, self.roster
-        positions = np.array([pos for pos, _ in items], dtype=np.int64)
-        tasks = [task for _, task in items]
-        rows = _refuse_overspend(self.block.respond, tasks, positions)
+        k = tasks.round
+        rows = _refuse_overspend(
+            self.block.respond,
+            tasks.task(0),
+            positions,
+            np.asarray(tasks.epsilons, dtype=np.float64),
+            np.asarray(tasks.groups, dtype=np.int64),
+        )
         batch = ReportBatch(
             round=k,
-            kind=tasks[0].payload_kind,
+            kind=tasks.payload_kind,
             participant_ids=[roster.participant_ids[i] for i in positions],
             tokens=[roster.tokens[i] for i in positions],
             payloads=rows.tolist(),

@@ -137,32 +137,30 @@ class UserBlock:
         self.privatizer = privatizer
         self._charged: dict[int, np.ndarray[Any, np.dtype[np.bool_]]] = {}
 
-    def respond(self, tasks: list[TaskReport], positions: IntArray) -> FloatArray:
-        """Payload rows for report tasks of ONE round, the users at ``positions`` of the block.
-
-        The round's broadcast must be the same for all of them. Raises BudgetExceededError (and
-        privatizes nothing) if any of them would overspend.
+    def respond(
+        self, task: TaskReport, positions: IntArray, epsilon: FloatArray, group: IntArray
+    ) -> FloatArray:
+        """Payload rows for ONE round's report task, for the users at ``positions`` of the block:
+        ``task`` is what they share (round, broadcast), ``epsilon`` and ``group`` each user's ε
+        charge and sub-task group. Raises BudgetExceededError (and privatizes nothing) if any of
+        them would overspend.
         """
-        first = tasks[0]
-        if any(t.round != first.round or t.broadcast != first.broadcast for t in tasks):
-            raise ValueError("a block responds to one round with one broadcast at a time")
         pos = np.asarray(positions, dtype=np.int64)
-        charge = np.array([t.epsilon for t in tasks], dtype=np.float64)
-        charged = self._charged.setdefault(first.round, np.zeros(self.slots.shape, dtype=np.bool_))
+        charge = np.asarray(epsilon, dtype=np.float64)
+        if charge.shape != pos.shape or np.shape(group) != pos.shape:
+            raise ValueError("one ε charge and one group per position are needed")
+        charged = self._charged.setdefault(task.round, np.zeros(self.slots.shape, dtype=np.bool_))
         new = ~charged[pos]
         over = new & (self.spent[pos] + charge > self.budget[pos] + TOLERANCE)
         if np.any(over):
             i = int(np.flatnonzero(over)[0])
             raise BudgetExceededError(
-                f"participant {int(self.slots[pos[i]])}: {_label(first)} charges "
+                f"participant {int(self.slots[pos[i]])}: {_label(task)} charges "
                 f"ε={charge[i]:g} but only {self.budget[pos[i]] - self.spent[pos[i]]:g} "
                 f"of its ε={self.budget[pos[i]]:g} is left"
             )
         rows = self.privatizer.privatize(
-            round_task(first),
-            self.slots[pos],
-            charge,
-            np.array([t.group for t in tasks], dtype=np.int64),
+            round_task(task), self.slots[pos], charge, np.asarray(group, dtype=np.int64)
         )
         self.spent[pos[new]] += charge[new]
         charged[pos] = True

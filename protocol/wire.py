@@ -42,6 +42,7 @@ __all__ = [
     "ReportSubmit",
     "ResultView",
     "RoundProgress",
+    "RoundTasks",
     "RoundView",
     "RoundsView",
     "ScalarPayload",
@@ -305,8 +306,58 @@ class TaskBatchItem(Model):
     task: Task
 
 
+class RoundTasks(Model):
+    """One round's report task for many participants, columnar: what they share once, then
+    each participant's sub-task group and ε charge."""
+
+    round: int
+    name: str
+    broadcast: dict[str, Any]
+    payload_kind: PayloadKind
+    payload_shape: list[int]
+    deadline: datetime | None
+    participant_ids: list[int]
+    groups: list[int]
+    epsilons: list[float]
+
+    def task(self, i: int) -> TaskReport:
+        """The task of the i-th participant listed."""
+        return TaskReport(
+            round=self.round,
+            name=self.name,
+            broadcast=self.broadcast,
+            payload_kind=self.payload_kind,
+            payload_shape=self.payload_shape,
+            group=self.groups[i],
+            epsilon=self.epsilons[i],
+            deadline=self.deadline,
+        )
+
+
 class TaskBatch(Model):
-    tasks: list[TaskBatchItem]
+    """The tasks of many participants: report tasks by round (columnar, as they are tens of
+    thousands per answer), then who should ask again later and who has nothing left to do."""
+
+    phase: StudyPhase
+    reports: list[RoundTasks] = Field(default_factory=list)
+    waiting: list[int] = Field(default_factory=list)
+    wait_reason: str = ""
+    retry_after_s: float = 0.0
+    done: list[int] = Field(default_factory=list)
+
+    def items(self) -> list[TaskBatchItem]:
+        """One (participant, task) item each, by participant id: the form of the single-task
+        endpoint (a done participant's reported rounds are not listed here)."""
+        out = [
+            TaskBatchItem(participant_id=pid, task=rt.task(i))
+            for rt in self.reports
+            for i, pid in enumerate(rt.participant_ids)
+        ]
+        wait = TaskWait(reason=self.wait_reason, retry_after_s=self.retry_after_s)
+        out += [TaskBatchItem(participant_id=pid, task=wait) for pid in self.waiting]
+        done = TaskDone(phase=self.phase, reported_rounds=[])
+        out += [TaskBatchItem(participant_id=pid, task=done) for pid in self.done]
+        return sorted(out, key=lambda item: item.participant_id)
 
 
 # --------------------------------------------------------------------------- reports

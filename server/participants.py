@@ -25,11 +25,10 @@ from protocol.wire import (
     Receipt,
     ReportBatch,
     ReportSubmit,
+    RoundTasks,
     Task,
-    TaskBatchItem,
+    TaskBatch,
     TaskDone,
-    TaskReport,
-    TaskWait,
     payload_row,
 )
 from server import repository as repo
@@ -82,13 +81,17 @@ def _check_participants(study: StudyRow, ids: list[int], tokens: list[str]) -> N
 # --------------------------------------------------------------------------- tasks
 
 
-def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> list[Task]:
+def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> TaskBatch:
+    """What each participant should do now, columnar (see TaskBatch)."""
     if study.phase == "enrolling":
-        wait = TaskWait(reason="enrollment is open", retry_after_s=ENROLLING_WAIT_S)
-        return [wait] * len(ids)
+        return TaskBatch(
+            phase="enrolling",
+            waiting=ids,
+            wait_reason="enrollment is open",
+            retry_after_s=ENROLLING_WAIT_S,
+        )
     if study.phase != "running" or study.current_round is None:
-        history = repo.reported_rounds(session, study.id, ids)
-        return [TaskDone(phase=study.phase, reported_rounds=history[p]) for p in ids]
+        return TaskBatch(phase=study.phase, done=ids)
     splan = ctx.plans.get(session, study)
     k = study.current_round
     r = repo.get_round(session, study.id, k)
@@ -98,51 +101,53 @@ def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> l
     later = np.zeros(pids.shape, dtype=np.bool_)
     for j in range(k + 1, len(splan.plan.rounds)):
         later |= splan.membership(j, pids).member
-    reported = repo.reported_pids(session, study.id, k, [int(p) for p in pids[now_in.member]])
-    pending = now_in.member & ~np.isin(pids, list(reported))
+    reported = repo.reported_pids(session, study.id, k, pids[now_in.member].tolist())
+    pending = now_in.member & ~np.isin(pids, np.fromiter(reported, np.int64, len(reported)))
+    report = pending & (r.status == "open")
     rp = splan.plan.rounds[k]
-    groups = rp.groups()
-    history = repo.reported_rounds(
-        session, study.id, [ids[i] for i in np.flatnonzero(~pending & ~later)]
+    pos = now_in.position[report]
+    reports = []
+    if report.any():
+        reports.append(
+            RoundTasks(
+                round=k,
+                name=r.name,
+                broadcast=r.broadcast or {},
+                payload_kind=r.payload_kind,
+                payload_shape=list(r.payload_shape),
+                deadline=r.deadline,
+                participant_ids=pids[report].tolist(),
+                groups=rp.groups()[pos].tolist(),
+                epsilons=rp.epsilon[pos].tolist(),
+            )
+        )
+    waiting = (pending | later) & ~report
+    return TaskBatch(
+        phase="running",
+        reports=reports,
+        waiting=pids[waiting].tolist(),
+        wait_reason=f"round {k} is in progress",
+        retry_after_s=BETWEEN_ROUNDS_WAIT_S,
+        done=pids[~report & ~waiting].tolist(),  # nothing left for them in this study
     )
-    out: list[Task] = []
-    for i, pid in enumerate(ids):
-        if pending[i] and r.status == "open":
-            pos = int(now_in.position[i])
-            out.append(
-                TaskReport(
-                    round=k,
-                    name=r.name,
-                    broadcast=r.broadcast or {},
-                    payload_kind=r.payload_kind,
-                    payload_shape=list(r.payload_shape),
-                    group=int(groups[pos]),
-                    epsilon=float(rp.epsilon[pos]),
-                    deadline=r.deadline,
-                )
-            )
-        elif pending[i] or later[i]:
-            out.append(
-                TaskWait(reason=f"round {k} is in progress", retry_after_s=BETWEEN_ROUNDS_WAIT_S)
-            )
-        else:  # nothing left for this participant in this study
-            out.append(TaskDone(phase="running", reported_rounds=history[pid]))
-    return out
 
 
 def task(ctx: Context, study_id: str, participant_id: int, token: str | None) -> Task:
     with ctx.transaction() as session:
         study = _study(session, study_id)
         _check_participants(study, [participant_id], [token or ""])
-        return _tasks(ctx, session, study, [participant_id])[0]
+        found = _tasks(ctx, session, study, [participant_id])
+        if found.done:
+            history = repo.reported_rounds(session, study_id, [participant_id])
+            return TaskDone(phase=found.phase, reported_rounds=history[participant_id])
+    return found.items()[0].task
 
 
-def tasks(ctx: Context, study_id: str, ids: list[int], tokens: list[str]) -> list[TaskBatchItem]:
+def tasks(ctx: Context, study_id: str, ids: list[int], tokens: list[str]) -> TaskBatch:
     with ctx.transaction() as session:
         study = _study(session, study_id)
         _check_participants(study, ids, tokens)
-        found = _tasks(ctx, session, study, ids)
-    return [TaskBatchItem(participant_id=p, task=t) for p, t in zip(ids, found, strict=True)]
+        return _tasks(ctx, session, study, ids)
 
 
 # --------------------------------------------------------------------------- reports

@@ -148,9 +148,7 @@ def get_task(
 @router.post("/v1/studies/{study_id}/tasks", responses=_RESPONSES, tags=["participants"])
 def get_tasks(study_id: str, body: wire.TaskBatchRequest, ctx: Ctx) -> wire.TaskBatch:
     """The tasks of many participants (each with its token)."""
-    return wire.TaskBatch(
-        tasks=participants.tasks(ctx, study_id, body.participant_ids, body.tokens)
-    )
+    return participants.tasks(ctx, study_id, body.participant_ids, body.tokens)
 
 
 @router.post("/v1/studies/{study_id}/reports", responses=_RESPONSES, tags=["reports"])

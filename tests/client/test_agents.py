@@ -21,7 +21,7 @@ from client.population import PopulationSpec, build_population
 from client.simulate import fill_from_population
 from client.user import Privatizer
 from protocol.catalogue import get_protocol
-from protocol.wire import TaskBatch, TaskBatchItem, TaskDone, TaskReport
+from protocol.wire import RoundTasks, TaskBatch
 
 
 @given(
@@ -72,15 +72,16 @@ async def test_a_block_whose_round_closed_first_is_late_not_failed(code: str, la
     population = build_population(PopulationSpec(users=4, samples=2), seed=3)
     protocol = get_protocol("hetero-mean-laplace")
     params = protocol.parse_params(fill_from_population(protocol, {}, population))
-    task = TaskReport(
+    tasks = RoundTasks(
         round=0,
         name="mean",
         broadcast={"lo": -1.0, "hi": 1.0},
         payload_kind="scalar",
         payload_shape=[],
-        group=0,
-        epsilon=1.0,
         deadline=None,
+        participant_ids=[0, 1, 2, 3],
+        groups=[0] * 4,
+        epsilons=[1.0] * 4,
     )
     asked: list[str] = []
 
@@ -88,14 +89,10 @@ async def test_a_block_whose_round_closed_first_is_late_not_failed(code: str, la
         asked.append(request.url.path.rsplit("/", 1)[-1])
         if request.url.path.endswith("/tasks"):
             first = asked.count("tasks") == 1
-            answer = TaskBatch(
-                tasks=[
-                    TaskBatchItem(
-                        participant_id=i,
-                        task=task if first else TaskDone(phase="running", reported_rounds=[0]),
-                    )
-                    for i in range(4)
-                ]
+            answer = (
+                TaskBatch(phase="running", reports=[tasks])
+                if first
+                else TaskBatch(phase="running", done=[0, 1, 2, 3])
             )
             return httpx.Response(200, content=answer.model_dump_json())
         return httpx.Response(409, json={"code": code, "detail": "too late"})

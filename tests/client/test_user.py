@@ -60,14 +60,14 @@ def test_a_block_answers_bit_for_bit_like_its_users_one_by_one(index: int) -> No
         ]
     )
     block = UserBlock(np.arange(N), np.ones(N), privatizer)
-    rows = block.respond(tasks, rp.cohort)
+    eps = np.array([t.epsilon for t in tasks])
+    groups = np.array([t.group for t in tasks], dtype=np.int64)
+    rows = block.respond(tasks[0], rp.cohort, eps, groups)
     assert np.array_equal(rows, lone)
     # ... and a different block split gives the same rows again
     half = UserBlock(np.arange(N // 2, N), np.ones(N - N // 2), privatizer)
     upper = rp.cohort >= N // 2
-    tail = half.respond(
-        [t for t, u in zip(tasks, upper, strict=True) if u], rp.cohort[upper] - N // 2
-    )
+    tail = half.respond(tasks[0], rp.cohort[upper] - N // 2, eps[upper], groups[upper])
     assert np.array_equal(tail, lone[upper])
     assert rows.shape == (rp.cohort.size, max(1, int(np.prod(rp.payload_shape))))
 
@@ -122,20 +122,21 @@ def test_a_block_refuses_as_a_whole_and_charges_nothing() -> None:
     budget = np.ones(N)
     budget[rp.cohort[3]] = 0.9  # one member declared less than the round charges
     block = UserBlock(np.arange(N), budget, privatizer)
+    eps = np.array([t.epsilon for t in tasks])
+    groups = np.array([t.group for t in tasks], dtype=np.int64)
     with pytest.raises(BudgetExceededError, match=f"participant {rp.cohort[3]}"):
-        block.respond(tasks, rp.cohort)
+        block.respond(tasks[0], rp.cohort, eps, groups)
     assert not block.spent.any()
     ok = rp.cohort != rp.cohort[3]
-    block.respond([t for t, k in zip(tasks, ok, strict=True) if k], rp.cohort[ok])
+    block.respond(tasks[0], rp.cohort[ok], eps[ok], groups[ok])
     # a second answer to the same round (a retry) is not a second charge
-    block.respond([t for t, k in zip(tasks, ok, strict=True) if k], rp.cohort[ok])
+    block.respond(tasks[0], rp.cohort[ok], eps[ok], groups[ok])
     assert np.array_equal(block.spent[rp.cohort[ok]], np.ones(int(ok.sum())))
 
 
-def test_a_block_takes_one_round_at_a_time() -> None:
+def test_a_block_needs_one_charge_and_group_per_user() -> None:
     privatizer = make_privatizer()
-    _, tasks0 = report_tasks(privatizer, 0)
-    _, tasks1 = report_tasks(privatizer, 1)
+    _, tasks = report_tasks(privatizer, 0)
     block = UserBlock(np.arange(N), np.ones(N), privatizer)
-    with pytest.raises(ValueError, match="one round"):
-        block.respond([tasks0[0], tasks1[0]], np.array([0, 1]))
+    with pytest.raises(ValueError, match="one ε charge"):
+        block.respond(tasks[0], np.array([0, 1]), np.ones(3), np.zeros(2, dtype=np.int64))

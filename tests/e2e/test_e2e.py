@@ -52,7 +52,6 @@ from protocol.wire import (
     StudyCreate,
     StudyView,
     TaskBatchRequest,
-    TaskReport,
     payload_from_row,
 )
 
@@ -519,21 +518,21 @@ async def test_concurrent_submissions_never_double_a_report_or_a_transition(
         everyone = TaskBatchRequest(participant_ids=roster.participant_ids, tokens=roster.tokens)
         for k, rp in enumerate(want.local.plan.rounds):
             answer = await api.tasks(study.id, everyone)
-            reports = [
-                (item.participant_id, item.task)
-                for item in answer.tasks
-                if isinstance(item.task, TaskReport)
-            ]
-            pids = [pid for pid, _ in reports]
+            assert [rt.round for rt in answer.reports] == [k]
+            tasks = answer.reports[0]
+            pids = tasks.participant_ids
             assert pids == rp.cohort.tolist()
-            tasks = [task for _, task in reports]
-            assert {t.round for t in tasks} == {k}
-            rows = users.respond(tasks, np.asarray(pids, dtype=np.int64))  # slot = id
+            rows = users.respond(  # slot = id
+                tasks.task(0),
+                np.asarray(pids, dtype=np.int64),
+                np.asarray(tasks.epsilons),
+                np.asarray(tasks.groups, dtype=np.int64),
+            )
             tally = await flood(
                 api,
                 study.id,
                 k,
-                tasks[0].payload_kind,
+                tasks.payload_kind,
                 pids,
                 roster.tokens,
                 rows,

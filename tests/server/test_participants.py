@@ -103,7 +103,7 @@ async def two_stage(client: httpx.AsyncClient, app: FastAPI) -> TwoStage:
             "tokens": [e.token for e in people],
         },
     )
-    tasks = TaskBatch.model_validate_json(answer.content).tasks
+    tasks = TaskBatch.model_validate_json(answer.content).items()
     first = {t.participant_id for t in tasks if isinstance(t.task, TaskReport)}
     one = [e for e in people if e.participant_id in first]
     two = [e for e in people if e.participant_id not in first]

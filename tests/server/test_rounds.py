@@ -75,7 +75,7 @@ def stage_one_cohort(ctx: Context, study_id: str, people: list[Enrollment]) -> l
     found = participants.tasks(
         ctx, study_id, [e.participant_id for e in people], [e.token for e in people]
     )
-    first = {t.participant_id for t in found if t.task.kind == "report"}
+    first = {t.participant_id for t in found.items() if t.task.kind == "report"}
     return [e for e in people if e.participant_id in first]
 
 

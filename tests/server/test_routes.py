@@ -208,7 +208,7 @@ async def test_tasks_batch_answers_each_participant(client: httpx.AsyncClient) -
         },
     )
     assert response.status_code == 200
-    items = TaskBatch.model_validate_json(response.content).tasks
+    items = TaskBatch.model_validate_json(response.content).items()
     assert [i.participant_id for i in items] == list(range(8))
     reporting = [i for i in items if isinstance(i.task, TaskReport)]
     waiting = [i for i in items if isinstance(i.task, TaskWait)]
