@@ -176,9 +176,9 @@ async def new_study(api: ApiClient, n: int, seed: int) -> tuple[str, list[str]]:
         size = min(ENROLL_CHUNK, n - start)
         batch = EnrollBatch(participants=[EnrollRequest(epsilon=1.0)] * size)
         answer = await api.enroll_batch(study.id, batch)
-        if [e.participant_id for e in answer.enrollments] != list(range(start, start + size)):
+        if answer.participant_ids != list(range(start, start + size)):
             raise RuntimeError("the server numbered the participants unexpectedly")
-        tokens += [e.token for e in answer.enrollments]
+        tokens += answer.tokens
     started = await api.start_study(study.id)
     if started.phase != "running" or started.rounds[0].expected != n:
         raise RuntimeError(f"study {study.id} did not start with one round of {n} reports")

@@ -212,8 +212,8 @@ async def enroll_leases(
         )
         answer = await api.enroll_batch(study.id, batch)
         slots += range(lease.start, lease.stop)
-        ids += [e.participant_id for e in answer.enrollments]
-        tokens += [e.token for e in answer.enrollments]
+        ids += answer.participant_ids
+        tokens += answer.tokens
         progress.enrolled(len(slots), population.n)
     if ids != slots:
         raise SwarmError("enrollment_mismatch", "the server numbered leased participants itself")
@@ -239,7 +239,7 @@ async def enroll(
             participants=[_enroll_request(population, i) for i in range(start, stop)]
         )
         answer = await api.enroll_batch(study.id, batch)
-        got = [e.participant_id for e in answer.enrollments]
+        got = answer.participant_ids
         if got != list(range(start, stop)):
             shown = f"{got[0]}..{got[-1]}" if got else "none"
             raise SwarmError(
@@ -249,7 +249,7 @@ async def enroll(
                 server_side=True,
             )
         ids += got
-        tokens += [e.token for e in answer.enrollments]
+        tokens += answer.tokens
         progress.enrolled(stop, population.n)
     slots = np.arange(population.n, dtype=np.int64)
     return Roster(slots, ids, tokens, np.asarray(population.epsilon, dtype=np.float64))

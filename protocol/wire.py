@@ -254,7 +254,17 @@ class Enrollment(Model):
 
 
 class EnrollmentBatch(Model):
-    enrollments: list[Enrollment]
+    """Ids and secret tokens of a batch of enrolled participants, in request order (columnar)."""
+
+    participant_ids: list[int]
+    tokens: list[str]
+
+    @property
+    def enrollments(self) -> list[Enrollment]:
+        return [
+            Enrollment(participant_id=p, token=t)
+            for p, t in zip(self.participant_ids, self.tokens, strict=True)
+        ]
 
 
 class LeaseRequest(Model):

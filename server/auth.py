@@ -7,7 +7,6 @@ token and checks one in a microsecond or two, which the 50 000-report batches ne
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import secrets
 
@@ -21,8 +20,8 @@ def new_secret() -> str:
 
 
 def token_for(secret: str, study_id: str, participant_id: int) -> str:
-    mac = hmac.new(bytes.fromhex(secret), f"{study_id}:{participant_id}".encode(), hashlib.sha256)
-    return base64.urlsafe_b64encode(mac.digest()).rstrip(b"=").decode()
+    mac = hmac.digest(bytes.fromhex(secret), f"{study_id}:{participant_id}".encode(), "sha256")
+    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 
 
 def token_ok(secret: str, study_id: str, participant_id: int, token: str) -> bool:

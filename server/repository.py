@@ -10,10 +10,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import CursorResult, Table, func, insert, select, update
+from sqlalchemy import CursorResult, Table, func, select, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -141,7 +141,10 @@ def due_enrollments(session: Session, now: datetime) -> list[str]:
 
 
 def add_participants(session: Session, rows: Sequence[dict[str, Any]]) -> None:
-    session.execute(insert(ParticipantRow), list(rows))
+    """Bulk insert through the table, not the ORM unit of work (enrollment batches are large);
+    rows are keyed by column name (``metadata``)."""
+    table = cast(Table, ParticipantRow.__table__)
+    session.execute(table.insert(), list(rows))
 
 
 def participant(session: Session, study_id: str, participant_id: int) -> ParticipantRow | None:

@@ -106,7 +106,7 @@ def cancel_study(study_id: str, ctx: Ctx, x_admin_key: AdminKey = None) -> wire.
 )
 def enroll(study_id: str, body: wire.EnrollRequest, ctx: Ctx) -> wire.Enrollment:
     """Enroll one participant with its declared ε: its id and secret token."""
-    return studies.enroll(ctx, study_id, [body])[0]
+    return studies.enroll(ctx, study_id, [body]).enrollments[0]
 
 
 @router.post(
@@ -117,7 +117,7 @@ def enroll(study_id: str, body: wire.EnrollRequest, ctx: Ctx) -> wire.Enrollment
 )
 def enroll_batch(study_id: str, body: wire.EnrollBatch, ctx: Ctx) -> wire.EnrollmentBatch:
     """Enroll many participants; ids are consecutive, in request order."""
-    return wire.EnrollmentBatch(enrollments=studies.enroll(ctx, study_id, body.participants))
+    return studies.enroll(ctx, study_id, body.participants)
 
 
 @router.post(

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from protocol.base import jsonable
 from protocol.catalogue import CATALOGUE
 from protocol.wire import (
-    Enrollment,
+    EnrollmentBatch,
     EnrollRequest,
     Lease,
     ResultView,
@@ -157,7 +157,7 @@ def cancel(ctx: Context, study_id: str) -> StudyView:
         return _view(session, _study(session, study_id))
 
 
-def enroll(ctx: Context, study_id: str, requests: list[EnrollRequest]) -> list[Enrollment]:
+def enroll(ctx: Context, study_id: str, requests: list[EnrollRequest]) -> EnrollmentBatch:
     """Enroll participants, numbered by the server in arrival order or, all of them, with ids
     from a lease; the enrollment target, when reached, starts the study."""
     explicit = [r.participant_id for r in requests if r.participant_id is not None]
@@ -190,16 +190,15 @@ def enroll(ctx: Context, study_id: str, requests: list[EnrollRequest]) -> list[E
                         "study_id": study_id,
                         "participant_id": pid,
                         "epsilon": r.epsilon,
-                        "metadata_": dict(r.metadata),
+                        "metadata": dict(r.metadata),
                         "enrolled_at": now,
                     }
                     for pid, r in zip(ids, requests, strict=True)
                 ],
             )
-            out = [
-                Enrollment(participant_id=pid, token=token_for(study.secret, study_id, pid))
-                for pid in ids
-            ]
+            out = EnrollmentBatch(
+                participant_ids=ids, tokens=[token_for(study.secret, study_id, p) for p in ids]
+            )
             full = target is not None and total >= target
             if full:
                 start_study(ctx, session, _study(session, study_id), now)

@@ -45,7 +45,7 @@ def new_study(
     ctx: Context, protocol: str, params: dict[str, Any], epsilons: list[float], **fields: Any
 ) -> tuple[str, list[Enrollment]]:
     view = studies.create(ctx, StudyCreate(protocol=protocol, params=params, seed=11, **fields))
-    people = studies.enroll(ctx, view.id, [EnrollRequest(epsilon=e) for e in epsilons])
+    people = studies.enroll(ctx, view.id, [EnrollRequest(epsilon=e) for e in epsilons]).enrollments
     return view.id, people
 
 
