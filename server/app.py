@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from server import __version__
+from server.bodies import add_body_schemas, validation_detail
 from server.context import Context
 from server.db import Database
 from server.errors import FedldpError
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
     app.state.ctx = ctx
     app.state.grouper = ReportGrouper(ctx)
     app.include_router(router)
+    add_body_schemas(app)
 
     @app.exception_handler(FedldpError)
     async def _fedldp(request: Request, exc: FedldpError) -> JSONResponse:
@@ -81,11 +83,7 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
-            for e in exc.errors()[:10]
-        )
-        return _error(422, "invalid_request", problems or "invalid request")
+        return _error(422, "invalid_request", validation_detail(exc.errors()) or "invalid request")
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:

@@ -10,6 +10,7 @@ from protocol import wire
 from protocol.catalogue import CATALOGUE
 from server import participants, studies
 from server.auth import check_admin
+from server.bodies import documented, json_body
 from server.context import Context
 from server.grouping import ReportGrouper
 
@@ -114,8 +115,11 @@ def enroll(study_id: str, body: wire.EnrollRequest, ctx: Ctx) -> wire.Enrollment
     status_code=status.HTTP_201_CREATED,
     responses=_RESPONSES,
     tags=["participants"],
+    openapi_extra=documented(wire.EnrollBatch),
 )
-def enroll_batch(study_id: str, body: wire.EnrollBatch, ctx: Ctx) -> wire.EnrollmentBatch:
+def enroll_batch(
+    study_id: str, body: Annotated[wire.EnrollBatch, Depends(json_body(wire.EnrollBatch))], ctx: Ctx
+) -> wire.EnrollmentBatch:
     """Enroll many participants; ids are consecutive, in request order."""
     return studies.enroll(ctx, study_id, body.participants)
 
@@ -145,8 +149,17 @@ def get_task(
     return participants.task(ctx, study_id, participant_id, _bearer(authorization))
 
 
-@router.post("/v1/studies/{study_id}/tasks", responses=_RESPONSES, tags=["participants"])
-def get_tasks(study_id: str, body: wire.TaskBatchRequest, ctx: Ctx) -> wire.TaskBatch:
+@router.post(
+    "/v1/studies/{study_id}/tasks",
+    responses=_RESPONSES,
+    tags=["participants"],
+    openapi_extra=documented(wire.TaskBatchRequest),
+)
+def get_tasks(
+    study_id: str,
+    body: Annotated[wire.TaskBatchRequest, Depends(json_body(wire.TaskBatchRequest))],
+    ctx: Ctx,
+) -> wire.TaskBatch:
     """The tasks of many participants (each with its token)."""
     return participants.tasks(ctx, study_id, body.participant_ids, body.tokens)
 
@@ -163,8 +176,15 @@ async def submit_report(
     return receipt
 
 
-@router.post("/v1/studies/{study_id}/reports/batch", responses=_RESPONSES, tags=["reports"])
-def submit_reports(study_id: str, body: wire.ReportBatch, ctx: Ctx) -> wire.BatchReceipt:
+@router.post(
+    "/v1/studies/{study_id}/reports/batch",
+    responses=_RESPONSES,
+    tags=["reports"],
+    openapi_extra=documented(wire.ReportBatch),
+)
+def submit_reports(
+    study_id: str, body: Annotated[wire.ReportBatch, Depends(json_body(wire.ReportBatch))], ctx: Ctx
+) -> wire.BatchReceipt:
     """Many participants' privatized reports for one round; rejected items are listed."""
     return participants.submit_batch(ctx, study_id, body)
 
