@@ -54,7 +54,9 @@ class SimulationResult:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        return (*self.population.warnings, *self.plan.warnings, *self.result.warnings)
+        # a protocol may repeat a plan warning in its result: each is shown once
+        every = (*self.population.warnings, *self.plan.warnings, *self.result.warnings)
+        return tuple(dict.fromkeys(every))
 
     def as_json(self) -> JSON:
         """The result summary (client.output.result_summary) plus the population description."""

@@ -246,8 +246,7 @@ def _ingest(
             participant_id=ids[i], status="rejected", code=error.code, detail=error.detail
         )
 
-    # ids beyond the count are unknown; capped so that huge ones fit in int64
-    pids = np.asarray([min(p, study.n_participants) for p in ids], dtype=np.int64)
+    pids = np.asarray(ids, dtype=np.int64)  # the wire schema bounds them by MAX_ID
     known = pids < study.n_participants
     safe = np.where(known, pids, 0)  # unknown ids are rejected below; index with a valid one
     member = splan.membership(k, safe)

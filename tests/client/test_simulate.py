@@ -185,3 +185,13 @@ def test_catalogue_protocols_are_chunk_invariant_and_deterministic(name: str) ->
     for r in results:
         assert np.all(r.charges <= r.population.epsilon + 1e-12)
         assert json.dumps(r.as_json(), allow_nan=False)
+
+
+def test_each_warning_is_shown_once() -> None:
+    from protocol.catalogue import get_protocol
+
+    protocol = get_protocol("hetero-frequency")  # warns about ε > 1 in its plan and its result
+    spec = PopulationSpec(users=3000, distribution="categorical", items=5, epsilon=2.0)
+    out = run(protocol, {}, 1, 4096, spec)
+    assert any("ε > 1" in w for w in out.warnings)
+    assert len(out.warnings) == len(set(out.warnings))
