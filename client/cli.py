@@ -122,8 +122,8 @@ protocol parameters:
   --param key=value sets one parameter (value parsed as JSON when it can be, else a string);
   --params-json sets several; --param wins over --params-json. Parameters the population
   determines are filled in when not given: samples_per_user (the smallest per-user sample
-  count; users holding more keep their first m), dimension (--dimension) and domain_size
-  (--items).
+  count; users holding more keep their first m), dimension (--dimension), domain_size
+  (--items) and radius (the l2 ball holding a synthetic vector law: sqrt(d)*D for the box).
 
 examples:
   fedldp simulate --protocol user-mean --users 100000 --samples 256 \\

@@ -67,6 +67,11 @@ class Distribution(ABC):
     def coordinates(self) -> int:
         return 1 if self.dimension is None else self.dimension
 
+    def l2_radius(self) -> float | None:
+        """The radius of the smallest centred ℓ2 ball holding every sample (None: unbounded or
+        not a vector law). Public: it follows from the law's support, not from the data."""
+        return None
+
     @abstractmethod
     def sample(self, streams: UserStreams, m: int) -> FloatArray | IntArray:
         """``m`` samples of every user of the block: shape ``(streams.n, m, *item_shape)``."""
@@ -109,6 +114,9 @@ class Uniform(Distribution):
     def mean(self) -> float | FloatArray:
         return self._broadcast_mean((self.low + self.high) / 2.0)
 
+    def l2_radius(self) -> float | None:
+        return math.sqrt(self.coordinates) * max(abs(self.low), abs(self.high))
+
     def variance(self) -> float:
         return (self.high - self.low) ** 2 / 12.0
 
@@ -148,6 +156,9 @@ class UniformL2Ball(Distribution):
 
     def variance(self) -> float:
         return self.radius**2 / (self.coordinates + 2)
+
+    def l2_radius(self) -> float | None:
+        return self.radius
 
 
 @dataclass(frozen=True)
@@ -205,6 +216,9 @@ class TwoPoint(Distribution):
 
     def mean(self) -> float | FloatArray:
         return self._broadcast_mean(self.mu)
+
+    def l2_radius(self) -> float | None:
+        return math.sqrt(self.coordinates) * self.bound
 
     def variance(self) -> float:
         return self.bound**2 - self.mu**2

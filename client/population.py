@@ -173,6 +173,7 @@ class Population:
     warnings: tuple[str, ...] = ()
     dimension: int | None = None  # d of vector data
     items: int | None = None  # k of categorical data (items 0..k-1)
+    l2_radius: float | None = None  # every sample lies in the ℓ2 ball of this radius (synthetic)
 
     def data(self, slots: NDArray[Any]) -> UserData:
         """The local datasets of users ``slots`` (any order; user after user in that order)."""
@@ -252,6 +253,7 @@ def build_population(spec: PopulationSpec, seed: int) -> Population:
         warnings=tuple(warnings),
         dimension=law.dimension,
         items=spec.items if law.categorical else None,
+        l2_radius=law.l2_radius() if law.dimension is not None else None,
     )
 
 

@@ -84,11 +84,13 @@ def fill_from_population(
     """``raw`` with the parameters the population determines filled in where the protocol has
     them and they were not given: ``samples_per_user`` (the smallest per-user sample count: every
     user then holds at least m samples; those with more keep their first m), ``dimension`` (d of
-    vector data) and ``domain_size`` (k of categorical data)."""
-    known: dict[str, int | None] = {
+    vector data), ``domain_size`` (k of categorical data) and ``radius`` (of the ℓ2 ball holding
+    a synthetic vector law's support, e.g. √d·D for the box [-D, D]^d)."""
+    known: dict[str, float | None] = {
         "samples_per_user": int(population.metadata["samples"].min()),
         "dimension": population.dimension,
         "domain_size": population.items,
+        "radius": population.l2_radius,
     }
     out = dict(raw)
     fields = protocol.params_model.model_fields

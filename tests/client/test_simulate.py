@@ -195,3 +195,27 @@ def test_each_warning_is_shown_once() -> None:
     out = run(protocol, {}, 1, 4096, spec)
     assert any("ε > 1" in w for w in out.warnings)
     assert len(out.warnings) == len(set(out.warnings))
+
+
+@pytest.mark.parametrize(
+    ("spec", "radius"),
+    [
+        (PopulationSpec(users=10, distribution="two-point", bound=0.5, dimension=4), 1.0),
+        (PopulationSpec(users=10, distribution="uniform", low=-3, high=1, dimension=9), 9.0),
+        (PopulationSpec(users=10, distribution="uniform", ball="l2", bound=2, dimension=3), 2.0),
+        (PopulationSpec(users=10, distribution="gaussian", dimension=3), None),  # unbounded
+    ],
+)
+def test_the_population_fills_what_it_determines(
+    spec: PopulationSpec, radius: float | None
+) -> None:
+    """Duchi's mechanism projects onto the ball of ``radius``: a box population must not be
+    cut down to the unit ball (that would bias the estimate), so its support radius is used."""
+    from protocol.catalogue import get_protocol
+
+    protocol = get_protocol("hetero-mean-duchi")
+    pop = build_population(spec, 0)
+    filled = fill_from_population(protocol, {}, pop)
+    assert filled["dimension"] == spec.dimension
+    assert filled.get("radius") == (pytest.approx(radius) if radius is not None else None)
+    assert fill_from_population(protocol, {"radius": 7.0}, pop)["radius"] == 7.0  # given wins
