@@ -586,6 +586,17 @@ async def test_identical_resend_after_the_study_ended_gets_its_receipt(rr: Runni
         },
     )
     expect_error(changed, 409, "study_not_running")
+    empty = await rr.client.post(
+        f"{rr.reports}/batch",
+        json={
+            "round": 0,
+            "kind": "bit",
+            "participant_ids": [0],
+            "tokens": [rr.people[0].token],
+            "payloads": [[]],
+        },
+    )
+    expect_error(empty, 409, "study_not_running")
     assert rr.stored() == 4
 
 
