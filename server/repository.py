@@ -10,10 +10,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
-from sqlalchemy import CursorResult, Table, func, select, update
+from sqlalchemy import Connection, CursorResult, Table, func, select, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -141,10 +141,17 @@ def due_enrollments(session: Session, now: datetime) -> list[str]:
 
 
 def add_participants(session: Session, rows: Sequence[dict[str, Any]]) -> None:
-    """Bulk insert through the table, not the ORM unit of work (enrollment batches are large);
-    rows are keyed by column name (``metadata``)."""
-    table = cast(Table, ParticipantRow.__table__)
-    session.execute(table.insert(), list(rows))
+    """Bulk insert through the table, not the ORM unit of work (enrollment batches are large),
+    and on SQLite at the driver; rows are keyed by column name (``metadata``)."""
+    table = _PARTICIPANTS
+    if not rows:
+        return
+    if session.get_bind().dialect.name != "sqlite":
+        session.execute(table.insert(), list(rows))
+        return
+    connection = session.connection()
+    head, records = _driver_records(connection, table, rows)
+    connection.exec_driver_sql(head + "(" + ", ".join("?" * len(table.columns)) + ")", records)
 
 
 def participant(session: Session, study_id: str, participant_id: int) -> ParticipantRow | None:
@@ -231,6 +238,7 @@ def due_rounds(session: Session, now: datetime) -> list[tuple[str, int]]:
 
 
 _REPORTS: Table = ReportRow.metadata.tables[ReportRow.__tablename__]
+_PARTICIPANTS: Table = ParticipantRow.metadata.tables[ParticipantRow.__tablename__]
 
 
 def insert_reports(session: Session, rows: Sequence[dict[str, Any]]) -> set[int]:
@@ -254,13 +262,11 @@ SQLITE_INSERT_ROWS = 1000
 """Rows per INSERT statement on SQLite (7 columns: 7,000 variables, below its 32,766 limit)."""
 
 
-def _insert_reports_sqlite(session: Session, rows: Sequence[dict[str, Any]]) -> set[int]:
-    """``insert_reports`` on SQLite, at the driver: multi-row ``INSERT … ON CONFLICT DO NOTHING
-    RETURNING`` statements (the driver's ``executemany`` drops RETURNING rows), which take half
-    the time of SQLAlchemy's executemany on large batches (its per-row parameter handling). The
-    values go through the columns' own bind processors, so the stored rows are the same."""
-    table = _REPORTS
-    connection = session.connection()
+def _driver_records(
+    connection: Connection, table: Table, rows: Sequence[dict[str, Any]]
+) -> tuple[str, list[tuple[Any, ...]]]:
+    """``INSERT INTO table (columns) VALUES `` and the rows as driver values, each through its
+    column's own bind processor (so rows stored at the driver equal SQLAlchemy's)."""
     dialect = connection.dialect
     columns: list[list[Any]] = []
     for column in table.columns:
@@ -278,9 +284,19 @@ def _insert_reports_sqlite(session: Session, rows: Sequence[dict[str, Any]]) -> 
         f"INSERT INTO {dialect.identifier_preparer.format_table(table)} "
         f"({', '.join(quote(c.name) for c in table.columns)}) VALUES "
     )
+    return head, list(zip(*columns, strict=True))
+
+
+def _insert_reports_sqlite(session: Session, rows: Sequence[dict[str, Any]]) -> set[int]:
+    """``insert_reports`` on SQLite, at the driver: multi-row ``INSERT … ON CONFLICT DO NOTHING
+    RETURNING`` statements (the driver's ``executemany`` drops RETURNING rows), which take half
+    the time of SQLAlchemy's executemany on large batches (its per-row parameter handling)."""
+    table = _REPORTS
+    connection = session.connection()
+    head, records = _driver_records(connection, table, rows)
+    quote = connection.dialect.identifier_preparer.quote
     tail = f" ON CONFLICT DO NOTHING RETURNING {quote(table.c.participant_id.name)}"
-    marks = "(" + ", ".join("?" * len(columns)) + ")"
-    records = list(zip(*columns, strict=True))
+    marks = "(" + ", ".join("?" * len(table.columns)) + ")"
     inserted: set[int] = set()
     for start in range(0, len(records), SQLITE_INSERT_ROWS):
         block = records[start : start + SQLITE_INSERT_ROWS]
