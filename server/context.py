@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
+from server.auth import TokenCache
 from server.db import Database
 from server.plans import PlanCache
 from server.settings import Settings
@@ -22,6 +23,7 @@ class Context:
     settings: Settings
     db: Database
     plans: PlanCache = field(default_factory=PlanCache)
+    tokens: TokenCache = field(default_factory=TokenCache)
     _sqlite_turn: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @contextmanager

@@ -32,7 +32,6 @@ from protocol.wire import (
     payload_row,
 )
 from server import repository as repo
-from server.auth import token_ok
 from server.context import Context
 from server.errors import (
     BudgetExceeded,
@@ -65,13 +64,13 @@ def _study(session: Session, study_id: str) -> StudyRow:
     return study
 
 
-def _check_participants(study: StudyRow, ids: list[int], tokens: list[str]) -> None:
+def _check_participants(ctx: Context, study: StudyRow, ids: list[int], tokens: list[str]) -> None:
     if len(ids) != len(tokens):
         raise InvalidRequest(f"{len(ids)} participant ids but {len(tokens)} tokens")
     for pid, token in zip(ids, tokens, strict=True):
         # Tokens are only issued at enrollment, so a valid one names an enrolled participant
         # (leased ids may lie above the count while a lower block is still enrolling).
-        if token_ok(study.secret, study.id, pid, token):
+        if ctx.tokens.ok(study.secret, study.id, pid, token):
             continue
         if not 0 <= pid < study.n_participants:
             raise UnknownParticipant(f"study {study.id} has no participant {pid}")
@@ -135,7 +134,7 @@ def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> T
 def task(ctx: Context, study_id: str, participant_id: int, token: str | None) -> Task:
     with ctx.transaction() as session:
         study = _study(session, study_id)
-        _check_participants(study, [participant_id], [token or ""])
+        _check_participants(ctx, study, [participant_id], [token or ""])
         found = _tasks(ctx, session, study, [participant_id])
         if found.done:
             history = repo.reported_rounds(session, study_id, [participant_id])
@@ -146,7 +145,7 @@ def task(ctx: Context, study_id: str, participant_id: int, token: str | None) ->
 def tasks(ctx: Context, study_id: str, ids: list[int], tokens: list[str]) -> TaskBatch:
     with ctx.transaction() as session:
         study = _study(session, study_id)
-        _check_participants(study, ids, tokens)
+        _check_participants(ctx, study, ids, tokens)
         return _tasks(ctx, session, study, ids)
 
 
@@ -195,6 +194,7 @@ def _open_round(session: Session, study: StudyRow, index: int) -> RoundRow:
 
 
 def _resent(
+    ctx: Context,
     session: Session,
     study: StudyRow,
     index: int,
@@ -208,7 +208,9 @@ def _resent(
     token. None otherwise (the refusal then stands)."""
     if len(ids) != len(tokens) or len(ids) != len(rows) or len({len(r) for r in rows}) != 1:
         return None
-    if not all(token_ok(study.secret, study.id, p, t) for p, t in zip(ids, tokens, strict=True)):
+    if not all(
+        ctx.tokens.ok(study.secret, study.id, p, t) for p, t in zip(ids, tokens, strict=True)
+    ):
         return None
     payloads = np.array(rows, dtype=np.float64).reshape((len(ids), -1))
     stored = repo.existing_reports(session, study.id, index, ids)
@@ -262,7 +264,7 @@ def _ingest(
     for i, pid in enumerate(ids):
         if not is_known[i]:
             reject(i, UnknownParticipant(f"study {study.id} has no participant {pid}"))
-        elif not token_ok(study.secret, study.id, pid, tokens[i]):
+        elif not ctx.tokens.ok(study.secret, study.id, pid, tokens[i]):
             reject(i, InvalidToken(f"the token of participant {pid} is not valid"))
         elif not in_cohort[i]:
             reject(i, NotInCohort(f"participant {pid} is not in the cohort of round {k}"))
@@ -351,7 +353,7 @@ def submit_many(
         except (RoundClosed, StudyNotRunning) as exc:
             out: list[Receipt | FedldpError] = []
             for i, pid in enumerate(ids):
-                again = _resent(session, study, index, [pid], [tokens[i]], kind, [rows[i]])
+                again = _resent(ctx, session, study, index, [pid], [tokens[i]], kind, [rows[i]])
                 if again is None:
                     out.append(exc)
                 else:
@@ -394,7 +396,7 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
             r = _open_round(session, study, batch.round)
         except (RoundClosed, StudyNotRunning):
             args = (batch.participant_ids, batch.tokens, batch.kind, batch.payloads)
-            if _resent(session, study, batch.round, *args) is None:
+            if _resent(ctx, session, study, batch.round, *args) is None:
                 raise
             n = len(batch.participant_ids)
             return BatchReceipt(round=batch.round, accepted=0, duplicates=n, rejected=0, items=[])
@@ -432,7 +434,7 @@ _ERRORS: dict[str, type[FedldpError]] = {
 def budget(ctx: Context, study_id: str, participant_id: int, token: str | None) -> BudgetView:
     with ctx.transaction() as session:
         study = _study(session, study_id)
-        _check_participants(study, [participant_id], [token or ""])
+        _check_participants(ctx, study, [participant_id], [token or ""])
         p = repo.participant(session, study_id, participant_id)
         assert p is not None
         reported = set(repo.reported_rounds(session, study_id, [participant_id])[participant_id])
