@@ -25,7 +25,7 @@ __all__ = ["ReportGrouper"]
 
 log = logging.getLogger("fedldp.server")
 
-Outcome = Receipt | BaseException
+Outcome = Receipt | Exception
 
 
 @dataclass
@@ -57,12 +57,12 @@ class ReportGrouper:
                 outcomes = await asyncio.to_thread(
                     self._store, [(p.study_id, p.report) for p in taken]
                 )
-            except BaseException as exc:  # a bug: every waiting request gets the 500
+            except Exception as exc:  # a bug: every waiting request gets the 500
                 outcomes = [exc] * len(taken)
             for pending, outcome in zip(taken, outcomes, strict=True):
                 if pending.future.done():  # the client went away
                     continue
-                if isinstance(outcome, BaseException):
+                if isinstance(outcome, Exception):
                     pending.future.set_exception(outcome)
                 else:
                     pending.future.set_result(outcome)
