@@ -409,7 +409,11 @@ class ApiClient:
         """Reserve the next block of participant ids (not retried once it may have reached the
         server: a lost lease would leave its ids unenrolled)."""
         return await self._call(
-            Lease, "POST", f"/v1/studies/{study_id}/leases", body=LeaseRequest(size=size)
+            Lease,
+            "POST",
+            f"/v1/studies/{study_id}/leases",
+            body=LeaseRequest(size=size),
+            admin=True,
         )
 
     async def task(self, study_id: str, participant_id: int, token: str) -> Task:

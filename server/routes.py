@@ -130,9 +130,13 @@ def enroll_batch(
     responses=_RESPONSES,
     tags=["participants"],
 )
-def lease(study_id: str, body: wire.LeaseRequest, ctx: Ctx) -> wire.Lease:
+def lease(
+    study_id: str, body: wire.LeaseRequest, ctx: Ctx, x_admin_key: AdminKey = None
+) -> wire.Lease:
     """Reserve the next block of participant ids for one swarm (studies with an enrollment
-    target; swarms then enroll their block with explicit participant ids)."""
+    target; swarms then enroll their block with explicit participant ids). Needs the admin key
+    when the server has one: a lease holds ids until the enrollment deadline."""
+    _admin(ctx, x_admin_key)
     return studies.lease(ctx, study_id, body.size)
 
 

@@ -19,6 +19,7 @@ import pytest
 from fastapi import FastAPI
 
 from client.agents import SwarmError
+from client.api import AuthError
 from client.population import PopulationSpec, build_population
 from client.simulate import fill_from_population, simulate
 from client.swarm import SwarmResult, run_swarm
@@ -130,3 +131,19 @@ async def test_lease_needs_a_name(app: FastAPI) -> None:
     spec = PopulationSpec(users=10, distribution="two-point")
     with pytest.raises(ValueError, match="lease"):
         await swarm(app, "hetero-mean-rr", spec, 1, lease=True)
+
+
+async def test_leasing_needs_the_admin_key_when_the_server_has_one(tmp_path: Path) -> None:
+    application = create_app(
+        Settings(database_url=f"sqlite:///{tmp_path / 'admin.db'}", admin_key="k")
+    )
+    spec = PopulationSpec(users=600, samples=4, distribution="two-point", mean=0.1)
+    kw: dict[str, Any] = {"batch": 300, "name": "guarded", "lease": True}
+    try:
+        run = await swarm(application, "user-mean", spec, 3, admin_key="k", **kw)
+        assert run.study.phase == "finished"
+        with pytest.raises(AuthError):
+            await swarm(application, "user-mean", spec, 3, **{**kw, "name": "other"})
+    finally:
+        ctx: Context = application.state.ctx
+        ctx.db.dispose()

@@ -374,7 +374,7 @@ ADMIN_CASES = [
 
 
 @pytest.mark.parametrize("case", ADMIN_CASES, ids=lambda c: c.name)
-async def test_admin_key_guards_create_start_and_cancel(
+async def test_admin_key_guards_create_start_cancel_and_lease(
     admin_client: httpx.AsyncClient, case: AdminCase
 ) -> None:
     admin = {"X-Admin-Key": "s3cret"}
@@ -389,6 +389,14 @@ async def test_admin_key_guards_create_start_and_cancel(
         )
     else:
         assert created.status_code == 201
+    target = await create_study(client, "hetero-mean-rr", headers=admin, enrollment_target=10)
+    leased = await client.post(
+        f"/v1/studies/{target.id}/leases", json={"size": 4}, headers=case.headers
+    )
+    if case.code is not None:
+        expect_error(leased, case.status, case.code)
+    else:
+        assert leased.status_code == 201
     study = await create_study(client, "hetero-mean-rr", headers=admin)
     # Participants and readers need no admin key.
     await enroll(client, study.id, [1.0, 1.0])
