@@ -181,7 +181,7 @@ def _digests(kind: str, blobs: list[bytes]) -> list[str]:
 def _open_round(session: Session, study: StudyRow, index: int) -> RoundRow:
     if study.phase != "running":
         raise StudyNotRunning(f"study {study.id} is {study.phase}; it takes no reports")
-    r = repo.get_round(session, study.id, index, share=True)
+    r = repo.get_round(session, study.id, index, lock=True)
     if r is None:
         raise WrongRound(f"study {study.id} has no round {index}")
     if r.status == "closed":

@@ -179,16 +179,16 @@ def list_rounds(session: Session, study_id: str) -> list[RoundRow]:
 
 
 def get_round(
-    session: Session, study_id: str, index: int, *, share: bool = False
+    session: Session, study_id: str, index: int, *, lock: bool = False
 ) -> RoundRow | None:
-    """Round ``index``; ``share`` locks the row (PostgreSQL) so that the round cannot close
+    """Round ``index``; ``lock`` locks the row (PostgreSQL) so that the round cannot close
     while this transaction adds reports to it. The lock is ``FOR NO KEY UPDATE``, not ``FOR
     SHARE``: the transaction goes on to update the round's counter, and two transactions that
     both hold a shared lock and then both update the row deadlock."""
     if not 0 <= index <= INT_MAX:
         return None  # binding it would overflow the column's type (a database error)
     stmt = select(RoundRow).where(RoundRow.study_id == study_id, RoundRow.index == index)
-    if share:
+    if lock:
         stmt = stmt.with_for_update(key_share=True)
     return session.scalars(stmt.execution_options(populate_existing=True)).one_or_none()
 
