@@ -16,8 +16,8 @@ This is also the Python API for users' scripts::
     print(run.result.estimate, run.truth)
 
 Flow (DESIGN.md "Flow of a study"): optionally create the study with the public study seed
-``derive_seeds(seed)[0]`` (the population seed stays here); enroll the whole population in slot
-order with sequential batch requests, so that participant id = population index (checked); start
+``derive_seeds(seed)[0]`` (the population seed stays here); enroll the whole population with
+participant id = population index, given explicitly, two batch requests in flight; start
 the study; let the users work (``client.agents``) until every one is done; fetch the result. With
 ``processes=K`` the users are split into K contiguous blocks run by K spawned worker processes, each
 with its own HTTP client; enrollment and the result stay with the parent.
@@ -47,11 +47,20 @@ from client.seeds import derive_seeds
 from client.user import Privatizer
 from protocol.base import JSON, FloatArray, Protocol, split_sizes
 from protocol.catalogue import CATALOGUE
-from protocol.wire import MAX_BATCH, EnrollBatch, EnrollRequest, ResultView, StudyCreate, StudyView
+from protocol.wire import (
+    MAX_BATCH,
+    EnrollBatch,
+    EnrollmentBatch,
+    EnrollRequest,
+    ResultView,
+    StudyCreate,
+    StudyView,
+)
 
 __all__ = ["SwarmError", "SwarmResult", "run_swarm", "run_swarm_sync", "view_summary"]
 
 ENROLL_CHUNK = 10_000
+ENROLL_IN_FLIGHT = 2
 DEFAULT_CONCURRENCY = {"user": 64, "batch": 4}
 
 
@@ -155,7 +164,7 @@ def _check_data(protocol: Protocol[Any], population: Population) -> None:
         )
 
 
-def _enroll_request(population: Population, i: int, *, leased: bool = False) -> EnrollRequest:
+def _enroll_request(population: Population, i: int, *, explicit: bool = False) -> EnrollRequest:
     metadata: dict[str, float | list[float]] = {}
     for key, values in population.metadata.items():
         v = values[i]
@@ -163,7 +172,7 @@ def _enroll_request(population: Population, i: int, *, leased: bool = False) -> 
     return EnrollRequest(
         epsilon=float(population.epsilon[i]),
         metadata=metadata,
-        participant_id=i if leased else None,
+        participant_id=i if explicit else None,
     )
 
 
@@ -207,7 +216,8 @@ async def enroll_leases(
             raise
         batch = EnrollBatch(
             participants=[
-                _enroll_request(population, i, leased=True) for i in range(lease.start, lease.stop)
+                _enroll_request(population, i, explicit=True)
+                for i in range(lease.start, lease.stop)
             ]
         )
         answer = await api.enroll_batch(study.id, batch)
@@ -224,33 +234,43 @@ async def enroll_leases(
 async def enroll(
     api: ApiClient, study: StudyView, population: Population, progress: SwarmProgress
 ) -> Roster:
-    """Enroll every user in slot order; participant ids must equal the slots."""
+    """Enroll every user with participant id = slot (given explicitly, so that a few batches
+    can be in flight at once)."""
     if study.phase != "enrolling" or study.n_participants != 0:
         raise SwarmError(
             "study_not_empty",
             f"study {study.id} is {study.phase} with {study.n_participants} participants; the "
             "swarm enrolls a whole population into a new, empty study",
         )
-    ids: list[int] = []
-    tokens: list[str] = []
-    for start in range(0, population.n, ENROLL_CHUNK):
-        stop = min(start + ENROLL_CHUNK, population.n)
-        batch = EnrollBatch(
-            participants=[_enroll_request(population, i) for i in range(start, stop)]
-        )
-        answer = await api.enroll_batch(study.id, batch)
-        got = answer.participant_ids
-        if got != list(range(start, stop)):
-            shown = f"{got[0]}..{got[-1]}" if got else "none"
+    answers: dict[int, EnrollmentBatch] = {}
+    gate = asyncio.Semaphore(ENROLL_IN_FLIGHT)
+
+    async def block(start: int, stop: int) -> None:
+        async with gate:  # built inside the gate: one batch is built while another is stored
+            batch = EnrollBatch(
+                participants=[
+                    _enroll_request(population, i, explicit=True) for i in range(start, stop)
+                ]
+            )
+            answer = await api.enroll_batch(study.id, batch)
+        if answer.participant_ids != list(range(start, stop)):
             raise SwarmError(
                 "enrollment_mismatch",
                 f"enrolling population slots {start}..{stop - 1} of study {study.id} returned "
-                f"participant ids {shown} ({len(got)} ids); someone else is enrolling into it",
+                "other participant ids",
                 server_side=True,
             )
-        ids += got
-        tokens += answer.tokens
-        progress.enrolled(stop, population.n)
+        answers[start] = answer
+        progress.enrolled(sum(len(a.tokens) for a in answers.values()), population.n)
+
+    await asyncio.gather(
+        *(
+            block(start, min(start + ENROLL_CHUNK, population.n))
+            for start in range(0, population.n, ENROLL_CHUNK)
+        )
+    )
+    ids = [pid for start in sorted(answers) for pid in answers[start].participant_ids]
+    tokens = [token for start in sorted(answers) for token in answers[start].tokens]
     slots = np.arange(population.n, dtype=np.int64)
     return Roster(slots, ids, tokens, np.asarray(population.epsilon, dtype=np.float64))
 
