@@ -42,6 +42,9 @@ from protocol.wire import (
 
 __all__ = ["DriveStats", "Roster", "SwarmError", "WaitPolicy", "drive"]
 
+TASK_HOLD_S = 5.0
+"""How long a block's task request may wait at the server for the study to move on."""
+
 LATE = frozenset({"round_closed", "wrong_round"})
 """Report answers that mean "too late for that round" (it closed at its deadline): a dropout."""
 
@@ -203,8 +206,9 @@ class BlockAgent(_Agent):
             participant_ids=[roster.participant_ids[i] for i in positions],
             tokens=[roster.tokens[i] for i in positions],
         )
-        async with ctx.gate:
-            answer = await ctx.api.tasks(ctx.study_id, request)
+        # Outside the gate: a held poll must not keep other blocks from reporting (the pool has a
+        # connection per block beside the gate's, see run_swarm).
+        answer = await ctx.api.tasks(ctx.study_id, request, hold=TASK_HOLD_S)
         ctx.stats.task_requests += 1
         index = {pid: int(i) for i, pid in zip(positions, request.participant_ids, strict=True)}
         if answer.done and answer.phase in ("failed", "cancelled"):

@@ -425,10 +425,11 @@ class ApiClient:
         except ValidationError as exc:
             raise _bad_answer(response, exc) from exc
 
-    async def tasks(self, study_id: str, request: TaskBatchRequest) -> TaskBatch:
-        return await self._call(
-            TaskBatch, "POST", f"/v1/studies/{study_id}/tasks", body=request, idempotent=True
-        )
+    async def tasks(self, study_id: str, request: TaskBatchRequest, hold: float = 0.0) -> TaskBatch:
+        """The tasks of many participants; ``hold`` > 0 lets the server keep the answer up to
+        that many seconds while they would all only wait (a long poll)."""
+        path = f"/v1/studies/{study_id}/tasks" + (f"?hold={hold:g}" if hold > 0 else "")
+        return await self._call(TaskBatch, "POST", path, body=request, idempotent=True)
 
     async def submit_report(self, study_id: str, report: ReportSubmit) -> Receipt:
         return await self._call(

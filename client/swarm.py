@@ -414,7 +414,10 @@ async def run_swarm(
     if concurrency is None:
         concurrency = DEFAULT_CONCURRENCY["user" if batch is None else "batch"]
     began = time.perf_counter()
-    connections = max(concurrency, 4)
+    # the gate's requests, plus one held task poll per block of users in batch mode (up to 64;
+    # more blocks queue for a connection, each held poll lasting at most TASK_HOLD_S)
+    blocks = 0 if batch is None else min(64, -(-pop.n // batch))
+    connections = max(concurrency, 4) + blocks
     async with ApiClient(
         server_url,
         admin_key=admin_key,

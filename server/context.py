@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections.abc import Iterator
@@ -18,12 +19,45 @@ from server.settings import Settings
 __all__ = ["Context"]
 
 
+class Transitions:
+    """A signal from the threads that make study and round transitions to the coroutines that
+    wait for one (long polls): a counter, and events set on the waiters' event loops."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._lock = threading.Lock()
+
+    def bump(self) -> None:
+        with self._lock:
+            self.count += 1
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            with contextlib.suppress(RuntimeError):  # that loop has closed meanwhile
+                loop.call_soon_threadsafe(event.set)
+
+    async def wait(self, seen: int) -> None:
+        """Return once ``count`` differs from ``seen`` (callers bound it with a timeout)."""
+        event = asyncio.Event()
+        key = (asyncio.get_running_loop(), event)
+        with self._lock:
+            if self.count != seen:
+                return
+            self._waiters.add(key)
+        try:
+            await event.wait()
+        finally:
+            with self._lock:
+                self._waiters.discard(key)
+
+
 @dataclass
 class Context:
     settings: Settings
     db: Database
     plans: PlanCache = field(default_factory=PlanCache)
     tokens: TokenCache = field(default_factory=TokenCache)
+    transitions: Transitions = field(default_factory=Transitions)
     _sqlite_turn: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @contextmanager

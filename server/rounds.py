@@ -50,6 +50,7 @@ def fail_study(session: Session, study_id: str, reason: str) -> bool:
 def start_study(ctx: Context, session: Session, study: StudyRow, now: datetime) -> str | None:
     """Close enrollment and open round 0 (inside the caller's transaction): None on success,
     else the reason the plan is infeasible (the study is then failed with it)."""
+    ctx.transitions.bump()
     if study.n_participants == 0:
         reason = "no participants enrolled"
         fail_study(session, study.id, reason)
@@ -142,6 +143,7 @@ def close_round(ctx: Context, study_id: str, index: int) -> bool:
             return False
         if not repo.close_round_if_open(session, study_id, index, now):
             return False
+        ctx.transitions.bump()
         if not complete:
             needed = math.ceil(study.quorum * r.expected - 1e-9)
             if r.received < needed:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Request, Response, status
+from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 
 from protocol import wire
 from protocol.catalogue import CATALOGUE
@@ -17,6 +17,9 @@ from server.grouping import ReportGrouper
 __all__ = ["router"]
 
 router = APIRouter()
+
+MAX_HOLD_S = 10.0
+"""Longest a task batch may be held back (well below the clients' read timeout)."""
 
 _ERROR = {"model": wire.ErrorBody}
 _RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -159,13 +162,16 @@ def get_task(
     tags=["participants"],
     openapi_extra=documented(wire.TaskBatchRequest),
 )
-def get_tasks(
+async def get_tasks(
     study_id: str,
     body: Annotated[wire.TaskBatchRequest, Depends(json_body(wire.TaskBatchRequest))],
     ctx: Ctx,
+    hold: Annotated[float, Query(ge=0, le=MAX_HOLD_S)] = 0.0,
 ) -> wire.TaskBatch:
-    """The tasks of many participants (each with its token)."""
-    return participants.tasks(ctx, study_id, body.participant_ids, body.tokens)
+    """The tasks of many participants (each with its token). ``hold=S`` (seconds) holds the
+    answer while all of them would only wait, and answers as soon as the study moves on."""
+    ids, tokens = body.participant_ids, body.tokens
+    return await participants.tasks_when_ready(ctx, study_id, ids, tokens, hold)
 
 
 @router.post("/v1/studies/{study_id}/reports", responses=_RESPONSES, tags=["reports"])

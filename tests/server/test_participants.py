@@ -7,6 +7,7 @@ leaves no row and does not move the round's counter.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -644,3 +645,24 @@ async def test_concurrent_single_reports_are_grouped_without_mixing_outcomes(
         stored = stored_report(ctx, study.id, 0, person.participant_id)
         assert stored is not None
         assert (receipt.participant_id, receipt.digest) == (person.participant_id, stored[1])
+
+
+async def test_a_held_task_poll_answers_when_the_next_round_opens(two_stage: TwoStage) -> None:
+    s = two_stage
+    url = f"/v1/studies/{s.study.id}/tasks"
+    body = {
+        "participant_ids": [e.participant_id for e in s.stage_two],
+        "tokens": [e.token for e in s.stage_two],
+    }
+    expect_error(await s.client.post(f"{url}?hold=11", json=body), 422, "invalid_request")
+    started = time.monotonic()
+    held = asyncio.create_task(s.client.post(f"{url}?hold=5", json=body))
+    await asyncio.sleep(0.3)
+    assert not held.done()  # stage two can only wait while stage one runs: held back
+    await finish_stage_one(s)
+    answer = TaskBatch.model_validate_json((await held).content)
+    assert [rt.round for rt in answer.reports] == [1]
+    assert sorted(answer.reports[0].participant_ids) == body["participant_ids"]
+    assert time.monotonic() - started < 4  # woken by the transition, not by the hold's end
+    at_once = await s.client.post(f"{url}?hold=5", json=body)  # they have work: no holding
+    assert TaskBatch.model_validate_json(at_once.content).reports
