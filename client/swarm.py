@@ -51,7 +51,6 @@ from protocol.wire import (
     MAX_BATCH,
     EnrollBatch,
     EnrollmentBatch,
-    EnrollRequest,
     ResultView,
     StudyCreate,
     StudyView,
@@ -164,15 +163,13 @@ def _check_data(protocol: Protocol[Any], population: Population) -> None:
         )
 
 
-def _enroll_request(population: Population, i: int, *, explicit: bool = False) -> EnrollRequest:
-    metadata: dict[str, float | list[float]] = {}
-    for key, values in population.metadata.items():
-        v = values[i]
-        metadata[key] = v.tolist() if np.ndim(v) else float(v)
-    return EnrollRequest(
-        epsilon=float(population.epsilon[i]),
+def _enroll_batch(population: Population, start: int, stop: int) -> EnrollBatch:
+    """Users ``start..stop-1`` as one columnar enrollment batch, participant id = slot."""
+    metadata = {key: values[start:stop].tolist() for key, values in population.metadata.items()}
+    return EnrollBatch(
+        epsilons=population.epsilon[start:stop].tolist(),
         metadata=metadata,
-        participant_id=i if explicit else None,
+        participant_ids=list(range(start, stop)),
     )
 
 
@@ -214,13 +211,9 @@ async def enroll_leases(
             if exc.code in ("nothing_to_lease", "study_not_enrolling"):
                 break
             raise
-        batch = EnrollBatch(
-            participants=[
-                _enroll_request(population, i, explicit=True)
-                for i in range(lease.start, lease.stop)
-            ]
+        answer = await api.enroll_batch(
+            study.id, _enroll_batch(population, lease.start, lease.stop)
         )
-        answer = await api.enroll_batch(study.id, batch)
         slots += range(lease.start, lease.stop)
         ids += answer.participant_ids
         tokens += answer.tokens
@@ -247,12 +240,7 @@ async def enroll(
 
     async def block(start: int, stop: int) -> None:
         async with gate:  # built inside the gate: one batch is built while another is stored
-            batch = EnrollBatch(
-                participants=[
-                    _enroll_request(population, i, explicit=True) for i in range(start, stop)
-                ]
-            )
-            answer = await api.enroll_batch(study.id, batch)
+            answer = await api.enroll_batch(study.id, _enroll_batch(population, start, stop))
         if answer.participant_ids != list(range(start, stop)):
             raise SwarmError(
                 "enrollment_mismatch",

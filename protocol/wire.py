@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from protocol.base import FloatArray, PayloadKind
 
@@ -245,7 +245,50 @@ class EnrollRequest(Model):
 
 
 class EnrollBatch(Model):
-    participants: Annotated[list[EnrollRequest], Field(min_length=1, max_length=MAX_BATCH)]
+    """Many participants at once: a list of ``participants``, or the same as columns (one ε per
+    participant in ``epsilons``, each metadata key with one value per participant, optional
+    ``participant_ids``), which spares large batches one object per participant."""
+
+    participants: (
+        Annotated[list[EnrollRequest], Field(min_length=1, max_length=MAX_BATCH)] | None
+    ) = None
+    epsilons: Annotated[list[PositiveFloat], Field(min_length=1, max_length=MAX_BATCH)] | None = (
+        None
+    )
+    metadata: dict[str, list[float] | list[list[float]]] = Field(default_factory=dict)
+    participant_ids: list[NonNegInt] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> EnrollBatch:
+        if (self.participants is None) == (self.epsilons is None):
+            raise ValueError("give either participants or epsilons (the columnar form)")
+        if self.epsilons is not None:
+            n = len(self.epsilons)
+            if any(len(column) != n for column in self.metadata.values()):
+                raise ValueError("every metadata column needs one value per epsilon")
+            if self.participant_ids is not None and len(self.participant_ids) != n:
+                raise ValueError("participant_ids needs one id per epsilon")
+        elif self.metadata or self.participant_ids is not None:
+            raise ValueError("metadata and participant_ids columns go with epsilons")
+        return self
+
+    def rows(self) -> tuple[list[float], list[dict[str, Any]], list[int | None]]:
+        """Each participant's ε, metadata and requested id (None: numbered by the server)."""
+        if self.participants is not None:
+            return (
+                [p.epsilon for p in self.participants],
+                [dict(p.metadata) for p in self.participants],
+                [p.participant_id for p in self.participants],
+            )
+        assert self.epsilons is not None
+        n = len(self.epsilons)
+        keys = list(self.metadata)
+        columns = [self.metadata[k] for k in keys]
+        metadata = [dict(zip(keys, values, strict=True)) for values in zip(*columns, strict=True)]
+        ids: list[int | None] = (
+            list(self.participant_ids) if self.participant_ids is not None else [None] * n
+        )
+        return list(self.epsilons), metadata if keys else [{} for _ in range(n)], ids
 
 
 class Enrollment(Model):

@@ -110,7 +110,8 @@ def cancel_study(study_id: str, ctx: Ctx, x_admin_key: AdminKey = None) -> wire.
 )
 def enroll(study_id: str, body: wire.EnrollRequest, ctx: Ctx) -> wire.Enrollment:
     """Enroll one participant with its declared ε: its id and secret token."""
-    return studies.enroll(ctx, study_id, [body]).enrollments[0]
+    enrolled = studies.enroll(ctx, study_id, [body.epsilon], [body.metadata], [body.participant_id])
+    return enrolled.enrollments[0]
 
 
 @router.post(
@@ -124,7 +125,7 @@ def enroll_batch(
     study_id: str, body: Annotated[wire.EnrollBatch, Depends(json_body(wire.EnrollBatch))], ctx: Ctx
 ) -> wire.EnrollmentBatch:
     """Enroll many participants; ids are consecutive, in request order."""
-    return studies.enroll(ctx, study_id, body.participants)
+    return studies.enroll(ctx, study_id, *body.rows())
 
 
 @router.post(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
@@ -13,7 +14,6 @@ from protocol.base import jsonable
 from protocol.catalogue import CATALOGUE
 from protocol.wire import (
     EnrollmentBatch,
-    EnrollRequest,
     Lease,
     ResultView,
     RoundsView,
@@ -157,11 +157,18 @@ def cancel(ctx: Context, study_id: str) -> StudyView:
         return _view(session, _study(session, study_id))
 
 
-def enroll(ctx: Context, study_id: str, requests: list[EnrollRequest]) -> EnrollmentBatch:
-    """Enroll participants, numbered by the server in arrival order or, all of them, with ids
-    from a lease; the enrollment target, when reached, starts the study."""
-    explicit = [r.participant_id for r in requests if r.participant_id is not None]
-    if explicit and len(explicit) != len(requests):
+def enroll(
+    ctx: Context,
+    study_id: str,
+    epsilons: list[float],
+    metadata: list[dict[str, Any]],
+    requested: list[int | None],
+) -> EnrollmentBatch:
+    """Enroll participants (their ε, metadata and requested ids), numbered by the server in
+    arrival order or, all of them, with the ids they give (a lease's); the enrollment target,
+    when reached, starts the study."""
+    explicit = [p for p in requested if p is not None]
+    if explicit and len(explicit) != len(requested):
         raise InvalidRequest("give a participant_id for every participant of a batch, or none")
     if len(set(explicit)) != len(explicit):
         raise InvalidRequest("a participant_id appears twice in the batch")
@@ -172,28 +179,28 @@ def enroll(ctx: Context, study_id: str, requests: list[EnrollRequest]) -> Enroll
             if study.phase != "enrolling":
                 raise StudyNotEnrolling(f"study {study_id} is {study.phase}; enrollment is closed")
             target = study.enrollment_target
-            if target is not None and study.n_participants + len(requests) > target:
+            if target is not None and study.n_participants + len(epsilons) > target:
                 raise EnrollmentFull(
                     f"study {study_id} has {study.n_participants} of its {target} participants; "
-                    f"{len(requests)} more do not fit"
+                    f"{len(epsilons)} more do not fit"
                 )
             if explicit and target is not None and max(explicit) >= target:
                 raise InvalidRequest(f"participant ids must lie below the target {target}")
-            total = repo.count_participants(session, study_id, len(requests))
+            total = repo.count_participants(session, study_id, len(epsilons))
             if total is None:
                 raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
-            ids = explicit or list(range(total - len(requests), total))
+            ids = explicit or list(range(total - len(epsilons), total))
             repo.add_participants(
                 session,
                 [
                     {
                         "study_id": study_id,
                         "participant_id": pid,
-                        "epsilon": r.epsilon,
-                        "metadata": dict(r.metadata),
+                        "epsilon": epsilon,
+                        "metadata": meta,
                         "enrolled_at": now,
                     }
-                    for pid, r in zip(ids, requests, strict=True)
+                    for pid, epsilon, meta in zip(ids, epsilons, metadata, strict=True)
                 ],
             )
             out = EnrollmentBatch(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -78,3 +80,43 @@ def test_task_union() -> None:
         {"kind": "wait", "reason": "enrolling", "retry_after_s": 1}
     )
     assert task.kind == "wait"
+
+
+def test_enroll_batch_columns_give_the_same_rows_as_the_list() -> None:
+    from protocol.wire import EnrollBatch, EnrollRequest
+
+    listed = EnrollBatch(
+        participants=[
+            EnrollRequest(
+                epsilon=0.5, metadata={"samples": 4.0, "v": [1.0, 2.0]}, participant_id=7
+            ),
+            EnrollRequest(
+                epsilon=2.0, metadata={"samples": 8.0, "v": [3.0, 4.0]}, participant_id=8
+            ),
+        ]
+    )
+    columns = EnrollBatch(
+        epsilons=[0.5, 2.0],
+        metadata={"samples": [4.0, 8.0], "v": [[1.0, 2.0], [3.0, 4.0]]},
+        participant_ids=[7, 8],
+    )
+    assert listed.rows() == columns.rows()
+    assert EnrollBatch(epsilons=[1.0]).rows() == ([1.0], [{}], [None])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {},
+        {"epsilons": [1.0], "participants": [{"epsilon": 1.0}]},
+        {"epsilons": [1.0, 1.0], "metadata": {"samples": [4.0]}},
+        {"epsilons": [1.0], "participant_ids": [1, 2]},
+        {"epsilons": [0.0]},
+        {"participants": [{"epsilon": 1.0}], "participant_ids": [0]},
+    ],
+)
+def test_enroll_batch_refuses_mixed_or_ragged_forms(bad: dict[str, Any]) -> None:
+    from protocol.wire import EnrollBatch
+
+    with pytest.raises(ValidationError):
+        EnrollBatch.model_validate(bad)

@@ -19,7 +19,6 @@ from protocol.hetero_estimators import weights
 from protocol.wire import (
     BudgetView,
     Enrollment,
-    EnrollRequest,
     ReportBatch,
     ResultView,
     StudyCreate,
@@ -45,7 +44,8 @@ def new_study(
     ctx: Context, protocol: str, params: dict[str, Any], epsilons: list[float], **fields: Any
 ) -> tuple[str, list[Enrollment]]:
     view = studies.create(ctx, StudyCreate(protocol=protocol, params=params, seed=11, **fields))
-    people = studies.enroll(ctx, view.id, [EnrollRequest(epsilon=e) for e in epsilons]).enrollments
+    n = len(epsilons)
+    people = studies.enroll(ctx, view.id, epsilons, [{}] * n, [None] * n).enrollments
     return view.id, people
 
 
