@@ -217,10 +217,10 @@ class BlockAgent(_Agent):
             self.active[index[pid]] = False
         for tasks in sorted(answer.reports, key=lambda rt: rt.round):
             await self._report(tasks, np.array([index[p] for p in tasks.participant_ids]))
-        if answer.reports:
-            return 0.0
         if not self.active.any():
             return None
+        if answer.reports or answer.done:  # the block changed: ask again for the rest at once
+            return 0.0
         return max(answer.retry_after_s, 1e-3)
 
     async def _report(self, tasks: RoundTasks, positions: IntArray) -> None:
