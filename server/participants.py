@@ -46,24 +46,17 @@ from server.errors import (
     RoundClosed,
     StudyNotRunning,
     UnknownParticipant,
-    UnknownStudy,
     WrongRound,
 )
 from server.plans import StudyPlan
 from server.rounds import advance
+from server.studies import require_study
 from server.tables import RoundRow, StudyRow, utcnow
 
 __all__ = ["budget", "submit_batch", "submit_many", "task", "tasks", "tasks_when_ready"]
 
 ENROLLING_WAIT_S = 0.5
 BETWEEN_ROUNDS_WAIT_S = 0.2
-
-
-def _study(session: Session, study_id: str) -> StudyRow:
-    study = repo.get_study(session, study_id)
-    if study is None:
-        raise UnknownStudy(f"no study {study_id!r}")
-    return study
 
 
 def _check_participants(ctx: Context, study: StudyRow, ids: list[int], tokens: list[str]) -> None:
@@ -135,7 +128,7 @@ def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> T
 
 def task(ctx: Context, study_id: str, participant_id: int, token: str | None) -> Task:
     with ctx.transaction() as session:
-        study = _study(session, study_id)
+        study = require_study(session, study_id)
         _check_participants(ctx, study, [participant_id], [token or ""])
         found = _tasks(ctx, session, study, [participant_id])
         if found.done:
@@ -166,7 +159,7 @@ async def tasks_when_ready(
 
 def tasks(ctx: Context, study_id: str, ids: list[int], tokens: list[str]) -> TaskBatch:
     with ctx.transaction() as session:
-        study = _study(session, study_id)
+        study = require_study(session, study_id)
         _check_participants(ctx, study, ids, tokens)
         return _tasks(ctx, session, study, ids)
 
@@ -369,7 +362,7 @@ def submit_many(
     tokens = [r.token for r in reports]
     rows = [payload_row(r.payload).tolist() for r in reports]
     with ctx.transaction() as session:
-        study = _study(session, study_id)
+        study = require_study(session, study_id)
         try:
             r = _open_round(session, study, index)
         except (RoundClosed, StudyNotRunning) as exc:
@@ -413,7 +406,7 @@ def submit_many(
 
 def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceipt:
     with ctx.transaction() as session:
-        study = _study(session, study_id)
+        study = require_study(session, study_id)
         try:
             r = _open_round(session, study, batch.round)
         except (RoundClosed, StudyNotRunning):
@@ -455,7 +448,7 @@ _ERRORS: dict[str, type[FedldpError]] = {
 
 def budget(ctx: Context, study_id: str, participant_id: int, token: str | None) -> BudgetView:
     with ctx.transaction() as session:
-        study = _study(session, study_id)
+        study = require_study(session, study_id)
         _check_participants(ctx, study, [participant_id], [token or ""])
         p = repo.participant(session, study_id, participant_id)
         assert p is not None

@@ -50,6 +50,7 @@ __all__ = [
     "get",
     "lease",
     "list_all",
+    "require_study",
     "result",
     "round_of",
     "rounds_of",
@@ -57,7 +58,8 @@ __all__ = [
 ]
 
 
-def _study(session: Session, study_id: str) -> StudyRow:
+def require_study(session: Session, study_id: str) -> StudyRow:
+    """The study, or UnknownStudy."""
     study = repo.get_study(session, study_id)
     if study is None:
         raise UnknownStudy(f"no study {study_id!r}")
@@ -126,13 +128,13 @@ def list_all(ctx: Context) -> list[StudyView]:
 
 def get(ctx: Context, study_id: str) -> StudyView:
     with ctx.transaction() as session:
-        return _view(session, _study(session, study_id))
+        return _view(session, require_study(session, study_id))
 
 
 def start(ctx: Context, study_id: str) -> StudyView:
     """Close enrollment now; PlanInfeasible (the study then failed) if no plan fits."""
     with ctx.transaction() as session:
-        study = _study(session, study_id)
+        study = require_study(session, study_id)
         if study.phase != "enrolling":
             raise StudyNotEnrolling(f"study {study_id} is {study.phase}, not enrolling")
         reason = start_study(ctx, session, study, utcnow())
@@ -144,7 +146,7 @@ def start(ctx: Context, study_id: str) -> StudyView:
 
 def cancel(ctx: Context, study_id: str) -> StudyView:
     with ctx.transaction() as session:
-        study = _study(session, study_id)
+        study = require_study(session, study_id)
         if not repo.transition_study(
             session,
             study_id,
@@ -154,7 +156,7 @@ def cancel(ctx: Context, study_id: str) -> StudyView:
             failure_reason="cancelled by the administrator",
         ):
             raise StudyEnded(f"study {study_id} is {study.phase} already; it cannot be cancelled")
-        return _view(session, _study(session, study_id))
+        return _view(session, require_study(session, study_id))
 
 
 def enroll(
@@ -175,7 +177,7 @@ def enroll(
     now = utcnow()
     try:
         with ctx.transaction() as session:
-            study = _study(session, study_id)
+            study = require_study(session, study_id)
             if study.phase != "enrolling":
                 raise StudyNotEnrolling(f"study {study_id} is {study.phase}; enrollment is closed")
             target = study.enrollment_target
@@ -208,7 +210,7 @@ def enroll(
             )
             full = target is not None and total >= target
             if full:
-                start_study(ctx, session, _study(session, study_id), now)
+                start_study(ctx, session, require_study(session, study_id), now)
     except IntegrityError:
         # server-numbered ids (no explicit ones) can run into ids enrolled from a lease
         span = f"{min(explicit)}..{max(explicit)}" if explicit else "numbered by the server"
@@ -224,7 +226,7 @@ def lease(ctx: Context, study_id: str, size: int) -> Lease:
     """Reserve the next block of at most ``size`` participant ids for one swarm (leased
     enrollment: swarms that share a study take disjoint blocks, up to the enrollment target)."""
     with ctx.transaction() as session:
-        study = _study(session, study_id)
+        study = require_study(session, study_id)
         target = study.enrollment_target
         if target is None:
             raise InvalidRequest(f"study {study_id} has no enrollment target; leases need one")
@@ -238,13 +240,13 @@ def lease(ctx: Context, study_id: str, size: int) -> Lease:
 
 def rounds_of(ctx: Context, study_id: str) -> RoundsView:
     with ctx.transaction() as session:
-        _study(session, study_id)
+        require_study(session, study_id)
         return RoundsView(rounds=[round_view(r) for r in repo.list_rounds(session, study_id)])
 
 
 def round_of(ctx: Context, study_id: str, index: int) -> RoundView:
     with ctx.transaction() as session:
-        _study(session, study_id)
+        require_study(session, study_id)
         r = repo.get_round(session, study_id, index)
         if r is None:
             raise UnknownRound(f"study {study_id} has no round {index}")
@@ -253,7 +255,7 @@ def round_of(ctx: Context, study_id: str, index: int) -> RoundView:
 
 def result(ctx: Context, study_id: str) -> ResultView:
     with ctx.transaction() as session:
-        study = _study(session, study_id)
+        study = require_study(session, study_id)
         if study.phase in ("enrolling", "running"):
             raise NotFinished(f"study {study_id} is {study.phase}; its result is not ready")
         return result_view(study)
