@@ -27,19 +27,33 @@ from server.settings import Settings
 from server.tables import Base
 from tests.server.helpers import app_context
 
-POSTGRES_URL = os.environ.get(
+SERVER_URL = os.environ.get(
     "FEDLDP_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+SCHEMA = f"fedldp_test_{os.getpid()}"
+"""This run's own schema, so that test runs sharing the database cannot drop each other's
+tables; it is created on first use and dropped when the run ends."""
+POSTGRES_URL = f"{SERVER_URL}{'&' if '?' in SERVER_URL else '?'}options=-csearch_path%3D{SCHEMA}"
 
 
 @functools.cache
-def postgres_unreachable(url: str = POSTGRES_URL) -> str | None:
-    """Why the PostgreSQL at ``url`` cannot be used (None when it answers); asked once."""
+def postgres_unreachable(url: str = SERVER_URL) -> str | None:
+    """Why the PostgreSQL at ``url`` cannot be used (None when it answers and this run's schema
+    exists); asked once."""
     try:
-        with psycopg.connect(url.replace("+psycopg", ""), connect_timeout=3):
+        with psycopg.connect(url.replace("+psycopg", ""), connect_timeout=3) as connection:
+            connection.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
             return None
     except psycopg.Error as exc:
         return f"PostgreSQL at {url} is unreachable: {exc}".strip()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_this_runs_schema() -> Iterator[None]:
+    yield
+    if postgres_unreachable.cache_info().currsize and postgres_unreachable() is None:
+        with psycopg.connect(SERVER_URL.replace("+psycopg", "")) as connection:
+            connection.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
 
 
 def drop_all(url: str) -> None:
