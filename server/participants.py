@@ -169,7 +169,7 @@ def tasks(ctx: Context, study_id: str, ids: list[int], tokens: list[str]) -> Tas
 
 @dataclass(frozen=True)
 class _Outcome:
-    statuses: list[BatchItemStatus | None]  # None: accepted
+    errors: list[FedldpError | None]  # each report's refusal; None: accepted or duplicate
     duplicates: set[int]
     stored: dict[int, tuple[str, datetime]]  # digest and time of each accepted or duplicate
     complete: bool
@@ -256,12 +256,10 @@ def _ingest(
     shape = tuple(int(s) for s in r.payload_shape)
     width = int(np.prod(shape, dtype=np.int64))
     n = len(ids)
-    statuses: list[BatchItemStatus | None] = [None] * n
+    errors: list[FedldpError | None] = [None] * n
 
     def reject(i: int, error: FedldpError) -> None:
-        statuses[i] = BatchItemStatus(
-            participant_id=ids[i], status="rejected", code=error.code, detail=error.detail
-        )
+        errors[i] = error
 
     pids = np.asarray(ids, dtype=np.int64)  # the wire schema bounds them by MAX_ID
     known = pids < study.n_participants
@@ -285,7 +283,7 @@ def _ingest(
             reject(i, NotInCohort(f"participant {pid} is not in the cohort of round {k}"))
         elif widths[i] != width:
             reject(i, InvalidPayload(f"payload of {widths[i]} numbers, expected shape {shape}"))
-    ok = np.array([s is None for s in statuses], dtype=np.bool_)
+    ok = np.array([e is None for e in errors], dtype=np.bool_)
     pos = member.position
     rp = splan.plan.rounds[k]
     charge = rp.epsilon[pos]
@@ -347,7 +345,14 @@ def _ingest(
                     ),
                 )
     received = repo.add_received(session, study.id, k, len(inserted)) if inserted else r.received
-    return _Outcome(statuses, duplicates, stored, received >= r.expected)
+    return _Outcome(errors, duplicates, stored, received >= r.expected)
+
+
+def _receipt(pid: int, index: int, stored: tuple[str, datetime], duplicate: bool) -> Receipt:
+    digest, at = stored
+    return Receipt(
+        participant_id=pid, round=index, digest=digest, received_at=at, duplicate=duplicate
+    )
 
 
 def submit_many(
@@ -372,35 +377,17 @@ def submit_many(
                 if again is None:
                     out.append(exc)
                 else:
-                    digest, at = again[pid]
-                    out.append(
-                        Receipt(
-                            participant_id=pid,
-                            round=index,
-                            digest=digest,
-                            received_at=at,
-                            duplicate=True,
-                        )
-                    )
+                    out.append(_receipt(pid, index, again[pid], duplicate=True))
             return out
         outcome = _ingest(ctx, session, study, r, ids, tokens, kind, rows)
     if outcome.complete:
         advance(ctx, study_id, index)
     results: list[Receipt | FedldpError] = []
-    for pid, status in zip(ids, outcome.statuses, strict=True):
-        if status is not None:
-            results.append(_ERRORS[status.code or ""](status.detail or ""))
+    for pid, error in zip(ids, outcome.errors, strict=True):
+        if error is not None:
+            results.append(error)
             continue
-        digest, at = outcome.stored[pid]
-        results.append(
-            Receipt(
-                participant_id=pid,
-                round=index,
-                digest=digest,
-                received_at=at,
-                duplicate=pid in outcome.duplicates,
-            )
-        )
+        results.append(_receipt(pid, index, outcome.stored[pid], pid in outcome.duplicates))
     return results
 
 
@@ -420,7 +407,11 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
         )
     if outcome.complete:
         advance(ctx, study_id, batch.round)
-    rejected = [s for s in outcome.statuses if s is not None]
+    rejected = [
+        BatchItemStatus(participant_id=pid, status="rejected", code=e.code, detail=e.detail)
+        for pid, e in zip(batch.participant_ids, outcome.errors, strict=True)
+        if e is not None
+    ]
     return BatchReceipt(
         round=batch.round,
         accepted=len(outcome.stored) - len(outcome.duplicates),
@@ -428,19 +419,6 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
         rejected=len(rejected),
         items=rejected,
     )
-
-
-_ERRORS: dict[str, type[FedldpError]] = {
-    cls.code: cls
-    for cls in (
-        UnknownParticipant,
-        InvalidToken,
-        NotInCohort,
-        InvalidPayload,
-        BudgetExceeded,
-        DuplicateConflict,
-    )
-}
 
 
 # --------------------------------------------------------------------------- ledger
