@@ -13,6 +13,12 @@ Sample counts: constant m, or the imbalanced generator of Huber et al. §7.2
 users m_i = 0; as the spec resolves (§6.3 [PROPOSAL], E27) they are dropped, so the population has
 n_eff = #{m_i > 0} users, every one with m_i >= 1, and a warning says how many were dropped.
 
+Labeled laws (``client.distributions.LabeledLaw``) give data kind "labeled": ``data`` returns the
+features as ``values`` (total, d) and the labels as ``labels`` (total,), both from the user's own
+stream. Their ``truth`` is θ_true for the sparse laws and the mean label E[y] for the binned ones;
+``Population.labeled`` is the law itself, from which ``client.learning`` computes the truths of
+each task (the regularised minimizer θ*, the Bayes classifier, η).
+
 ε profiles are drawn from ``SeedSequence(population_seed, spawn_key=(7,))``, a stream independent
 of the data's, so ε is independent of the data (heterogeneous-ldp.md §1.1).
 """
@@ -25,7 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from client.distributions import Distribution
+from client.distributions import Distribution, LabeledLaw
 from client.population_spec import (
     PopulationSpec,
     add_population_arguments,
@@ -118,29 +124,41 @@ def _check_user_epsilons(eps: FloatArray, user_ids: list[str] | None) -> None:
 class _Synthetic:
     """Users' data drawn from a law, each user from its own stream."""
 
-    law: Distribution
+    law: Distribution | LabeledLaw
     population_seed: int
     samples: IntArray
 
-    def draw(self, slots: IntArray) -> NDArray[Any]:
+    def draw(self, slots: IntArray) -> tuple[NDArray[Any], FloatArray | None]:
         key = data_key(self.population_seed)
         counts = self.samples[slots]
         offsets = np.concatenate(([0], np.cumsum(counts)))
+        total = int(offsets[-1])
         dtype = np.int64 if self.law.categorical else np.float64
-        out = np.empty((int(offsets[-1]), *self.law.item_shape), dtype=dtype)
+        out = np.empty((total, *self.law.item_shape), dtype=dtype)
+        labels = np.empty(total, dtype=np.float64) if isinstance(self.law, LabeledLaw) else None
         per_sample = self.law.draws_per_sample
         for m in np.unique(counts).tolist():
             pos = np.flatnonzero(counts == m)
             step = max(1, _BLOCK_DRAWS // (m * per_sample))
             for start in range(0, pos.size, step):
                 p = pos[start : start + step]
-                x = self.law.sample(UserStreams(key, slots[p]), m)
-                x = x.reshape(-1, *self.law.item_shape)
-                if p[-1] - p[0] == p.size - 1:  # consecutive users: one contiguous slice
-                    out[offsets[p[0]] : offsets[p[0]] + x.shape[0]] = x
+                streams = UserStreams(key, slots[p])
+                x: NDArray[Any]
+                y: FloatArray | None = None
+                if isinstance(self.law, LabeledLaw):
+                    x, y = self.law.sample(streams, m)
                 else:
-                    out[(offsets[p][:, None] + np.arange(m)).reshape(-1)] = x
-        return out
+                    x = self.law.sample(streams, m)
+                x = x.reshape(-1, *self.law.item_shape)
+                rows: slice | IntArray
+                if p[-1] - p[0] == p.size - 1:  # consecutive users: one contiguous slice
+                    rows = slice(offsets[p[0]], offsets[p[0]] + x.shape[0])
+                else:
+                    rows = (offsets[p][:, None] + np.arange(m)).reshape(-1)
+                out[rows] = x
+                if labels is not None and y is not None:
+                    labels[rows] = y.reshape(-1)
+        return out, labels
 
 
 @dataclass
@@ -150,11 +168,11 @@ class _Table:
     values: NDArray[Any]
     offsets: IntArray
 
-    def draw(self, slots: IntArray) -> NDArray[Any]:
+    def draw(self, slots: IntArray) -> tuple[NDArray[Any], None]:
         starts = self.offsets[slots]
         counts = self.offsets[slots + 1] - starts
         within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        return np.asarray(self.values[np.repeat(starts, counts) + within])
+        return np.asarray(self.values[np.repeat(starts, counts) + within]), None
 
 
 @dataclass
@@ -174,6 +192,7 @@ class Population:
     dimension: int | None = None  # d of vector data
     items: int | None = None  # k of categorical data (items 0..k-1)
     l2_radius: float | None = None  # every sample lies in the ℓ2 ball of this radius (synthetic)
+    labeled: LabeledLaw | None = None  # the law of labeled data: η, θ_true, label bound
 
     def data(self, slots: NDArray[Any]) -> UserData:
         """The local datasets of users ``slots`` (any order; user after user in that order)."""
@@ -181,7 +200,8 @@ class Population:
         if s.size and (s.min() < 0 or s.max() >= self.n):
             raise ValueError(f"user slots must lie in [0, {self.n})")
         counts = self.metadata["samples"][s].astype(np.int64)
-        return UserData(self._source.draw(s), counts)
+        values, labels = self._source.draw(s)
+        return UserData(values, counts, labels)
 
     def describe(self) -> JSON:
         """Public description (no truth, no seeds): size, data law, sample counts, ε profile."""
@@ -237,14 +257,23 @@ def build_population(spec: PopulationSpec, seed: int) -> Population:
     eps, profile = _sample_epsilons(spec, n, population_seed)
     _check_user_epsilons(eps, None)
     description["epsilon"] = profile
-    kind: DataKind = (
-        "categorical" if law.categorical else ("scalar" if law.dimension is None else "vector")
-    )
+    kind: DataKind
+    labeled: LabeledLaw | None = None
+    truth: float | FloatArray
+    radius: float | None = None
+    if isinstance(law, LabeledLaw):
+        # Its feature radius is not a bound on what the learning protocols average (gradients,
+        # encoded labels), so it is not offered as their ``radius`` (fill_from_population).
+        kind, labeled, truth = "labeled", law, law.truth()
+    else:
+        kind = "categorical" if law.categorical else "scalar" if law.dimension is None else "vector"
+        truth = law.mean()
+        radius = None if law.dimension is None else law.l2_radius()
     return Population(
         n=n,
         epsilon=eps,
         metadata={"samples": m},
-        truth=law.mean(),
+        truth=truth,
         data_kind=kind,
         seed=seed,
         population_seed=population_seed,
@@ -253,7 +282,8 @@ def build_population(spec: PopulationSpec, seed: int) -> Population:
         warnings=tuple(warnings),
         dimension=law.dimension,
         items=spec.items if law.categorical else None,
-        l2_radius=law.l2_radius() if law.dimension is not None else None,
+        l2_radius=radius,
+        labeled=labeled,
     )
 
 

@@ -4,8 +4,10 @@
 are the flag names with ``_`` for ``-``). A YAML/JSON file (``--population FILE``) gives the same
 keys; flags given on the command line override the file. Options that do not apply to the chosen
 law (``--sd`` for two-point data, ``--users`` for a CSV population, two ε profiles at once) are
-errors rather than silently ignored. ``read_table`` loads a CSV population (rows of user id,
-value, optional ε), grouping rows by user in order of first appearance.
+errors rather than silently ignored. The labeled laws (sparse-linear, sparse-logistic,
+binned-classification, binned-regression) give labeled data for the learning protocols.
+``read_table`` loads a CSV population (rows of user id, value, optional ε), grouping rows by user
+in order of first appearance.
 """
 
 from __future__ import annotations
@@ -25,19 +27,26 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from client.distributions import (
     Bernoulli,
+    BinnedClassification,
+    BinnedRegression,
     Categorical,
     Distribution,
     Gaussian,
+    LabeledLaw,
     Lomax,
+    SparseLinear,
+    SparseLogistic,
     TwoPoint,
     Uniform,
     UniformL2Ball,
+    default_theta,
     zipf_probabilities,
 )
 from protocol.base import JSON, FloatArray, IntArray
 
 __all__ = [
     "DISTRIBUTIONS",
+    "LABELED_DISTRIBUTIONS",
     "PopulationSpec",
     "Table",
     "add_population_arguments",
@@ -46,7 +55,18 @@ __all__ = [
     "read_table",
 ]
 
-DistributionName = Literal["uniform", "gaussian", "two-point", "lomax", "bernoulli", "categorical"]
+DistributionName = Literal[
+    "uniform",
+    "gaussian",
+    "two-point",
+    "lomax",
+    "bernoulli",
+    "categorical",
+    "sparse-linear",
+    "sparse-logistic",
+    "binned-classification",
+    "binned-regression",
+]
 DISTRIBUTIONS: tuple[str, ...] = (
     "uniform",
     "gaussian",
@@ -54,7 +74,15 @@ DISTRIBUTIONS: tuple[str, ...] = (
     "lomax",
     "bernoulli",
     "categorical",
+    "sparse-linear",
+    "sparse-logistic",
+    "binned-classification",
+    "binned-regression",
 )
+LABELED_DISTRIBUTIONS = frozenset(
+    {"sparse-linear", "sparse-logistic", "binned-classification", "binned-regression"}
+)
+"""The laws of labeled data (features and a label per sample, data kind "labeled")."""
 _LAW_OPTIONS: dict[str, set[str]] = {
     "uniform": {"low", "high", "bound", "dimension", "ball"},
     "gaussian": {"mean", "sd", "dimension"},
@@ -62,6 +90,10 @@ _LAW_OPTIONS: dict[str, set[str]] = {
     "lomax": {"shape", "dimension"},
     "bernoulli": {"p"},
     "categorical": {"items", "zipf"},
+    "sparse-linear": {"dimension", "theta", "noise"},
+    "sparse-logistic": {"dimension", "theta"},
+    "binned-classification": {"dimension"},
+    "binned-regression": {"dimension", "label_bound"},
 }
 _ALL_LAW_OPTIONS = set().union(*_LAW_OPTIONS.values())
 _EPSILON_PROFILES = (
@@ -109,6 +141,9 @@ class PopulationSpec(BaseModel):
     zipf: float = Field(0.0, ge=0)
     dimension: int | None = Field(None, ge=1)
     ball: Literal["linf", "l2"] = "linf"
+    theta: tuple[float, ...] | None = Field(None, min_length=1)
+    noise: float = Field(0.1, ge=0)
+    label_bound: float = Field(1.0, gt=0)
     epsilon: float = 1.0
     epsilon_mix: tuple[tuple[float, float], ...] | None = None
     epsilon_uniform: tuple[float, float] | None = None
@@ -132,6 +167,16 @@ class PopulationSpec(BaseModel):
             return [_pair(part, "each epsilon-mix entry") for part in v.split(",") if part.strip()]
         if isinstance(v, dict):
             return [(float(k), float(f)) for k, f in v.items()]
+        return v
+
+    @field_validator("theta", mode="before")
+    @classmethod
+    def _parse_theta(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return tuple(float(part) for part in v.split(","))
+            except ValueError:
+                raise ValueError(f"theta must be numbers written a,b,..., got {v!r}") from None
         return v
 
     @field_validator("epsilon_uniform", "epsilon_lognormal", mode="before")
@@ -212,9 +257,11 @@ class PopulationSpec(BaseModel):
         self.law()  # validates the law's own constraints (e.g. |mean| <= D)
         return self
 
-    def law(self) -> Distribution:
+    def law(self) -> Distribution | LabeledLaw:
         """The synthetic data law this spec describes."""
         d, name, given = self.dimension, self.distribution, self.model_fields_set
+        if name in LABELED_DISTRIBUTIONS:
+            return self._labeled_law()
         if name == "uniform":
             if self.ball == "l2" and d is not None:
                 return UniformL2Ball(self.bound, d)
@@ -231,6 +278,19 @@ class PopulationSpec(BaseModel):
             return Bernoulli(self.p)
         assert self.items is not None
         return Categorical(tuple(zipf_probabilities(self.items, self.zipf).tolist()))
+
+    def _labeled_law(self) -> LabeledLaw:
+        name = self.distribution
+        if name in ("sparse-linear", "sparse-logistic"):
+            # d defaults to len(theta) when theta is given, else to 2 (E9)
+            d = self.dimension or (len(self.theta) if self.theta is not None else 2)
+            theta = self.theta if self.theta is not None else default_theta(d)
+            if name == "sparse-linear":
+                return SparseLinear(theta, self.noise, d)
+            return SparseLogistic(theta, d)
+        if name == "binned-classification":
+            return BinnedClassification(self.dimension or 1)
+        return BinnedRegression(self.dimension or 1, self.label_bound)
 
     def law_description(self) -> JSON:
         """The law's name and resolved parameters (public)."""
@@ -355,12 +415,26 @@ _HELP: dict[str, tuple[type, str, str]] = {
     "dimension": (
         int,
         "d",
-        "vector data in R^d (uniform, gaussian, two-point, lomax: i.i.d. coordinates)",
+        "vector data in R^d (uniform, gaussian, two-point, lomax: i.i.d. coordinates); "
+        "features in R^d of the labeled laws (default 2 for sparse-*, or the length of "
+        "--theta; 1 for binned-*)",
     ),
     "ball": (
         str,
         "{linf,l2}",
         "uniform vectors: linf = the box (default), l2 = uniform in the l2 ball of radius --bound",
+    ),
+    "theta": (
+        str,
+        "A,B,...",
+        "sparse-linear/sparse-logistic: θ_true in R^d, y depends on x through θᵀx "
+        "(default 0.3,-0.2 repeated to length d); write --theta=-1,2 when it starts with -",
+    ),
+    "noise": (float, "XI", "sparse-linear: label noise ±XI, y = θᵀx ± XI (default 0.1)"),
+    "label_bound": (
+        float,
+        "T",
+        "binned-regression: labels ±T with E[y | x] = 0.5 sin(2π x_1); T >= 0.5 (default 1)",
     ),
     "epsilon": (float, "EPS", "every user's ε (default 1)"),
     "epsilon_mix": (

@@ -13,7 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from client.distributions import Lomax, UniformL2Ball, zipf_probabilities
+from client.distributions import (
+    BinnedLaw,
+    BinnedRegression,
+    Lomax,
+    SparseLinear,
+    SparseLogistic,
+    UniformL2Ball,
+    zipf_probabilities,
+)
 from client.population import (
     Population,
     PopulationSpec,
@@ -141,6 +149,129 @@ def test_l2_ball_is_uniform_in_the_ball() -> None:
     check_mean_and_variance(t, d / (d + 1), d / (d + 2) - (d / (d + 1)) ** 2, None)
 
 
+# --------------------------------------------------------------------------- labeled laws
+
+
+def labeled(spec: PopulationSpec, seed: int = 11) -> tuple[Population, np.ndarray, np.ndarray]:
+    pop = build_population(spec, seed)
+    data = pop.data(np.arange(pop.n))
+    assert data.labels is not None
+    return pop, np.asarray(data.values), np.asarray(data.labels)
+
+
+@pytest.mark.parametrize(
+    ("name", "d"),
+    [
+        ("sparse-linear", 2),
+        ("sparse-logistic", 2),
+        ("binned-classification", 1),
+        ("binned-regression", 1),
+    ],
+)
+def test_labeled_data_shapes_and_kind(name: str, d: int) -> None:
+    pop, x, y = labeled(PopulationSpec(users=50, samples=3, distribution=name))
+    assert pop.data_kind == "labeled"
+    assert pop.dimension == d
+    assert pop.labeled is not None
+    assert pop.labeled.dimension == d
+    assert pop.l2_radius is None  # not a bound on what learning protocols average
+    assert x.shape == (150, d)
+    assert x.dtype == np.float64
+    assert y.shape == (150,)
+    assert y.dtype == np.float64
+    assert np.all(np.abs(y) <= pop.labeled.label_bound)
+    assert pop.labeled.eta(x).shape == (150,)
+    assert pop.describe()["distribution"]["name"] == name
+
+
+def test_labeled_defaults_and_truths() -> None:
+    pop = build_population(PopulationSpec(users=5, distribution="sparse-linear"), 0)
+    np.testing.assert_array_equal(pop.truth, [0.3, -0.2])  # E9's θ_true
+    spec = PopulationSpec(users=5, distribution="sparse-logistic", dimension=5)
+    np.testing.assert_array_equal(build_population(spec, 0).truth, [0.3, -0.2, 0.3, -0.2, 0.3])
+    spec = PopulationSpec(users=5, distribution="sparse-linear", theta="1,2,3")
+    assert build_population(spec, 0).dimension == 3  # d from the length of θ
+    # E[η(X)] = ∫_0^1 clip(2(x − c), −1, 1) dx = (1/4 − c²) + (1/2 − c) for c = 0.4142
+    c = 0.4142
+    spec = PopulationSpec(users=5, distribution="binned-classification")
+    assert build_population(spec, 0).truth == pytest.approx(0.75 - c - c**2, abs=1e-15)
+    spec = PopulationSpec(users=5, distribution="binned-regression", label_bound=3)
+    pop = build_population(spec, 0)
+    assert pop.truth == pytest.approx(0.0, abs=1e-15)
+    assert pop.labeled is not None
+    assert pop.labeled.label_bound == 3.0
+
+
+def test_sparse_linear_moments() -> None:
+    theta, d, noise = np.array([0.5, -1.0, 0.25]), 3, 0.3
+    spec = PopulationSpec(
+        users=4000, samples=50, distribution="sparse-linear", theta="0.5,-1,0.25", noise=noise
+    )
+    pop, x, y = labeled(spec)
+    np.testing.assert_array_equal(pop.truth, theta)
+    assert set(np.unique(x).tolist()) == {-1.0, 0.0, 1.0}
+    assert np.all(np.count_nonzero(x, axis=1) == 1)  # x = ±e_J
+    residual = y - x @ theta
+    np.testing.assert_allclose(np.abs(residual), noise, rtol=1e-12)
+    check_mean_and_variance(residual, 0.0, noise**2, None)
+    gram = x.T @ x
+    np.testing.assert_array_equal(gram - np.diag(np.diag(gram)), 0.0)  # E[xxᵀ] = I/d
+    for j in range(d):
+        # x_j² ~ Bernoulli(1/d); x_j = ±1 with probability 1/(2d) each; x_j y = 1(J = j)(θ_j ± ξ)
+        # with mean θ_j/d and second moment (θ_j² + ξ²)/d
+        check_mean_and_variance(x[:, j] ** 2, 1 / d, (1 / d) * (1 - 1 / d), None)
+        check_mean_and_variance(x[:, j], 0.0, 1 / d, None)
+        var_xy = (theta[j] ** 2 + noise**2) / d - (theta[j] / d) ** 2
+        check_mean_and_variance(x[:, j] * y, theta[j] / d, var_xy, None)
+
+
+def test_sparse_logistic_labels_follow_the_sigmoid() -> None:
+    theta, d = np.array([1.5, -0.5]), 2
+    spec = PopulationSpec(users=4000, samples=50, distribution="sparse-logistic", theta="1.5,-0.5")
+    pop, x, y = labeled(spec)
+    assert isinstance(pop.labeled, SparseLogistic)
+    assert set(np.unique(y).tolist()) == {-1.0, 1.0}
+    n, p_atom = x.shape[0], 1 / (2 * d)
+    for atom in pop.labeled.feature_atoms():
+        rows = np.all(x == atom, axis=1)
+        assert abs(rows.sum() - n * p_atom) <= K * math.sqrt(n * p_atom * (1 - p_atom))
+        eta = 2 / (1 + math.exp(-float(theta @ atom))) - 1  # E[y | x] = 2σ(θᵀx) − 1
+        check_mean_and_variance(y[rows], eta, 1 - eta**2, None)
+    for j in range(d):
+        # x_j y = ±1(J = j): mean tanh(θ_j/2)/d, second moment 1/d
+        mean = math.tanh(theta[j] / 2) / d
+        check_mean_and_variance(x[:, j] * y, mean, 1 / d - mean**2, None)
+
+
+@pytest.mark.parametrize(
+    ("options", "bound"),
+    [
+        ({"distribution": "binned-classification", "dimension": 2}, 1.0),
+        ({"distribution": "binned-regression", "dimension": 2, "label_bound": 2.0}, 2.0),
+    ],
+)
+def test_binned_labels_follow_eta(options: dict[str, Any], bound: float) -> None:
+    pop, x, y = labeled(PopulationSpec(users=4000, samples=50, **options))
+    law = pop.labeled
+    assert isinstance(law, BinnedLaw)
+    assert set(np.unique(y).tolist()) == {-bound, bound}
+    assert x.min() > 0.0
+    assert x.max() < 1.0
+    for j in range(2):
+        check_mean_and_variance(x[:, j], 0.5, 1 / 12, 1 / 80)
+    mu = law.mean_label()
+    check_mean_and_variance(y, mu, bound**2 - mu**2, None)
+    # per bin of x_1, y has mean η̄_k = M ∫_bin η and variance T² − η̄_k²
+    m = 8
+    cells = np.minimum((x[:, 0] * m).astype(np.int64), m - 1)
+    a = np.arange(m) / m
+    eta_bar = law.eta_integral(a, a + 1 / m) * m
+    for k in range(m):
+        check_mean_and_variance(y[cells == k], eta_bar[k], bound**2 - eta_bar[k] ** 2, None)
+    # η depends on x_1 only: the other axis carries no information about y
+    check_mean_and_variance(y[x[:, 1] < 0.5], mu, bound**2 - mu**2, None)
+
+
 # --------------------------------------------------------------------------- sample counts
 
 
@@ -242,6 +373,25 @@ def test_epsilon_uniform_and_lognormal() -> None:
         ({"samples": 3}, "--users is required"),
         ({"users": 5, "shape": 1}, "greater than 1"),
         ({"users": 5, "colour": "red"}, "Extra inputs"),
+        ({"users": 5, "distribution": "gaussian", "theta": "1,2"}, "--theta does not apply"),
+        ({"users": 5, "distribution": "sparse-logistic", "noise": 0.2}, "--noise does not apply"),
+        (
+            {"users": 5, "distribution": "sparse-linear", "label_bound": 2},
+            "--label-bound does not apply",
+        ),
+        ({"users": 5, "distribution": "binned-classification", "theta": "1"}, "--theta"),
+        ({"users": 5, "distribution": "binned-regression", "noise": 0.1}, "--noise"),
+        ({"users": 5, "distribution": "binned-regression", "ball": "l2"}, "--ball"),
+        ({"users": 5, "distribution": "sparse-linear", "items": 3}, "--items does not apply"),
+        (
+            {"users": 5, "distribution": "sparse-linear", "theta": "1,2,3", "dimension": 2},
+            "3 entries",
+        ),
+        ({"users": 5, "distribution": "sparse-linear", "theta": "1,x"}, "theta must be numbers"),
+        ({"users": 5, "distribution": "sparse-linear", "theta": "1,inf"}, "finite number"),
+        ({"users": 5, "distribution": "sparse-linear", "theta": []}, "at least 1 item"),
+        ({"users": 5, "distribution": "sparse-linear", "noise": -0.1}, "greater than or equal"),
+        ({"users": 5, "distribution": "binned-regression", "label_bound": 0.4}, "T >= 0.5"),
     ],
 )
 def test_spec_validation_errors(options: dict[str, Any], message: str) -> None:
@@ -334,6 +484,12 @@ SPECS = [
         users=300, imbalance=2, total_samples=2000, distribution="two-point", dimension=2
     ),
     PopulationSpec(users=300, samples=4, distribution="categorical", items=5, zipf=1.2),
+    PopulationSpec(users=300, imbalance=1.5, total_samples=3000, distribution="sparse-linear"),
+    PopulationSpec(users=300, samples=6, distribution="sparse-logistic", dimension=3),
+    PopulationSpec(
+        users=300, imbalance=2, total_samples=2000, distribution="binned-classification"
+    ),
+    PopulationSpec(users=300, samples=5, distribution="binned-regression", dimension=2),
 ]
 
 
@@ -349,7 +505,15 @@ def test_user_data_identical_alone_or_in_any_block(spec: PopulationSpec) -> None
         for r, i in enumerate(block.tolist()):
             mine = got.values[got.offsets[r] : got.offsets[r + 1]]
             np.testing.assert_array_equal(mine, everyone.values[offsets[i] : offsets[i + 1]])
-            np.testing.assert_array_equal(mine, pop.data(np.array([i])).values)
+            alone = pop.data(np.array([i]))
+            np.testing.assert_array_equal(mine, alone.values)
+            if everyone.labels is None:
+                assert got.labels is None
+                continue
+            assert got.labels is not None
+            labels = got.labels[got.offsets[r] : got.offsets[r + 1]]
+            np.testing.assert_array_equal(labels, everyone.labels[offsets[i] : offsets[i + 1]])
+            np.testing.assert_array_equal(labels, alone.labels)
 
 
 @settings(max_examples=30, deadline=None)
@@ -367,6 +531,21 @@ def test_data_depends_on_the_seed_and_not_on_the_population_size() -> None:
     other = build_population(PopulationSpec(users=10, samples=4), 2).data(np.arange(10)).values
     np.testing.assert_array_equal(small, big)
     assert not np.array_equal(small, other)
+
+
+@pytest.mark.parametrize("name", ["sparse-linear", "binned-regression"])
+def test_labeled_data_is_seeded(name: str) -> None:
+    def draw(users: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        pop = build_population(PopulationSpec(users=users, samples=4, distribution=name), seed)
+        data = pop.data(np.arange(10))
+        assert data.labels is not None
+        return data.values, data.labels
+
+    small, big, other = draw(10, 1), draw(10_000, 1), draw(10, 2)
+    for a, b in zip(small, big, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(small[0], other[0])
+    assert not np.array_equal(small[1], other[1])
 
 
 def test_data_rejects_unknown_slots() -> None:
@@ -431,6 +610,23 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
         parse(["--population", str(js)])
     js.write_text('{"csv": "data.csv"}')
     assert parse(["--population", str(js)]).csv == tmp_path / "data.csv"
+
+
+def test_labeled_flags_and_file(tmp_path: Path) -> None:
+    spec = parse(
+        ["--users", "10", "--distribution", "sparse-linear", "--theta", "0.1,-2,3", "--noise", "0"]
+    )
+    assert spec.law() == SparseLinear((0.1, -2.0, 3.0), 0.0, 3)
+    spec = parse(["--users", "10", "--distribution", "sparse-logistic", "--theta=-1,2"])
+    assert spec.law() == SparseLogistic((-1.0, 2.0), 2)
+    spec = parse(["--users", "10", "--distribution", "binned-regression", "--label-bound", "2"])
+    assert spec.law() == BinnedRegression(1, 2.0)
+    yml = tmp_path / "pop.yaml"
+    yml.write_text("users: 50\ndistribution: sparse-logistic\ntheta: [1, -1, 0.5, 0]\n")
+    spec = parse(["--population", str(yml)])
+    assert spec.law() == SparseLogistic((1.0, -1.0, 0.5, 0.0), 4)
+    yml.write_text("users: 50\ndistribution: binned-regression\nlabel-bound: 1.5\n")
+    assert parse(["--population", str(yml), "--dimension", "3"]).law() == BinnedRegression(3, 1.5)
 
 
 def test_bad_population_file(tmp_path: Path) -> None:
