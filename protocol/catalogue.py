@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import hetero, user_level
+from protocol import hetero, multi_d, user_level
 from protocol.base import Protocol
 
 __all__ = ["CATALOGUE", "get_protocol"]
 
 CATALOGUE: dict[str, Protocol[Any]] = {
-    p.name: p for p in (*user_level.PROTOCOLS, *hetero.PROTOCOLS)
+    p.name: p
+    for p in (
+        *user_level.PROTOCOLS,
+        *multi_d.PROTOCOLS,
+        *hetero.PROTOCOLS,
+    )
 }
 
 
