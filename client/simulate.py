@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from client.learning import evaluate_summary
 from client.output import result_summary
 from client.population import Population
 from client.seeds import derive_seeds, round_key
@@ -75,7 +76,7 @@ class SimulationResult:
             data_kind=self.data_kind,
         )
         summary["population"] = self.population.describe()
-        return summary
+        return evaluate_summary(summary, self.population)
 
 
 def fill_from_population(

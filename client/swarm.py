@@ -40,6 +40,7 @@ import numpy as np
 
 from client.agents import DriveStats, Roster, SwarmError, WaitPolicy, drive
 from client.api import ApiClient, PhaseError, RetryPolicy
+from client.learning import evaluate_summary
 from client.output import result_summary
 from client.population import Population, PopulationSpec, build_population
 from client.progress import SwarmProgress, watch_study
@@ -100,7 +101,7 @@ class SwarmResult:
             warnings=pop.warnings,
         )
         out["population"] = pop.describe()
-        return out
+        return evaluate_summary(out, pop)
 
 
 def view_summary(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import hetero, multi_d, user_level
+from protocol import hetero, learning, multi_d, user_level
 from protocol.base import Protocol
 
 __all__ = ["CATALOGUE", "get_protocol"]
@@ -14,6 +14,7 @@ CATALOGUE: dict[str, Protocol[Any]] = {
     for p in (
         *user_level.PROTOCOLS,
         *multi_d.PROTOCOLS,
+        *learning.PROTOCOLS,
         *hetero.PROTOCOLS,
     )
 }

@@ -162,6 +162,17 @@ CATALOGUE_POPULATIONS = {
 }
 
 
+LABELED_POPULATIONS = {  # the labeled law each learning protocol is made for
+    "user-sgd": PopulationSpec(users=4000, samples=16, distribution="sparse-linear", epsilon=1.0),
+    "user-classify": PopulationSpec(
+        users=4000, samples=16, distribution="binned-classification", epsilon=1.0
+    ),
+    "user-regress": PopulationSpec(
+        users=4000, samples=16, distribution="binned-regression", epsilon=1.0
+    ),
+}
+
+
 def catalogue_names() -> list[str]:
     from protocol.catalogue import CATALOGUE
 
@@ -173,7 +184,7 @@ def test_catalogue_protocols_are_chunk_invariant_and_deterministic(name: str) ->
     from protocol.catalogue import get_protocol
 
     protocol = get_protocol(name)
-    spec = CATALOGUE_POPULATIONS[protocol.data_kind]
+    spec = LABELED_POPULATIONS.get(name) or CATALOGUE_POPULATIONS[protocol.data_kind]
     results = [run(protocol, {}, 21, c, spec) for c in (1000, 4096, spec.users or 0)]
     again = run(protocol, {}, 21, 1000, spec)
     other = run(protocol, {}, 22, 1000, spec)
