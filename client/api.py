@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -40,6 +40,8 @@ from protocol.wire import (
     Health,
     Lease,
     LeaseRequest,
+    PredictRequest,
+    PredictView,
     ProtocolList,
     Receipt,
     ReportBatch,
@@ -453,6 +455,13 @@ class ApiClient:
 
     async def result(self, study_id: str) -> ResultView:
         return await self._call(ResultView, "GET", f"/v1/studies/{study_id}/result")
+
+    async def predict(self, study_id: str, features: Sequence[Sequence[float]]) -> PredictView:
+        """Predictions of a finished user-classify or user-regress study for feature rows."""
+        body = PredictRequest(features=[list(map(float, row)) for row in features])
+        return await self._call(
+            PredictView, "POST", f"/v1/studies/{study_id}/predict", body=body, idempotent=True
+        )
 
     async def budget(self, study_id: str, participant_id: int, token: str) -> BudgetView:
         return await self._call(

@@ -1,4 +1,4 @@
-"""``fedldp studies list|show|result|watch``, and what every remote subcommand shares: the
+"""``fedldp studies list|show|result|watch|predict``, and what every remote subcommand shares: the
 ``--server`` option and ``remote``, which turns API and swarm errors into one line
 ``error: <code>: <detail>`` with exit status 2 (the request's fault) or 1 (the server's, the
 network's, a failed study's)."""
@@ -121,6 +121,16 @@ async def _studies(args: argparse.Namespace) -> int:
             else:
                 _console().print(_study_tables(view))
             return 0
+        if args.action == "predict":
+            answer = await api.predict(args.id, args.features)
+            if args.json:
+                print(answer.model_dump_json())
+            else:
+                table = Table("features", "prediction", title=f"study {args.id}")
+                for row, value in zip(args.features, answer.predictions, strict=True):
+                    table.add_row(", ".join(f"{v:g}" for v in row), f"{value:.6g}")
+                _console().print(table)
+            return 0
         if args.action == "watch":
             view = await _watch(api, args.id, args.interval, quiet=args.json)
             if view.phase != "finished":
@@ -136,6 +146,19 @@ async def _studies(args: argparse.Namespace) -> int:
             study = await api.study(args.id)
             sys.stdout.write(render_table(view_summary(study, result)))
         return 0
+
+
+def _feature_rows(text: str) -> list[list[float]]:
+    """'0.1,0.2;0.7,0.3' → [[0.1, 0.2], [0.7, 0.3]] (argparse type: ValueError → usage error)."""
+    try:
+        rows = [[float(v) for v in row.split(",")] for row in text.split(";") if row.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not numbers separated by ',' and ';': {text!r}"
+        ) from None
+    if not rows:
+        raise argparse.ArgumentTypeError("give at least one feature row")
+    return rows
 
 
 async def _watch(api: ApiClient, study_id: str, interval: float, *, quiet: bool) -> StudyView:
@@ -163,10 +186,12 @@ def add_studies_parser(subparsers: Subparsers) -> None:
         "studies",
         help="list and inspect studies on a server",
         description="Read studies from a fedldp server: list them, show one with its rounds, "
-        "print a finished study's result, or watch a study until it ends (then its result).",
+        "print a finished study's result, watch a study until it ends (then its result), or "
+        "ask a finished classification or regression study for predictions.",
         epilog="examples:\n  fedldp studies list\n  fedldp studies show 6f1c...\n"
         "  fedldp studies result 6f1c... --json\n"
-        "  fedldp studies watch 6f1c... --server http://10.0.0.5:8000",
+        "  fedldp studies watch 6f1c... --server http://10.0.0.5:8000\n"
+        "  fedldp studies predict 6f1c... --features '0.1;0.5;0.9'",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(title="actions", metavar="ACTION", required=True)
@@ -175,6 +200,7 @@ def add_studies_parser(subparsers: Subparsers) -> None:
         ("show", "one study and its rounds"),
         ("result", "a finished study's result"),
         ("watch", "refresh a study's rounds until it ends, then print its result"),
+        ("predict", "predictions of a finished user-classify or user-regress study"),
     ):
         sub = actions.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
         if action != "list":
@@ -182,6 +208,15 @@ def add_studies_parser(subparsers: Subparsers) -> None:
         if action == "watch":
             sub.add_argument(
                 "--interval", type=float, default=1.0, metavar="S", help="refresh every S s"
+            )
+        if action == "predict":
+            sub.add_argument(
+                "--features",
+                type=_feature_rows,
+                required=True,
+                metavar="ROWS",
+                help="feature rows: values separated by ',' and rows by ';', "
+                "e.g. '0.1;0.5;0.9' (d = 1) or '0.1,0.2;0.7,0.3' (d = 2)",
             )
         add_server_option(sub)
         sub.add_argument("--json", action="store_true", help="print JSON")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 from pydantic import BaseModel, ConfigDict
 
 from protocol.streams import RandomSource
@@ -56,6 +56,7 @@ __all__ = [
     "Params",
     "PayloadKind",
     "Plan",
+    "Predictor",
     "Protocol",
     "ReportChunk",
     "Result",
@@ -335,6 +336,22 @@ class Protocol(ABC, Generic[ParamsT]):
     @abstractmethod
     def finalize(self, params: ParamsT, plan: Plan, outputs: Sequence[JSON]) -> Result:
         """The result from all rounds' outputs."""
+
+
+class Predictor(ABC, Generic[ParamsT]):
+    """A protocol whose finished study is a predictor (nonparametric classification and
+    regression): maps feature rows to predictions from the plan and the rounds' outputs only
+    (public data: post-processing, no privacy cost)."""
+
+    @abstractmethod
+    def feature_dimension(self, params: ParamsT) -> int:
+        """d of the feature rows ``predict`` takes."""
+
+    @abstractmethod
+    def predict(
+        self, params: ParamsT, plan: Plan, outputs: Sequence[JSON], features: ArrayLike
+    ) -> FloatArray:
+        """Predictions for feature rows (k, d); ValueError on malformed rows."""
 
 
 def cohort_permutation(n: int, seed: int, *purpose: int) -> IntArray:

@@ -35,6 +35,7 @@ from protocol.base import (
     FloatArray,
     IntArray,
     Plan,
+    Predictor,
     Protocol,
     ReportChunk,
     Result,
@@ -304,7 +305,7 @@ def grid_bins(x: ArrayLike, bins_per_axis: int) -> IntArray:
     return np.asarray(cell @ weights, dtype=np.int64)
 
 
-class _Binned(ComponentProtocol[B]):
+class _Binned(ComponentProtocol[B], Predictor[B]):
     """Shared by Alg 4 and Alg 5: the grid, the Hadamard encodings and the decoding."""
 
     data_kind: ClassVar[DataKind] = "labeled"
@@ -379,6 +380,9 @@ class _Binned(ComponentProtocol[B]):
     @abstractmethod
     def cell_predictions(self, params: B, plan: Plan, outputs: Sequence[JSON]) -> FloatArray:
         """The prediction on each grid cell."""
+
+    def feature_dimension(self, params: B) -> int:
+        return params.dimension
 
     def predict(
         self, params: B, plan: Plan, outputs: Sequence[JSON], features: ArrayLike

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from protocol.base import FloatArray, PayloadKind
 
 __all__ = [
+    "MAX_PREDICT_ROWS",
     "BatchItemStatus",
     "BatchReceipt",
     "BitPayload",
@@ -35,6 +36,8 @@ __all__ = [
     "Lease",
     "LeaseRequest",
     "Payload",
+    "PredictRequest",
+    "PredictView",
     "ProtocolInfo",
     "ProtocolList",
     "Receipt",
@@ -503,6 +506,23 @@ class ResultView(Model):
     epsilon_spent: EpsilonSummary
     warnings: list[str]
     failure_reason: str | None
+
+
+MAX_PREDICT_ROWS = 10_000
+"""Feature rows one prediction request may carry."""
+
+
+class PredictRequest(Model):
+    """Feature rows to predict from a finished nonparametric study (user-classify,
+    user-regress); each row has the study's feature dimension."""
+
+    features: list[list[float]] = Field(min_length=1, max_length=MAX_PREDICT_ROWS)
+
+
+class PredictView(Model):
+    study_id: str
+    protocol: str
+    predictions: list[float]
 
 
 class BudgetCharge(Model):

@@ -22,6 +22,7 @@ __all__ = [
     "NothingToLease",
     "ParticipantExists",
     "PlanInfeasible",
+    "PredictionUnsupported",
     "RoundClosed",
     "StudyEnded",
     "StudyExists",
@@ -128,6 +129,10 @@ class NotInCohort(FedldpError):
 
 class NotFinished(FedldpError):
     code, status = "not_finished", 409
+
+
+class PredictionUnsupported(FedldpError):
+    code, status = "prediction_unsupported", 422
 
 
 class InvalidPayload(FedldpError):

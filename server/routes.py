@@ -217,6 +217,14 @@ def get_result(study_id: str, ctx: Ctx) -> wire.ResultView:
     return studies.result(ctx, study_id)
 
 
+@router.post("/v1/studies/{study_id}/predict", responses=_RESPONSES, tags=["results"])
+def post_predict(study_id: str, body: wire.PredictRequest, ctx: Ctx) -> wire.PredictView:
+    """Predictions of a finished user-classify or user-regress study for feature rows (at most
+    10,000 per request; each row of the study's feature dimension, values in [0, 1] per axis,
+    others clipped into it). 409 before the study finishes; 422 for other protocols."""
+    return studies.predict(ctx, study_id, body)
+
+
 @router.get(
     "/v1/studies/{study_id}/participants/{participant_id}/budget",
     responses=_RESPONSES,

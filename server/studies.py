@@ -10,11 +10,13 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from protocol.base import jsonable
+from protocol.base import Predictor, jsonable
 from protocol.catalogue import CATALOGUE
 from protocol.wire import (
     EnrollmentBatch,
     Lease,
+    PredictRequest,
+    PredictView,
     ResultView,
     RoundsView,
     RoundView,
@@ -32,6 +34,7 @@ from server.errors import (
     NothingToLease,
     ParticipantExists,
     PlanInfeasible,
+    PredictionUnsupported,
     StudyEnded,
     StudyExists,
     StudyNotEnrolling,
@@ -251,6 +254,34 @@ def round_of(ctx: Context, study_id: str, index: int) -> RoundView:
         if r is None:
             raise UnknownRound(f"study {study_id} has no round {index}")
         return round_view(r)
+
+
+def predict(ctx: Context, study_id: str, body: PredictRequest) -> PredictView:
+    """Predictions of a finished nonparametric study for feature rows (post-processing of its
+    public round outputs)."""
+    with ctx.transaction() as session:
+        study = require_study(session, study_id)
+        protocol = CATALOGUE[study.protocol]
+        if not isinstance(protocol, Predictor):
+            raise PredictionUnsupported(
+                f"{study.protocol} does not predict; user-classify and user-regress studies do"
+            )
+        if study.phase != "finished":
+            raise NotFinished(f"study {study_id} is {study.phase}; only a finished study predicts")
+        splan = ctx.plans.get(session, study)
+        outputs = [r.output or {} for r in repo.list_rounds(session, study_id)]
+    width = protocol.feature_dimension(splan.params)
+    bad = next((i for i, row in enumerate(body.features) if len(row) != width), None)
+    if bad is not None:
+        raise InvalidRequest(
+            f"feature row {bad} has {len(body.features[bad])} values; this study's features "
+            f"have dimension {width}"
+        )
+    try:
+        predictions = protocol.predict(splan.params, splan.plan, outputs, body.features)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+    return PredictView(study_id=study_id, protocol=study.protocol, predictions=predictions.tolist())
 
 
 def result(ctx: Context, study_id: str) -> ResultView:

@@ -116,3 +116,48 @@ def test_run_keeps_no_database_unless_asked(
     code, _, err = run_cli(capsys, "run", "--users", "1000", "--seed", "1", "--quiet", "--json")
     assert code == 0, err
     assert not list(tmp_path.glob("*.db"))
+
+
+def test_a_classification_swarm_reports_its_excess_risk_and_predicts(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The learning path from the terminal: the swarm's JSON carries the same task evaluation as
+    ``simulate`` (excess risk, not the raw label mean), and ``studies predict`` answers from the
+    finished study with the cell predictions of its result."""
+    population = [
+        "--users", "4000", "--samples", "16", "--distribution", "binned-classification",
+        "--epsilon", "2",
+    ]  # fmt: skip
+    params = ["--param", "bins_per_axis=4"]
+    code, out, _ = run_cli(
+        capsys, "simulate", "--protocol", "user-classify", *population, *params, "--seed", "8",
+        "--json",
+    )  # fmt: skip
+    assert code == 0
+    local = json.loads(out)
+    code, out, err = run_cli(
+        capsys, "swarm", "--server", server, "--create", "user-classify", *population, *params,
+        "--seed", "8", "--batch", "1000", "--json", "--quiet",
+    )  # fmt: skip
+    assert code == 0, err
+    remote = json.loads(out)
+    assert remote["estimate"] == local["estimate"]
+    assert remote["error_norm"] == "excess risk"
+    assert remote["evaluation"] == pytest.approx(local["evaluation"])
+    study_id = remote["study_id"]
+    code, out, err = run_cli(
+        capsys, "studies", "predict", study_id, "--features", "0.1;0.4;0.6;0.9",
+        "--server", server, "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["predictions"] == remote["estimate"]
+    code, out, err = run_cli(
+        capsys, "studies", "predict", study_id, "--features", "0.1;0.9", "--server", server
+    )
+    assert code == 0, err
+    assert "prediction" in out
+    code, _, err = run_cli(
+        capsys, "studies", "predict", study_id, "--features", "0.1,0.2", "--server", server
+    )
+    assert code == 2
+    assert "invalid_request" in err

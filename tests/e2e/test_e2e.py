@@ -123,6 +123,7 @@ class Case:
     protocol: str
     spec: PopulationSpec
     seed: int
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ class Expected:
 def expected(case: Case) -> Expected:
     population = build_population(case.spec, case.seed)
     protocol = get_protocol(case.protocol)
-    params = fill_from_population(protocol, {}, population)
+    params = fill_from_population(protocol, case.params, population)
     local = simulate(protocol, protocol.parse_params(params), population, case.seed)
     return Expected(population, params, local)
 
@@ -262,6 +263,47 @@ PARITY = [
         ),
         None,
         id="hetero-laplace-per-user",
+    ),
+]
+
+
+PARITY += [
+    pytest.param(  # several gradient rounds: θ_t reaches clients through the broadcasts
+        Case(
+            "user-sgd",
+            PopulationSpec(users=3000, samples=16, distribution="sparse-linear", epsilon=2.0),
+            15,
+            {"rounds": 4, "regularization": 0.4, "gradient_bound": 2.0},
+        ),
+        500,
+        id="user-sgd-batch",
+    ),
+    pytest.param(
+        Case(
+            "user-classify",
+            PopulationSpec(
+                users=3000, samples=16, distribution="binned-classification", epsilon=1.0
+            ),
+            16,
+        ),
+        500,
+        id="user-classify-batch",
+    ),
+    pytest.param(  # Kashin coefficients with mixed ε's, one report per request
+        Case(
+            "user-mean-l2",
+            PopulationSpec(
+                users=400,
+                samples=4,
+                distribution="uniform",
+                dimension=3,
+                ball="l2",
+                epsilon_mix=MIXED,
+            ),
+            17,
+        ),
+        None,
+        id="user-mean-l2-per-user",
     ),
 ]
 

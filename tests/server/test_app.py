@@ -179,6 +179,7 @@ async def test_openapi_document_lists_every_route(client: httpx.AsyncClient) -> 
         "/v1/studies/{study_id}/rounds",
         "/v1/studies/{study_id}/rounds/{index}",
         "/v1/studies/{study_id}/result",
+        "/v1/studies/{study_id}/predict",
         "/v1/studies/{study_id}/participants/{participant_id}/budget",
     }
 
@@ -374,6 +375,11 @@ def bad_requests(sid: str, token: str, waiting: str) -> list[Request]:
         ("GET", f"{s}/rounds/x", None, None),
         ("GET", f"{w}/result", None, None),
         ("GET", f"{w}/rounds/0", None, None),
+        ("POST", f"{s}/predict", {"features": [[0.5]]}, None),
+        ("POST", f"{s}/predict", {"features": [[huge]]}, None),
+        ("POST", f"{s}/predict", {"features": "0.5"}, None),
+        ("POST", f"{s}/predict", b'{"features": [[Infinity]]}', None),
+        ("POST", f"{w}/predict", {}, None),
         ("POST", f"{s}/cancel/now", None, None),
     ]
 
