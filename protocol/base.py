@@ -158,6 +158,7 @@ class RoundPlan:
     payload_kind: PayloadKind
     payload_shape: tuple[int, ...]  # per-participant payload shape ((), (B,), (d,), ...)
     group: IntArray | None = None  # per-member sub-task index (e.g. the coordinate group)
+    messages: IntArray | None = None  # per-member count of messages, each at epsilon/messages
 
     def __post_init__(self) -> None:
         if self.cohort.shape != self.epsilon.shape:
@@ -166,6 +167,16 @@ class RoundPlan:
             raise ValueError("a cohort must be strictly increasing slots")
         if self.group is not None and self.group.shape != self.cohort.shape:
             raise ValueError("group and cohort differ in shape")
+        if self.messages is not None and (
+            self.messages.shape != self.cohort.shape or np.any(self.messages < 1)
+        ):
+            raise ValueError("messages must be one count >= 1 per cohort member")
+
+    def message_counts(self) -> IntArray:
+        """How many messages each member sends (its charge composes over them, §4.1)."""
+        if self.messages is None:
+            return np.ones(self.cohort.shape, dtype=np.int64)
+        return self.messages
 
     def groups(self) -> IntArray:
         if self.group is None:

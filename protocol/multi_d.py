@@ -220,6 +220,7 @@ class ComponentProtocol(Protocol[P]):
                     "histogram",
                     (r, b),
                     a.group_one,
+                    layout.counts[a.group_one],
                 )
             )
             rounds.append(
@@ -231,6 +232,7 @@ class ComponentProtocol(Protocol[P]):
                     "vector",
                     (r,),
                     a.group_two,
+                    layout.counts[a.group_two],
                 )
             )
             invocations.append(

@@ -526,9 +526,13 @@ class PredictView(Model):
 
 
 class BudgetCharge(Model):
+    """One planned charge: ``messages`` Laplace messages of ``epsilon / messages`` each (e.g. one
+    per coordinate its group estimates, user-level-ldp §4.1), composed to ``epsilon``."""
+
     round: int
     name: str
     epsilon: float
+    messages: int = 1
     reported: bool
 
 

@@ -443,6 +443,7 @@ def budget(ctx: Context, study_id: str, participant_id: int, token: str | None) 
                             round=rp.index,
                             name=rp.name,
                             epsilon=float(rp.epsilon[m.position[0]]),
+                            messages=int(rp.message_counts()[m.position[0]]),
                             reported=rp.index in reported,
                         )
                     )

@@ -189,6 +189,7 @@ def _select(data: UserData, slots: IntArray) -> UserData:
         ("user-mean-l2", {"radius": 2.0}, 0.8),
         ("user-mean-l1", {"bound": 4.0}, 8.0),
         ("user-mean-linf", {"heavy_tail": True, "moment_bound": 1.0}, 1.0),
+        ("user-mean-l2", {"heavy_tail": True, "moment_bound": 8.0}, 1.0),  # E‖X‖₂³ = 2³
     ],
 )
 def test_full_runs_on_real_data_land_within_their_error_bar(

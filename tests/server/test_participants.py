@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from protocol.wire import (
     BatchReceipt,
+    BudgetView,
     Enrollment,
     Receipt,
     ResultView,
@@ -666,3 +667,27 @@ async def test_a_held_task_poll_answers_when_the_next_round_opens(two_stage: Two
     assert time.monotonic() - started < 4  # woken by the transition, not by the hold's end
     at_once = await s.client.post(f"{url}?hold=5", json=body)  # they have work: no holding
     assert TaskBatch.model_validate_json(at_once.content).reports
+
+
+async def test_the_ledger_shows_each_charge_as_its_composed_messages(
+    client: httpx.AsyncClient,
+) -> None:
+    """user-mean-linf at ε = 2.5 over d = 5 coordinates: medium regime, groups of ⌊2.5⌋ = 2
+    coordinates (the last group 1), each message at 1-LDP; the ledger lists 2 (or 1) messages
+    composing to the charge, never more than the declared ε."""
+    params = {"samples_per_user": 4, "dimension": 5}
+    study = await create_study(client, "user-mean-linf", params)
+    people = await enroll(client, study.id, [2.5] * 400)
+    await start(client, study.id)
+    seen = set()
+    for e in people[:40]:
+        response = await client.get(
+            f"/v1/studies/{study.id}/participants/{e.participant_id}/budget",
+            headers={"Authorization": f"Bearer {e.token}"},
+        )
+        view = BudgetView.model_validate_json(response.content)
+        (charge,) = view.planned
+        assert charge.epsilon == pytest.approx(charge.messages * 1.0)
+        assert charge.epsilon <= view.declared_epsilon
+        seen.add(charge.messages)
+    assert seen == {1, 2}
