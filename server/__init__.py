@@ -2,6 +2,8 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+import protocol  # noqa: F401  (first: it caps BLAS threads before numpy loads)
+
 try:
     __version__ = version("fedldp")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
