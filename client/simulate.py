@@ -120,7 +120,9 @@ def _round_chunks(
         group = groups[start : start + chunk_size]
         data = population.data(block)
         payloads = protocol.privatize(params, task, data, eps, group, UserStreams(key, block))
-        valid = protocol.check(params, task, eps, payloads)
+        valid = protocol.check(params, task, eps, payloads) & protocol.check_members(
+            params, plan, round_index, block, payloads
+        )
         if not np.all(valid):
             bad = int(block[np.flatnonzero(~valid)[0]])
             raise SimulationError(

@@ -13,7 +13,8 @@ A protocol is a named algorithm of the catalogue (DESIGN.md "Concepts"). Everyth
 3. ``privatize``: the client step. Vectorised over a block of users who share a round; each user's
    randomness comes from its own stream (``protocol.streams``). Raw data never leaves it.
 4. ``check``: which payloads are valid for the round (shape and finiteness are checked generically
-   by ``valid_payloads``; a protocol adds its range checks: a bit is ±1, ‖Y‖ = B, ...).
+   by ``valid_payloads``; a protocol adds its range checks: a bit is ±1, ‖Y‖ = B, ...);
+   ``check_members`` the same per sender, from public enrollment metadata kept in the plan.
 5. ``aggregate``: the server step, fed in chunks ordered by participant slot (so memory stays flat
    and arrival order never changes a result); returns the round's public output.
 6. ``finalize``: the result (estimate, error bar, diagnostics) from the rounds' outputs.
@@ -192,6 +193,9 @@ class Plan:
     rounds: tuple[RoundPlan, ...]
     public: JSON = field(default_factory=dict)  # derived public constants (B, h, Δ, m, ...)
     warnings: tuple[str, ...] = ()
+    # the participants' public enrollment metadata the protocol keeps (by slot), e.g. the masks
+    # and public features of semi-feature LDP; never sent to clients (each knows its own)
+    metadata: Mapping[str, NDArray[Any]] = field(default_factory=dict)
 
     def charges(self) -> FloatArray:
         """Total ε charged to each participant over all rounds (basic composition)."""
@@ -332,6 +336,13 @@ class Protocol(ABC, Generic[ParamsT]):
     ) -> BoolArray:
         """Which payloads are admissible; subclasses add range checks to the generic ones."""
         return valid_payloads(task, payloads)
+
+    def check_members(
+        self, params: ParamsT, plan: Plan, round_index: int, slots: IntArray, payloads: FloatArray
+    ) -> BoolArray:
+        """Which payloads are admissible *for their senders* (``slots``), given the plan's public
+        metadata: e.g. a cell index inside the sender's potential set. Default: all of them."""
+        return np.ones(np.asarray(slots).shape[0], dtype=np.bool_)
 
     @abstractmethod
     def aggregate(
