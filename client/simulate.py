@@ -121,7 +121,7 @@ def _round_chunks(
         data = population.data(block)
         payloads = protocol.privatize(params, task, data, eps, group, UserStreams(key, block))
         valid = protocol.check(params, task, eps, payloads) & protocol.check_members(
-            params, plan, round_index, block, payloads
+            params, plan, task, block, payloads
         )
         if not np.all(valid):
             bad = int(block[np.flatnonzero(~valid)[0]])

@@ -338,10 +338,16 @@ class Protocol(ABC, Generic[ParamsT]):
         return valid_payloads(task, payloads)
 
     def check_members(
-        self, params: ParamsT, plan: Plan, round_index: int, slots: IntArray, payloads: FloatArray
+        self,
+        params: ParamsT,
+        plan: Plan,
+        task: RoundTask,
+        slots: IntArray,
+        payloads: FloatArray,
     ) -> BoolArray:
         """Which payloads are admissible *for their senders* (``slots``), given the plan's public
-        metadata: e.g. a cell index inside the sender's potential set. Default: all of them."""
+        metadata and the round's task (its broadcast): e.g. a cell index inside the sender's
+        potential set. Default: all of them."""
         return np.ones(np.asarray(slots).shape[0], dtype=np.bool_)
 
     @abstractmethod
