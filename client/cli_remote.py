@@ -30,7 +30,7 @@ from typing import Any
 from client.cli_studies import add_server_option, add_studies_parser, remote
 from client.output import render_table
 from client.population import (
-    Population,
+    AnyPopulation,
     add_population_arguments,
     build_population,
     population_spec_from_args,
@@ -250,7 +250,7 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
 # --------------------------------------------------------------------------- fedldp run
 
 
-def _run_population(args: argparse.Namespace) -> Population:
+def _run_population(args: argparse.Namespace) -> AnyPopulation:
     given = {k for k, v in vars(args).items() if v is not None}
     if not given & {"population", "csv"}:
         if "users" not in given:

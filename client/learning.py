@@ -35,7 +35,8 @@ from client.distributions import (
     SparseLaw,
     SparseLinear,
 )
-from client.population import Population
+from client.features import SemiFeaturePopulation
+from client.population import AnyPopulation
 from protocol.base import JSON, FloatArray, IntArray
 
 __all__ = [
@@ -250,7 +251,9 @@ def trivial_regression_risk(law: BinnedLaw) -> float:
     return float(law.eta_square_integral(np.zeros(1), np.ones(1))[0])
 
 
-def evaluate_summary(summary: JSON, population: Population) -> JSON:
+def evaluate_summary(
+    summary: JSON, population: AnyPopulation, predictions: FloatArray | None = None
+) -> JSON:
     """``summary`` (``client.output.result_summary``) with the truth and the error of a learning
     protocol replaced by the task's own (the population's raw truth, θ_true or E[y], is not what
     these protocols estimate), plus an ``evaluation`` object:
@@ -260,7 +263,9 @@ def evaluate_summary(summary: JSON, population: Population) -> JSON:
     * ``user-classify``: error = the excess risk R − R* of the per-cell signs, next to the
       trivial (constant) classifier's excess risk (binned-classification);
     * ``user-regress``: error = the L2 risk ∫(η̂ − η)² f, next to the risk of predicting 0
-      (binned-regression).
+      (binned-regression);
+    * semi-feature populations (``client.features``) with the study's ``predictions`` at their
+      test features: error = the excess risk (synthetic data) or the test MSE (diabetes).
 
     Other protocols and laws are returned unchanged.
     """
@@ -268,6 +273,17 @@ def evaluate_summary(summary: JSON, population: Population) -> JSON:
     params, estimate = summary.get("params") or {}, summary.get("estimate")
     diagnostics = summary.get("diagnostics") or {}
     out = dict(summary)
+    if isinstance(population, SemiFeaturePopulation):
+        if predictions is None:
+            return out
+        scores = population.evaluate(predictions)
+        metric = "excess_risk" if "excess_risk" in scores else "test_mse"
+        return out | {
+            "truth": None,
+            "error": scores[metric],
+            "error_norm": metric.replace("_", " ").replace("mse", "MSE"),
+            "evaluation": scores,
+        }
     if name == "user-sgd" and isinstance(law, SparseLaw) and estimate is not None:
         loss: Loss = params.get("loss", "squared")
         lam = float(params.get("regularization", 0.0))

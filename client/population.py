@@ -25,14 +25,16 @@ of the data's, so ε is independent of the data (heterogeneous-ldp.md §1.1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from client.distributions import Distribution, LabeledLaw
+from client.features import SemiFeaturePopulation, diabetes_population, synthetic_population
 from client.population_spec import (
+    SEMI_FEATURE_DISTRIBUTIONS,
     PopulationSpec,
     add_population_arguments,
     load_population_file,
@@ -45,6 +47,7 @@ from protocol.streams import MAX_DRAWS, UserStreams
 
 __all__ = [
     "EPSILON_PURPOSE",
+    "AnyPopulation",
     "Population",
     "PopulationSpec",
     "add_population_arguments",
@@ -221,11 +224,17 @@ class Population:
         return out
 
 
-def build_population(spec: PopulationSpec, seed: int) -> Population:
+AnyPopulation = Population | SemiFeaturePopulation
+"""What the simulator and the swarm drive: a population of ``build_population``."""
+
+
+def build_population(spec: PopulationSpec, seed: int) -> AnyPopulation:
     """The population of ``spec`` for run seed ``seed`` (its private part from derive_seeds)."""
     population_seed = derive_seeds(seed)[1]
     if spec.csv is not None:
         return _from_table(spec, seed, population_seed)
+    if spec.distribution in SEMI_FEATURE_DISTRIBUTIONS:
+        return _semi_feature(spec, seed, population_seed)
     law = spec.law()
     warnings: list[str] = []
     description: JSON = {"source": "synthetic", "distribution": spec.law_description()}
@@ -284,6 +293,22 @@ def build_population(spec: PopulationSpec, seed: int) -> Population:
         items=spec.items if law.categorical else None,
         l2_radius=radius,
         labeled=labeled,
+    )
+
+
+def _semi_feature(spec: PopulationSpec, seed: int, population_seed: int) -> SemiFeaturePopulation:
+    """sin-sum (public-features-ldp.md §5.1) or diabetes (§5.2) users with the spec's ε profile."""
+    if spec.distribution == "diabetes":
+        population = diabetes_population(seed, 1.0, mask=spec.mask, split=spec.split)
+    else:
+        assert spec.users is not None  # PopulationSpec requires it for sin-sum
+        population = synthetic_population(
+            spec.users, seed, 1.0, mask=spec.mask, private=spec.private, gamma=spec.gamma
+        )
+    eps, profile = _sample_epsilons(spec, population.n, population_seed)
+    _check_user_epsilons(eps, None)
+    return replace(
+        population, epsilon=eps, _description={**population._description, "epsilon": profile}
     )
 
 

@@ -47,6 +47,7 @@ from protocol.base import JSON, FloatArray, IntArray
 __all__ = [
     "DISTRIBUTIONS",
     "LABELED_DISTRIBUTIONS",
+    "SEMI_FEATURE_DISTRIBUTIONS",
     "PopulationSpec",
     "Table",
     "add_population_arguments",
@@ -66,6 +67,8 @@ DistributionName = Literal[
     "sparse-logistic",
     "binned-classification",
     "binned-regression",
+    "sin-sum",
+    "diabetes",
 ]
 DISTRIBUTIONS: tuple[str, ...] = (
     "uniform",
@@ -78,11 +81,16 @@ DISTRIBUTIONS: tuple[str, ...] = (
     "sparse-logistic",
     "binned-classification",
     "binned-regression",
+    "sin-sum",
+    "diabetes",
 )
 LABELED_DISTRIBUTIONS = frozenset(
     {"sparse-linear", "sparse-logistic", "binned-classification", "binned-regression"}
 )
 """The laws of labeled data (features and a label per sample, data kind "labeled")."""
+SEMI_FEATURE_DISTRIBUTIONS = frozenset({"sin-sum", "diabetes"})
+"""Semi-feature data (``client.features``): one labeled sample per user and a privacy mask saying
+which features are private; the public ones are enrollment metadata."""
 _LAW_OPTIONS: dict[str, set[str]] = {
     "uniform": {"low", "high", "bound", "dimension", "ball"},
     "gaussian": {"mean", "sd", "dimension"},
@@ -94,6 +102,8 @@ _LAW_OPTIONS: dict[str, set[str]] = {
     "sparse-logistic": {"dimension", "theta"},
     "binned-classification": {"dimension"},
     "binned-regression": {"dimension", "label_bound"},
+    "sin-sum": {"mask", "private", "gamma"},
+    "diabetes": {"mask", "split"},
 }
 _ALL_LAW_OPTIONS = set().union(*_LAW_OPTIONS.values())
 _EPSILON_PROFILES = (
@@ -144,6 +154,10 @@ class PopulationSpec(BaseModel):
     theta: tuple[float, ...] | None = Field(None, min_length=1)
     noise: float = Field(0.1, ge=0)
     label_bound: float = Field(1.0, gt=0)
+    mask: Literal["aligned", "tail", "tenfold", "tenfold-literal"] = "aligned"
+    private: int = Field(1, ge=0, le=5)
+    gamma: float = Field(1.0, gt=0)
+    split: int = Field(0, ge=0)
     epsilon: float = 1.0
     epsilon_mix: tuple[tuple[float, float], ...] | None = None
     epsilon_uniform: tuple[float, float] | None = None
@@ -238,6 +252,8 @@ class PopulationSpec(BaseModel):
                     "categorical CSV data needs both --distribution categorical and --items k"
                 )
             return self
+        if self.distribution in SEMI_FEATURE_DISTRIBUTIONS:
+            return self._semi_feature(given)
         if self.users is None:
             raise ValueError("--users is required (or --csv FILE)")
         for name in ("epsilon_column", "user_column", "value_column"):
@@ -255,6 +271,25 @@ class PopulationSpec(BaseModel):
         if self.ball == "l2" and given & {"low", "high"}:
             raise ValueError("the l2 ball is centred at 0: give its radius with --bound")
         self.law()  # validates the law's own constraints (e.g. |mean| <= D)
+        return self
+
+    def _semi_feature(self, given: set[str]) -> PopulationSpec:
+        """Semi-feature data: one sample per user; the diabetes users are the data set's."""
+        other = (given & (_ALL_LAW_OPTIONS | {"samples", "imbalance", "total_samples"})) - (
+            _LAW_OPTIONS[self.distribution] | {"distribution"}
+        )
+        if other:
+            raise ValueError(
+                f"{_flag(sorted(other)[0])} does not apply to the {self.distribution} data "
+                "(one sample per user)"
+            )
+        if self.distribution == "diabetes":
+            if "users" in given:
+                raise ValueError("the diabetes users are the data set's training rows: no --users")
+            if self.mask == "tail":
+                raise ValueError("the diabetes masks are aligned, tenfold or tenfold-literal")
+        elif self.users is None:
+            raise ValueError("--users is required")
         return self
 
     def law(self) -> Distribution | LabeledLaw:
@@ -436,6 +471,15 @@ _HELP: dict[str, tuple[type, str, str]] = {
         "T",
         "binned-regression: labels ±T with E[y | x] = 0.5 sin(2π x_1); T >= 0.5 (default 1)",
     ),
+    "mask": (
+        str,
+        "KIND",
+        "sin-sum/diabetes: which features each user keeps private: aligned (the first "
+        "--private), tail (user i protects feature l iff i <= n/l^γ) or tenfold (default aligned)",
+    ),
+    "private": (int, "S", "sin-sum: private features of the aligned/tenfold masks (default 1)"),
+    "gamma": (float, "G", "sin-sum: γ of the tail mask (default 1)"),
+    "split": (int, "K", "diabetes: which random 80/20 train/test split (default 0)"),
     "epsilon": (float, "EPS", "every user's ε (default 1)"),
     "epsilon_mix": (
         str,
@@ -459,7 +503,11 @@ _HELP: dict[str, tuple[type, str, str]] = {
         "CSV value column (default value; comma-separated names give vectors)",
     ),
 }
-_CHOICES = {"distribution": DISTRIBUTIONS, "ball": ("linf", "l2")}
+_CHOICES = {
+    "distribution": DISTRIBUTIONS,
+    "ball": ("linf", "l2"),
+    "mask": ("aligned", "tail", "tenfold", "tenfold-literal"),
+}
 
 
 def add_population_arguments(parser: argparse.ArgumentParser) -> None:

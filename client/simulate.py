@@ -20,11 +20,23 @@ from typing import Any
 
 import numpy as np
 
+from client.features import SemiFeaturePopulation
 from client.learning import evaluate_summary
 from client.output import result_summary
-from client.population import Population
+from client.population import AnyPopulation
 from client.seeds import derive_seeds, round_key
-from protocol.base import JSON, FloatArray, Params, Plan, Protocol, ReportChunk, Result, RoundTask
+from protocol.base import (
+    JSON,
+    FloatArray,
+    Params,
+    Plan,
+    Predictor,
+    Protocol,
+    ReportChunk,
+    Result,
+    RoundTask,
+)
+from protocol.catalogue import get_protocol
 from protocol.ledger import check_plan_budget
 from protocol.streams import UserStreams
 
@@ -44,7 +56,7 @@ class SimulationResult:
 
     protocol: str
     params: Params
-    population: Population
+    population: AnyPopulation
     seed: int
     result: Result
     plan: Plan
@@ -76,11 +88,21 @@ class SimulationResult:
             data_kind=self.data_kind,
         )
         summary["population"] = self.population.describe()
-        return evaluate_summary(summary, self.population)
+        return evaluate_summary(summary, self.population, self.test_predictions())
+
+    def test_predictions(self) -> FloatArray | None:
+        """The finished predictor at a semi-feature population's test features (else None)."""
+        if not isinstance(self.population, SemiFeaturePopulation):
+            return None
+        protocol = get_protocol(self.protocol)
+        if not isinstance(protocol, Predictor):
+            return None
+        features = self.population.test_features
+        return protocol.predict(self.params, self.plan, self.outputs, features)
 
 
 def fill_from_population(
-    protocol: Protocol[Any], raw: Mapping[str, Any], population: Population
+    protocol: Protocol[Any], raw: Mapping[str, Any], population: AnyPopulation
 ) -> dict[str, Any]:
     """``raw`` with the parameters the population determines filled in where the protocol has
     them and they were not given: ``samples_per_user`` (the smallest per-user sample count: every
@@ -92,6 +114,8 @@ def fill_from_population(
         "dimension": population.dimension,
         "domain_size": population.items,
         "radius": population.l2_radius,
+        "label_low": getattr(population, "label_low", None),
+        "label_high": getattr(population, "label_high", None),
     }
     out = dict(raw)
     fields = protocol.params_model.model_fields
@@ -104,7 +128,7 @@ def fill_from_population(
 def _round_chunks(
     protocol: Protocol[Any],
     params: Params,
-    population: Population,
+    population: AnyPopulation,
     task: RoundTask,
     plan: Plan,
     round_index: int,
@@ -136,7 +160,7 @@ def _round_chunks(
 def simulate(
     protocol: Protocol[Any],
     params: Params,
-    population: Population,
+    population: AnyPopulation,
     seed: int,
     *,
     chunk_size: int = 8192,

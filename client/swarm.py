@@ -40,9 +40,10 @@ import numpy as np
 
 from client.agents import DriveStats, Roster, SwarmError, WaitPolicy, drive
 from client.api import ApiClient, PhaseError, RetryPolicy
+from client.features import SemiFeaturePopulation
 from client.learning import evaluate_summary
 from client.output import result_summary
-from client.population import Population, PopulationSpec, build_population
+from client.population import AnyPopulation, PopulationSpec, build_population
 from client.progress import SwarmProgress, watch_study
 from client.seeds import derive_seeds
 from client.user import Privatizer
@@ -70,9 +71,10 @@ class SwarmResult:
 
     study: StudyView
     result: ResultView
-    population: Population
+    population: AnyPopulation
     elapsed_s: float
     stats: DriveStats = field(default_factory=DriveStats)
+    predictions: FloatArray | None = None  # at a semi-feature population's test features
 
     @property
     def study_id(self) -> str:
@@ -101,7 +103,7 @@ class SwarmResult:
             warnings=pop.warnings,
         )
         out["population"] = pop.describe()
-        return evaluate_summary(out, pop)
+        return evaluate_summary(out, pop, self.predictions)
 
 
 def view_summary(
@@ -136,7 +138,7 @@ def view_summary(
     return out
 
 
-def _population(population: Population | PopulationSpec, seed: int | None) -> Population:
+def _population(population: AnyPopulation | PopulationSpec, seed: int | None) -> AnyPopulation:
     if isinstance(population, PopulationSpec):
         if seed is None:
             raise ValueError("a PopulationSpec needs a seed")
@@ -155,7 +157,7 @@ def _local_protocol(name: str) -> Protocol[Any]:
     return protocol
 
 
-def _check_data(protocol: Protocol[Any], population: Population) -> None:
+def _check_data(protocol: Protocol[Any], population: AnyPopulation) -> None:
     if protocol.data_kind != population.data_kind:
         raise SwarmError(
             "invalid_population",
@@ -164,7 +166,7 @@ def _check_data(protocol: Protocol[Any], population: Population) -> None:
         )
 
 
-def _enroll_batch(population: Population, start: int, stop: int) -> EnrollBatch:
+def _enroll_batch(population: AnyPopulation, start: int, stop: int) -> EnrollBatch:
     """Users ``start..stop-1`` as one columnar enrollment batch, participant id = slot."""
     metadata = {key: values[start:stop].tolist() for key, values in population.metadata.items()}
     return EnrollBatch(
@@ -174,7 +176,9 @@ def _enroll_batch(population: Population, start: int, stop: int) -> EnrollBatch:
     )
 
 
-async def join(api: ApiClient, name: str, create: StudyCreate, population: Population) -> StudyView:
+async def join(
+    api: ApiClient, name: str, create: StudyCreate, population: AnyPopulation
+) -> StudyView:
     """The study called ``name``: created with the population size as enrollment target by the
     first swarm to ask, found by the others (which check it is the same study)."""
     try:
@@ -198,7 +202,7 @@ async def join(api: ApiClient, name: str, create: StudyCreate, population: Popul
 
 
 async def enroll_leases(
-    api: ApiClient, study: StudyView, population: Population, progress: SwarmProgress
+    api: ApiClient, study: StudyView, population: AnyPopulation, progress: SwarmProgress
 ) -> Roster:
     """Lease blocks of participant ids until none are left and enroll those users (participant
     id = population index): swarms sharing a study run disjoint parts of the population."""
@@ -226,7 +230,7 @@ async def enroll_leases(
 
 
 async def enroll(
-    api: ApiClient, study: StudyView, population: Population, progress: SwarmProgress
+    api: ApiClient, study: StudyView, population: AnyPopulation, progress: SwarmProgress
 ) -> Roster:
     """Enroll every user with participant id = slot (given explicitly, so that a few batches
     can be in flight at once)."""
@@ -306,7 +310,7 @@ class _Job:
     study_id: str
     protocol: str
     params: dict[str, Any]
-    population: Population
+    population: AnyPopulation
     roster: Roster
     batch: int | None
     concurrency: int
@@ -360,7 +364,7 @@ async def _drive_in_processes(jobs: list[_Job]) -> DriveStats:
 async def run_swarm(
     server_url: str,
     *,
-    population: Population | PopulationSpec,
+    population: AnyPopulation | PopulationSpec,
     seed: int | None = None,
     study_id: str | None = None,
     create: tuple[str, Mapping[str, Any]] | None = None,
@@ -403,6 +407,7 @@ async def run_swarm(
     if concurrency is None:
         concurrency = DEFAULT_CONCURRENCY["user" if batch is None else "batch"]
     began = time.perf_counter()
+    predictions: FloatArray | None = None
     # the gate's requests, plus one held task poll per block of users in batch mode (up to 64;
     # more blocks queue for a connection, each held poll lasting at most TASK_HOLD_S)
     blocks = 0 if batch is None else min(64, -(-pop.n // batch))
@@ -479,11 +484,14 @@ async def run_swarm(
                 result = await final_result(api, study.id, None if lease else 60.0)
                 study = await api.study(study.id)
                 bars.study(study)
+                if isinstance(pop, SemiFeaturePopulation) and result.phase == "finished":
+                    answer = await api.predict(study.id, pop.test_features.tolist())
+                    predictions = np.asarray(answer.predictions, dtype=np.float64)
             finally:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
-    return SwarmResult(study, result, pop, time.perf_counter() - began, stats)
+    return SwarmResult(study, result, pop, time.perf_counter() - began, stats, predictions)
 
 
 def _bounds(n: int, parts: int) -> list[tuple[int, int]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import hetero, learning, multi_d, user_level
+from protocol import hetero, histoftree, learning, multi_d, user_level
 from protocol.base import Protocol
 
 __all__ = ["CATALOGUE", "get_protocol"]
@@ -15,6 +15,7 @@ CATALOGUE: dict[str, Protocol[Any]] = {
         *user_level.PROTOCOLS,
         *multi_d.PROTOCOLS,
         *learning.PROTOCOLS,
+        *histoftree.PROTOCOLS,
         *hetero.PROTOCOLS,
     )
 }

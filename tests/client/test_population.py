@@ -23,7 +23,7 @@ from client.distributions import (
     zipf_probabilities,
 )
 from client.population import (
-    Population,
+    AnyPopulation,
     PopulationSpec,
     add_population_arguments,
     build_population,
@@ -35,7 +35,7 @@ from client.population import (
 K = 5.0  # k·σ tolerances: a two-sided normal tail beyond 5σ has probability 5.7e-7 per check
 
 
-def sample(spec: PopulationSpec, seed: int = 11) -> tuple[Population, np.ndarray]:
+def sample(spec: PopulationSpec, seed: int = 11) -> tuple[AnyPopulation, np.ndarray]:
     pop = build_population(spec, seed)
     return pop, np.asarray(pop.data(np.arange(pop.n)).values, dtype=np.float64)
 
@@ -152,7 +152,7 @@ def test_l2_ball_is_uniform_in_the_ball() -> None:
 # --------------------------------------------------------------------------- labeled laws
 
 
-def labeled(spec: PopulationSpec, seed: int = 11) -> tuple[Population, np.ndarray, np.ndarray]:
+def labeled(spec: PopulationSpec, seed: int = 11) -> tuple[AnyPopulation, np.ndarray, np.ndarray]:
     pop = build_population(spec, seed)
     data = pop.data(np.arange(pop.n))
     assert data.labels is not None
@@ -636,3 +636,25 @@ def test_bad_population_file(tmp_path: Path) -> None:
         parse(["--population", str(bad)])
     with pytest.raises(ValueError, match="cannot read"):
         parse(["--population", str(tmp_path / "missing.yaml")])
+
+
+def test_semi_feature_populations_come_from_the_flags() -> None:
+    pop = build_population(
+        PopulationSpec(users=500, distribution="sin-sum", mask="aligned", private=2), 3
+    )
+    assert pop.n == 500
+    assert pop.metadata["mask"].shape == (500, 5)
+    assert np.all(pop.metadata["mask"][:, :2] == 1)
+    assert np.all(pop.metadata["public"][:, :2] == 0.0)  # private values never leave the user
+    data = pop.data(np.arange(4))
+    assert data.values.shape == (4, 10)
+    assert data.labels is not None
+    for bad, match in (
+        ({"users": 10, "distribution": "sin-sum", "samples": 3}, "one sample per user"),
+        ({"users": 10, "distribution": "sin-sum", "split": 1}, "--split"),
+        ({"users": 10, "distribution": "diabetes"}, "no --users"),
+        ({"distribution": "sin-sum"}, "--users is required"),
+        ({"users": 10, "distribution": "uniform", "mask": "tail"}, "--mask"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            PopulationSpec.model_validate(bad)

@@ -170,6 +170,10 @@ LABELED_POPULATIONS = {  # the labeled law each learning protocol is made for
     "user-regress": PopulationSpec(
         users=4000, samples=16, distribution="binned-regression", epsilon=1.0
     ),
+    **{  # semi-feature LDP: one sample and a privacy mask per user
+        name: PopulationSpec(users=3000, distribution="sin-sum", epsilon_mix="1:0.5,4:0.5")
+        for name in ("histoftree", "histoftree-tuned", "hist-ldp", "pardt", "labeldt", "krr-tree")
+    },
 }
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 
 from client.api import ApiClient, PhaseError, RetryPolicy
-from client.population import Population, PopulationSpec, build_population
+from client.population import AnyPopulation, PopulationSpec, build_population
 from client.progress import SwarmProgress
 from client.seeds import derive_seeds
 from client.server_process import ServerProcess, sqlite_url
@@ -130,7 +130,7 @@ class Case:
 class Expected:
     """A case's population, the study parameters, and what the simulator makes of it."""
 
-    population: Population
+    population: AnyPopulation
     params: dict[str, Any]
     local: SimulationResult
 
