@@ -119,7 +119,7 @@ def small_pop(mask: str = "aligned", private: int = 2, eps: float = 4.0) -> Semi
 def test_protocols_are_named_described_and_predict() -> None:
     names = [p.name for p in PROTOCOLS]
     assert names == ["histoftree", "histoftree-tuned", "hist-ldp", "pardt", "labeldt", "krr-tree"]
-    assert not set(names) & set(CATALOGUE)  # new names only
+    assert all(CATALOGUE[name] is proto for name, proto in zip(names, PROTOCOLS, strict=True))
     for proto in PROTOCOLS:
         entry = proto.describe()
         assert entry["data_kind"] == "labeled"
