@@ -17,7 +17,7 @@ from datetime import datetime
 import numpy as np
 from sqlalchemy.orm import Session
 
-from protocol.base import FloatArray, PayloadKind, RoundTask
+from protocol.base import BoolArray, FloatArray, PayloadKind, RoundTask
 from protocol.ledger import TOLERANCE
 from protocol.wire import (
     BatchItemStatus,
@@ -62,10 +62,11 @@ BETWEEN_ROUNDS_WAIT_S = 0.2
 def _check_participants(ctx: Context, study: StudyRow, ids: list[int], tokens: list[str]) -> None:
     if len(ids) != len(tokens):
         raise InvalidRequest(f"{len(ids)} participant ids but {len(tokens)} tokens")
-    for pid, token in zip(ids, tokens, strict=True):
+    valid = ctx.tokens.verify(study.secret, study.id, ids, tokens)
+    for pid, ok in zip(ids, valid, strict=True):
         # Tokens are only issued at enrollment, so a valid one names an enrolled participant
         # (leased ids may lie above the count while a lower block is still enrolling).
-        if ctx.tokens.ok(study.secret, study.id, pid, token):
+        if ok:
             continue
         if not 0 <= pid < study.n_participants:
             raise UnknownParticipant(f"study {study.id} has no participant {pid}")
@@ -95,8 +96,8 @@ def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> T
     later = np.zeros(pids.shape, dtype=np.bool_)
     for j in range(k + 1, len(splan.plan.rounds)):
         later |= splan.membership(j, pids).member
-    reported = repo.reported_pids(session, study.id, k, pids[now_in.member].tolist())
-    pending = now_in.member & ~np.isin(pids, np.fromiter(reported, np.int64, len(reported)))
+    reported = repo.reported_pids(session, study.id, k, pids[now_in.member])
+    pending = now_in.member & ~np.isin(pids, reported)
     report = pending & (r.status == "open")
     rp = splan.plan.rounds[k]
     pos = now_in.position[report]
@@ -223,9 +224,7 @@ def _resent(
     token. None otherwise (the refusal then stands)."""
     if len(ids) != len(tokens) or len(ids) != len(rows) or len({len(r) for r in rows}) != 1:
         return None
-    if not all(
-        ctx.tokens.ok(study.secret, study.id, p, t) for p, t in zip(ids, tokens, strict=True)
-    ):
+    if not all(ctx.tokens.verify(study.secret, study.id, ids, tokens)):
         return None
     payloads = np.array(rows, dtype=np.float64).reshape((len(ids), -1))
     stored = repo.existing_reports(session, study.id, index, ids)
@@ -233,6 +232,19 @@ def _resent(
     if any(stored.get(p, ("",))[0] != d for p, d in zip(ids, digests, strict=True)):
         return None
     return {p: stored[p] for p in ids}
+
+
+def _payload_matrix(rows: list[list[float]], width: int) -> tuple[FloatArray, BoolArray]:
+    """The payload rows as one (n, width) matrix, and which rows had that width (the others
+    stay zero, to be refused)."""
+    widths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    fits = widths == width
+    if fits.all():
+        return np.array(rows, dtype=np.float64).reshape((len(rows), width)), fits
+    payloads = np.zeros((len(rows), width), dtype=np.float64)
+    for i in np.flatnonzero(fits).tolist():
+        payloads[i] = rows[i]
+    return payloads, fits
 
 
 def _ingest(
@@ -251,6 +263,7 @@ def _ingest(
         raise InvalidRequest("a participant appears twice in the batch")
     if kind != r.payload_kind:
         raise InvalidPayload(f"round {r.index} takes {r.payload_kind} payloads, not {kind}")
+    study_id = study.id
     splan: StudyPlan = ctx.plans.get(session, study)
     k = r.index
     shape = tuple(int(s) for s in r.payload_shape)
@@ -264,27 +277,22 @@ def _ingest(
     pids = np.asarray(ids, dtype=np.int64)  # the wire schema bounds them by MAX_ID
     known = pids < study.n_participants
     safe = np.where(known, pids, 0)  # unknown ids are rejected below; index with a valid one
-    member = splan.membership(k, safe)
-    widths = [len(row) for row in rows]
-    if all(w == width for w in widths):
-        payloads = np.array(rows, dtype=np.float64).reshape((n, width))
-    else:  # the misshapen rows are rejected below and stay zero
-        payloads = np.zeros((n, width), dtype=np.float64)
-        for i, row in enumerate(rows):
-            if widths[i] == width:
-                payloads[i] = row
-    is_known, in_cohort = known.tolist(), member.member.tolist()
-    for i, pid in enumerate(ids):
-        if not is_known[i]:
-            reject(i, UnknownParticipant(f"study {study.id} has no participant {pid}"))
-        elif not ctx.tokens.ok(study.secret, study.id, pid, tokens[i]):
+    membership = splan.membership(k, safe)
+    member = membership.member
+    signed = np.array(ctx.tokens.verify(study.secret, study_id, ids, tokens), dtype=np.bool_)
+    payloads, fits = _payload_matrix(rows, width)
+    ok = known & signed & member & fits
+    for i in np.flatnonzero(~ok).tolist():  # the first failed check of each, in this order
+        pid = ids[i]
+        if not known[i]:
+            reject(i, UnknownParticipant(f"study {study_id} has no participant {pid}"))
+        elif not signed[i]:
             reject(i, InvalidToken(f"the token of participant {pid} is not valid"))
-        elif not in_cohort[i]:
+        elif not member[i]:
             reject(i, NotInCohort(f"participant {pid} is not in the cohort of round {k}"))
-        elif widths[i] != width:
-            reject(i, InvalidPayload(f"payload of {widths[i]} numbers, expected shape {shape}"))
-    ok = np.array([e is None for e in errors], dtype=np.bool_)
-    pos = member.position
+        else:
+            reject(i, InvalidPayload(f"payload of {len(rows[i])} numbers, expected shape {shape}"))
+    pos = membership.position
     rp = splan.plan.rounds[k]
     charge = rp.epsilon[pos]
     # The ledger: what the plan charged before round k plus this round must fit the declared ε.
@@ -310,41 +318,36 @@ def _ingest(
         ok[idx[~np.asarray(valid, dtype=np.bool_)]] = False
     now = utcnow()
     accepted = np.flatnonzero(ok)
+    accepted_ids = pids[accepted].tolist()
     blobs = _row_bytes(payloads[accepted])
-    digests = dict(zip(accepted.tolist(), _digests(kind, blobs), strict=True))
+    digests = _digests(kind, blobs)
+    epsilons = charge[accepted].tolist()
     inserted = repo.insert_reports(
-        session,
-        [
-            {
-                "study_id": study.id,
-                "round": k,
-                "participant_id": ids[i],
-                "payload": blob,
-                "epsilon": epsilon,
-                "digest": digests[i],
-                "received_at": now,
-            }
-            for i, blob, epsilon in zip(digests, blobs, charge[accepted].tolist(), strict=True)
-        ],
+        session, study_id, k, now, accepted_ids, blobs, epsilons, digests
     )
-    stored = {ids[i]: (digests[i], now) for i in digests if ids[i] in inserted}
-    conflicts = [i for i in digests if ids[i] not in inserted]
+    stored: dict[int, tuple[str, datetime]] = {}
+    conflicts: list[tuple[int, str]] = []  # (position in the batch, digest)
+    for i, pid, digest in zip(accepted.tolist(), accepted_ids, digests, strict=True):
+        if pid in inserted:
+            stored[pid] = (digest, now)
+        else:
+            conflicts.append((i, digest))
     duplicates: set[int] = set()
     if conflicts:
-        before = repo.existing_reports(session, study.id, k, [ids[i] for i in conflicts])
-        for i in conflicts:
-            digest, at = before[ids[i]]
-            if digest == digests[i]:
-                duplicates.add(ids[i])
-                stored[ids[i]] = (digest, at)
+        before = repo.existing_reports(session, study_id, k, [ids[i] for i, _ in conflicts])
+        for i, digest in conflicts:
+            pid = ids[i]
+            if before[pid][0] == digest:
+                duplicates.add(pid)
+                stored[pid] = before[pid]
             else:
                 reject(
                     i,
                     DuplicateConflict(
-                        f"participant {ids[i]} already sent a different report for round {k}"
+                        f"participant {pid} already sent a different report for round {k}"
                     ),
                 )
-    received = repo.add_received(session, study.id, k, len(inserted)) if inserted else r.received
+    received = repo.add_received(session, study_id, k, len(inserted)) if inserted else r.received
     return _Outcome(errors, duplicates, stored, received >= r.expected)
 
 

@@ -22,7 +22,7 @@ from protocol.wire import (
     StudyView,
 )
 from server import repository as repo
-from server.auth import new_secret, token_for
+from server.auth import new_secret, tokens_for
 from server.context import Context
 from server.errors import (
     EnrollmentFull,
@@ -194,19 +194,14 @@ def enroll(
             ids = explicit or list(range(total - len(epsilons), total))
             repo.add_participants(
                 session,
-                [
-                    {
-                        "study_id": study_id,
-                        "participant_id": pid,
-                        "epsilon": epsilon,
-                        "metadata": meta,
-                        "enrolled_at": now,
-                    }
-                    for pid, epsilon, meta in zip(ids, epsilons, metadata, strict=True)
-                ],
+                study_id,
+                now,
+                ids,
+                epsilons,
+                metadata if any(metadata) else {},  # none has any: one stored value for all
             )
             out = EnrollmentBatch(
-                participant_ids=ids, tokens=[token_for(study.secret, study_id, p) for p in ids]
+                participant_ids=ids, tokens=tokens_for(study.secret, study_id, ids)
             )
             full = target is not None and total >= target
             if full:

@@ -1,0 +1,64 @@
+"""The SQL layer (server/repository.py), on every backend: lookups by sets of participant ids
+answer the same whether the ids form a block (one range condition) or are spread out (IN-lists)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from protocol.wire import ReportBatch, StudyCreate
+from server import participants, studies
+from server import repository as repo
+from server.context import Context
+
+N = 40
+REPORTED = [3, 4, 5, 6, 20, 39]
+
+
+@pytest.fixture
+def study_id(ctx: Context) -> str:
+    """hetero-mean-rr (one round) with N participants, of whom REPORTED have reported."""
+    study = studies.create(ctx, StudyCreate(protocol="hetero-mean-rr", seed=3))
+    enrolled = studies.enroll(ctx, study.id, [1.0] * N, [{}] * N, [None] * N)
+    studies.start(ctx, study.id)
+    batch = ReportBatch(
+        round=0,
+        kind="bit",
+        participant_ids=REPORTED,
+        tokens=[enrolled.tokens[p] for p in REPORTED],
+        payloads=[[1.0]] * len(REPORTED),
+    )
+    assert participants.submit_batch(ctx, study.id, batch).accepted == len(REPORTED)
+    return study.id
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        list(range(N)),  # a block: one range
+        [2, 3, 4, 7, 20],  # a block with gaps, still one range
+        [0, 6, 39],  # spread out: an IN-list
+        [39, 3, 0],  # any order
+        [],
+    ],
+)
+def test_lookups_by_ids_find_exactly_the_stored_reports(
+    ctx: Context, study_id: str, ids: list[int]
+) -> None:
+    expected = sorted(set(ids) & set(REPORTED))
+    with ctx.transaction() as session:
+        found = repo.reported_pids(session, study_id, 0, np.array(ids, dtype=np.int64))
+        stored = repo.existing_reports(session, study_id, 0, ids)
+        rounds = repo.reported_rounds(session, study_id, ids)
+        assert repo.reported_pids(session, study_id, 1, np.array(ids, dtype=np.int64)).size == 0
+    assert sorted(found.tolist()) == expected
+    assert sorted(stored) == expected
+    assert rounds == {p: [0] if p in REPORTED else [] for p in ids}
+
+
+def test_lookups_span_more_ids_than_one_in_list(ctx: Context, study_id: str) -> None:
+    spread = [p * 1000 for p in range(2 * repo.IN_CHUNK)] + REPORTED  # several IN-lists
+    with ctx.transaction() as session:
+        found = repo.reported_pids(session, study_id, 0, np.array(spread, dtype=np.int64))
+        stored = repo.existing_reports(session, study_id, 0, spread)
+    assert sorted(found.tolist()) == sorted(stored) == REPORTED
