@@ -18,6 +18,7 @@ Two kinds of agent share one loop (ask for work, answer report tasks, back off o
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -31,6 +32,9 @@ from client.user import Privatizer, SimulatedUser, UserBlock
 from protocol.base import FloatArray, IntArray
 from protocol.ledger import BudgetExceededError
 from protocol.wire import (
+    MAX_BLOCKS,
+    BlockToken,
+    Credentials,
     ReportBatch,
     ReportSubmit,
     RoundTasks,
@@ -64,12 +68,14 @@ class SwarmError(Exception):
 
 @dataclass(frozen=True)
 class Roster:
-    """Enrolled users: slots (population indices), their server ids and tokens, declared ε's."""
+    """Enrolled users: slots (population indices), their server ids and tokens, declared ε's,
+    and the block tokens the server gave for blocks of them (see ``credentials``)."""
 
     slots: IntArray
     participant_ids: list[int]
     tokens: list[str]
     epsilon: FloatArray
+    blocks: tuple[BlockToken, ...] = ()
 
     def __post_init__(self) -> None:
         n = self.slots.shape[0]
@@ -80,12 +86,37 @@ class Roster:
         return int(self.slots.shape[0])
 
     def part(self, start: int, stop: int) -> Roster:
+        ids = self.participant_ids[start:stop]
+        low, high = (min(ids), max(ids)) if ids else (0, -1)
         return Roster(
             self.slots[start:stop],
-            self.participant_ids[start:stop],
+            ids,
             self.tokens[start:stop],
             self.epsilon[start:stop],
+            tuple(b for b in self.blocks if b.start <= high and b.stop > low),  # its blocks
         )
+
+    @functools.cached_property
+    def _blocks_cover(self) -> bool:
+        """Whether the block tokens cover every user of the roster."""
+        if not self.blocks:
+            return False
+        ids = np.asarray(self.participant_ids, dtype=np.int64)
+        inside = np.zeros(ids.shape, dtype=np.bool_)
+        for b in self.blocks:
+            inside |= (ids >= b.start) & (ids < b.stop)
+        return bool(inside.all())
+
+    def credentials(self, positions: IntArray) -> Credentials:
+        """Credentials of the users at ``positions``: the block tokens of their blocks when the
+        roster's blocks cover it (a short string for thousands of users), else their tokens."""
+        if self._blocks_cover and positions.size:
+            ids = [self.participant_ids[i] for i in positions]
+            low, high = min(ids), max(ids)
+            blocks = [b for b in self.blocks if b.start <= high and b.stop > low]
+            if len(blocks) <= MAX_BLOCKS:
+                return Credentials(blocks=blocks)
+        return Credentials(tokens=[self.tokens[i] for i in positions])
 
 
 @dataclass(frozen=True)
@@ -202,9 +233,11 @@ class BlockAgent(_Agent):
         positions = np.flatnonzero(self.active)
         if positions.size == 0:
             return None
+        sign = roster.credentials(positions)
         request = TaskBatchRequest(
             participant_ids=[roster.participant_ids[i] for i in positions],
-            tokens=[roster.tokens[i] for i in positions],
+            tokens=sign.tokens,
+            blocks=sign.blocks,
         )
         # Outside the gate: a held poll must not keep other blocks from reporting (the pool has a
         # connection per block beside the gate's, see run_swarm).
@@ -233,11 +266,13 @@ class BlockAgent(_Agent):
             np.asarray(tasks.epsilons, dtype=np.float64),
             np.asarray(tasks.groups, dtype=np.int64),
         )
+        sign = roster.credentials(positions)
         batch = ReportBatch(
             round=k,
             kind=tasks.payload_kind,
             participant_ids=[roster.participant_ids[i] for i in positions],
-            tokens=[roster.tokens[i] for i in positions],
+            tokens=sign.tokens,
+            blocks=sign.blocks,
             payloads=rows.tolist(),
         )
         try:

@@ -49,6 +49,7 @@ from protocol.base import JSON, FloatArray, Protocol, split_sizes
 from protocol.catalogue import CATALOGUE
 from protocol.wire import (
     MAX_BATCH,
+    BlockToken,
     EnrollBatch,
     EnrollmentBatch,
     ResultView,
@@ -204,6 +205,7 @@ async def enroll_leases(
     slots: list[int] = []
     ids: list[int] = []
     tokens: list[str] = []
+    blocks: list[BlockToken] = []
     while True:
         try:
             lease = await api.lease(study.id, ENROLL_CHUNK)
@@ -217,11 +219,13 @@ async def enroll_leases(
         slots += range(lease.start, lease.stop)
         ids += answer.participant_ids
         tokens += answer.tokens
+        blocks += [answer.block] if answer.block is not None else []
         progress.enrolled(len(slots), population.n)
     if ids != slots:
         raise SwarmError("enrollment_mismatch", "the server numbered leased participants itself")
     index = np.asarray(slots, dtype=np.int64)
-    return Roster(index, ids, tokens, np.asarray(population.epsilon[index], dtype=np.float64))
+    epsilon = np.asarray(population.epsilon[index], dtype=np.float64)
+    return Roster(index, ids, tokens, epsilon, tuple(blocks))
 
 
 async def enroll(
@@ -259,8 +263,9 @@ async def enroll(
     )
     ids = [pid for start in sorted(answers) for pid in answers[start].participant_ids]
     tokens = [token for start in sorted(answers) for token in answers[start].tokens]
+    blocks = tuple(a.block for a in answers.values() if a.block is not None)
     slots = np.arange(population.n, dtype=np.int64)
-    return Roster(slots, ids, tokens, np.asarray(population.epsilon, dtype=np.float64))
+    return Roster(slots, ids, tokens, np.asarray(population.epsilon, dtype=np.float64), blocks)
 
 
 async def start(api: ApiClient, study_id: str) -> StudyView:

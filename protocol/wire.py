@@ -20,8 +20,10 @@ __all__ = [
     "BatchItemStatus",
     "BatchReceipt",
     "BitPayload",
+    "BlockToken",
     "BudgetCharge",
     "BudgetView",
+    "Credentials",
     "EnrollBatch",
     "EnrollRequest",
     "Enrollment",
@@ -296,11 +298,37 @@ class Enrollment(Model):
     token: str
 
 
+MAX_BLOCKS = 1000
+"""Most block tokens one request may carry."""
+
+
+class BlockToken(Model):
+    """The secret token of a block of participants: ids ``start`` to ``stop - 1`` of one study,
+    enrolled by one batch request, which returned it. A batch of task requests or reports may
+    carry block tokens instead of one token per participant: each authorises exactly the
+    participants of its block."""
+
+    start: NonNegInt
+    stop: Annotated[int, Field(ge=1, le=MAX_ID + 1)]
+    token: str
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> BlockToken:
+        if self.stop <= self.start:
+            raise ValueError("a block needs stop > start")
+        return self
+
+
+BlockTokens = Annotated[list[BlockToken], Field(min_length=1, max_length=MAX_BLOCKS)]
+
+
 class EnrollmentBatch(Model):
-    """Ids and secret tokens of a batch of enrolled participants, in request order (columnar)."""
+    """Ids and secret tokens of a batch of enrolled participants, in request order (columnar),
+    and the block token of them all when their ids are consecutive."""
 
     participant_ids: list[int]
     tokens: list[str]
+    block: BlockToken | None = None
 
     @property
     def enrollments(self) -> list[Enrollment]:
@@ -349,9 +377,27 @@ class TaskDone(Model):
 Task = Annotated[TaskWait | TaskReport | TaskDone, Field(discriminator="kind")]
 
 
-class TaskBatchRequest(Model):
+class Credentials(Model):
+    """A batch request's proof that its participants sent it: one token per participant
+    (``tokens``, in the order of ``participant_ids``), or the block tokens that cover them
+    (``blocks``), which spares a batch of tens of thousands their tokens."""
+
+    tokens: list[str] | None = Field(
+        default=None, description="each participant's token (give this or blocks)"
+    )
+    blocks: BlockTokens | None = Field(
+        default=None, description="block tokens covering every participant (or tokens)"
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Credentials:
+        if (self.tokens is None) == (self.blocks is None):
+            raise ValueError("give either tokens (one per participant) or blocks")
+        return self
+
+
+class TaskBatchRequest(Credentials):
     participant_ids: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_BATCH)]
-    tokens: list[str]
 
 
 class TaskBatchItem(Model):
@@ -431,13 +477,12 @@ class Receipt(Model):
     duplicate: bool
 
 
-class ReportBatch(Model):
+class ReportBatch(Credentials):
     """Many participants' already-privatized reports for one round (columnar)."""
 
     round: NonNegInt
     kind: PayloadKind
     participant_ids: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_BATCH)]
-    tokens: list[str]
     payloads: list[list[float]]
 
 

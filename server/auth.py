@@ -1,7 +1,11 @@
 """Participants' tokens and the admin key.
 
 A token is HMAC-SHA256(study secret, "study id:participant id"), base64url: the server stores no
-token and checks one in a microsecond or two, which the 50 000-report batches need.
+token and checks one in a microsecond or two, which the 50 000-report batches need. A block
+token is HMAC-SHA256(study secret, "study id:block:start:stop"), issued with an enrollment batch
+of the consecutive ids start..stop-1: it stands for the tokens of those participants, whose
+holder it was given to, and for no other (the two messages cannot coincide: a participant's
+names one integer after the study id).
 """
 
 from __future__ import annotations
@@ -15,7 +19,16 @@ from collections.abc import Iterable, Sequence
 
 from server.errors import AdminKeyInvalid, AdminKeyRequired
 
-__all__ = ["TokenCache", "check_admin", "new_secret", "token_for", "token_ok", "tokens_for"]
+__all__ = [
+    "TokenCache",
+    "block_token_for",
+    "block_token_ok",
+    "check_admin",
+    "new_secret",
+    "token_for",
+    "token_ok",
+    "tokens_for",
+]
 
 _MAC_BYTES = 32
 _TOKEN_CHARS = 43
@@ -48,6 +61,16 @@ def tokens_for(secret: str, study_id: str, participant_ids: Iterable[int]) -> li
     text = base64.urlsafe_b64encode(b"\0".join(macs) + b"\0").decode()
     step = 4 * (_MAC_BYTES + 1) // 3
     return [text[i : i + _TOKEN_CHARS] for i in range(0, len(text), step)]
+
+
+def block_token_for(secret: str, study_id: str, start: int, stop: int) -> str:
+    """The token of the participants ``start`` to ``stop - 1`` together."""
+    mac = hmac.digest(bytes.fromhex(secret), f"{study_id}:block:{start}:{stop}".encode(), "sha256")
+    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+
+def block_token_ok(secret: str, study_id: str, start: int, stop: int, token: str) -> bool:
+    return _same(block_token_for(secret, study_id, start, stop), token)
 
 
 def _same(expected: str, given: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,7 @@ from protocol.wire import (
     BatchReceipt,
     BudgetCharge,
     BudgetView,
+    Credentials,
     Receipt,
     ReportBatch,
     ReportSubmit,
@@ -34,6 +36,7 @@ from protocol.wire import (
     payload_row,
 )
 from server import repository as repo
+from server.auth import block_token_ok
 from server.context import Context
 from server.errors import (
     BudgetExceeded,
@@ -59,15 +62,44 @@ ENROLLING_WAIT_S = 0.5
 BETWEEN_ROUNDS_WAIT_S = 0.2
 
 
-def _check_participants(ctx: Context, study: StudyRow, ids: list[int], tokens: list[str]) -> None:
-    if len(ids) != len(tokens):
-        raise InvalidRequest(f"{len(ids)} participant ids but {len(tokens)} tokens")
-    valid = ctx.tokens.verify(study.secret, study.id, ids, tokens)
-    for pid, ok in zip(ids, valid, strict=True):
+def _one(token: str | None) -> Credentials:
+    """The credentials of a single-participant request (no token: an invalid one)."""
+    return Credentials(tokens=[token or ""])
+
+
+def _signed(ctx: Context, study: StudyRow, ids: list[int], credentials: Credentials) -> BoolArray:
+    """Which of the participants ``ids`` the credentials authorise: their own token, or a valid
+    block token whose block holds them. A block token costs one HMAC however many participants
+    it covers; the tokens' are cached (``TokenCache``)."""
+    if credentials.tokens is not None:
+        if len(credentials.tokens) != len(ids):
+            raise InvalidRequest(f"{len(ids)} participant ids but {len(credentials.tokens)} tokens")
+        valid = ctx.tokens.verify(study.secret, study.id, ids, credentials.tokens)
+        return np.array(valid, dtype=np.bool_)
+    assert credentials.blocks is not None  # the wire model holds one kind or the other
+    blocks = sorted(
+        (b.start, b.stop)
+        for b in credentials.blocks
+        if block_token_ok(study.secret, study.id, b.start, b.stop, b.token)
+    )
+    pids = np.asarray(ids, dtype=np.int64)
+    if not blocks:
+        return np.zeros(pids.shape, dtype=np.bool_)
+    starts = np.array([b[0] for b in blocks], dtype=np.int64)
+    reach = np.maximum.accumulate(np.array([b[1] for b in blocks], dtype=np.int64))
+    last = np.searchsorted(starts, pids, side="right") - 1  # the last block starting at or below
+    # (blocks may overlap: a pid is covered iff a block starting at or below it reaches past it)
+    return (last >= 0) & (pids < reach[np.maximum(last, 0)])
+
+
+def _check_participants(
+    ctx: Context, study: StudyRow, ids: list[int], credentials: Credentials
+) -> None:
+    valid = _signed(ctx, study, ids, credentials)
+    for i in np.flatnonzero(~valid)[:1].tolist():
         # Tokens are only issued at enrollment, so a valid one names an enrolled participant
         # (leased ids may lie above the count while a lower block is still enrolling).
-        if ok:
-            continue
+        pid = ids[i]
         if not 0 <= pid < study.n_participants:
             raise UnknownParticipant(f"study {study.id} has no participant {pid}")
         raise InvalidToken(f"the token of participant {pid} is not valid for study {study.id}")
@@ -130,7 +162,7 @@ def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> T
 def task(ctx: Context, study_id: str, participant_id: int, token: str | None) -> Task:
     with ctx.transaction() as session:
         study = require_study(session, study_id)
-        _check_participants(ctx, study, [participant_id], [token or ""])
+        _check_participants(ctx, study, [participant_id], _one(token))
         found = _tasks(ctx, session, study, [participant_id])
         if found.done:
             history = repo.reported_rounds(session, study_id, [participant_id])
@@ -139,30 +171,39 @@ def task(ctx: Context, study_id: str, participant_id: int, token: str | None) ->
 
 
 async def tasks_when_ready(
-    ctx: Context, study_id: str, ids: list[int], tokens: list[str], hold_s: float
+    ctx: Context, study_id: str, ids: list[int], credentials: Credentials, hold_s: float
 ) -> TaskBatch:
     """``tasks``, held back for up to ``hold_s`` while every one of them would only be told to
     wait (a long poll): the answer then comes as soon as the study moves on (a round opens, the
     study starts or ends), instead of after the client's next wait. Transitions made by this
-    process wake it at once; the database is asked again every quarter second for the others'."""
+    process wake it at once; the database is asked again every quarter second for the others'.
+    The credentials are checked once, on the first ask."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + hold_s
+    ask = functools.partial(tasks, ctx, study_id, ids, credentials)
     while True:
         seen = ctx.transitions.count
-        batch = await asyncio.to_thread(tasks, ctx, study_id, ids, tokens)
+        batch = await asyncio.to_thread(ask)
         left = give_up - loop.time()
         if batch.reports or batch.done or left <= 0:
             return batch
+        ask = functools.partial(_tasks_of, ctx, study_id, ids)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(min(left, 0.25)):
                 await ctx.transitions.wait(seen)
 
 
-def tasks(ctx: Context, study_id: str, ids: list[int], tokens: list[str]) -> TaskBatch:
+def tasks(ctx: Context, study_id: str, ids: list[int], credentials: Credentials) -> TaskBatch:
     with ctx.transaction() as session:
         study = require_study(session, study_id)
-        _check_participants(ctx, study, ids, tokens)
+        _check_participants(ctx, study, ids, credentials)
         return _tasks(ctx, session, study, ids)
+
+
+def _tasks_of(ctx: Context, study_id: str, ids: list[int]) -> TaskBatch:
+    """``tasks`` for participants whose credentials were checked already."""
+    with ctx.transaction() as session:
+        return _tasks(ctx, session, require_study(session, study_id), ids)
 
 
 # --------------------------------------------------------------------------- reports
@@ -215,16 +256,19 @@ def _resent(
     study: StudyRow,
     index: int,
     ids: list[int],
-    tokens: list[str],
+    credentials: Credentials,
     kind: str,
     rows: list[list[float]],
 ) -> dict[int, tuple[str, datetime]] | None:
     """The stored receipts of reports sent again after their round closed (the first answer was
-    lost, e.g. in a crash): only when every one is stored already, identical, under a valid
-    token. None otherwise (the refusal then stands)."""
-    if len(ids) != len(tokens) or len(ids) != len(rows) or len({len(r) for r in rows}) != 1:
+    lost, e.g. in a crash): only when every one is stored already, identical, under valid
+    credentials. None otherwise (the refusal then stands)."""
+    tokens = credentials.tokens
+    if tokens is not None and len(tokens) != len(ids):
         return None
-    if not all(ctx.tokens.verify(study.secret, study.id, ids, tokens)):
+    if len(ids) != len(rows) or len({len(r) for r in rows}) != 1:
+        return None
+    if not _signed(ctx, study, ids, credentials).all():
         return None
     payloads = np.array(rows, dtype=np.float64).reshape((len(ids), -1))
     stored = repo.existing_reports(session, study.id, index, ids)
@@ -253,12 +297,12 @@ def _ingest(
     study: StudyRow,
     r: RoundRow,
     ids: list[int],
-    tokens: list[str],
+    credentials: Credentials,
     kind: PayloadKind,
     rows: list[list[float]],
 ) -> _Outcome:
-    if not len(ids) == len(tokens) == len(rows):
-        raise InvalidRequest(f"{len(ids)} ids, {len(tokens)} tokens and {len(rows)} payloads")
+    if len(ids) != len(rows):
+        raise InvalidRequest(f"{len(ids)} ids but {len(rows)} payloads")
     if len(set(ids)) != len(ids):
         raise InvalidRequest("a participant appears twice in the batch")
     if kind != r.payload_kind:
@@ -279,7 +323,7 @@ def _ingest(
     safe = np.where(known, pids, 0)  # unknown ids are rejected below; index with a valid one
     membership = splan.membership(k, safe)
     member = membership.member
-    signed = np.array(ctx.tokens.verify(study.secret, study_id, ids, tokens), dtype=np.bool_)
+    signed = _signed(ctx, study, ids, credentials)
     payloads, fits = _payload_matrix(rows, width)
     ok = known & signed & member & fits
     for i in np.flatnonzero(~ok).tolist():  # the first failed check of each, in this order
@@ -376,13 +420,13 @@ def submit_many(
         except (RoundClosed, StudyNotRunning) as exc:
             out: list[Receipt | FedldpError] = []
             for i, pid in enumerate(ids):
-                again = _resent(ctx, session, study, index, [pid], [tokens[i]], kind, [rows[i]])
+                again = _resent(ctx, session, study, index, [pid], _one(tokens[i]), kind, [rows[i]])
                 if again is None:
                     out.append(exc)
                 else:
                     out.append(_receipt(pid, index, again[pid], duplicate=True))
             return out
-        outcome = _ingest(ctx, session, study, r, ids, tokens, kind, rows)
+        outcome = _ingest(ctx, session, study, r, ids, Credentials(tokens=tokens), kind, rows)
     if outcome.complete:
         advance(ctx, study_id, index)
     results: list[Receipt | FedldpError] = []
@@ -400,13 +444,13 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
         try:
             r = _open_round(session, study, batch.round)
         except (RoundClosed, StudyNotRunning):
-            args = (batch.participant_ids, batch.tokens, batch.kind, batch.payloads)
+            args = (batch.participant_ids, batch, batch.kind, batch.payloads)
             if _resent(ctx, session, study, batch.round, *args) is None:
                 raise
             n = len(batch.participant_ids)
             return BatchReceipt(round=batch.round, accepted=0, duplicates=n, rejected=0, items=[])
         outcome = _ingest(
-            ctx, session, study, r, batch.participant_ids, batch.tokens, batch.kind, batch.payloads
+            ctx, session, study, r, batch.participant_ids, batch, batch.kind, batch.payloads
         )
     if outcome.complete:
         advance(ctx, study_id, batch.round)
@@ -430,7 +474,7 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
 def budget(ctx: Context, study_id: str, participant_id: int, token: str | None) -> BudgetView:
     with ctx.transaction() as session:
         study = require_study(session, study_id)
-        _check_participants(ctx, study, [participant_id], [token or ""])
+        _check_participants(ctx, study, [participant_id], _one(token))
         p = repo.participant(session, study_id, participant_id)
         assert p is not None
         reported = set(repo.reported_rounds(session, study_id, [participant_id])[participant_id])

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from protocol.base import jsonable
 from protocol.catalogue import CATALOGUE
 from protocol.wire import (
+    BlockToken,
     EnrollmentBatch,
     Lease,
     ResultView,
@@ -22,7 +23,7 @@ from protocol.wire import (
     StudyView,
 )
 from server import repository as repo
-from server.auth import new_secret, tokens_for
+from server.auth import block_token_for, new_secret, tokens_for
 from server.context import Context
 from server.errors import (
     EnrollmentFull,
@@ -201,7 +202,9 @@ def enroll(
                 metadata if any(metadata) else {},  # none has any: one stored value for all
             )
             out = EnrollmentBatch(
-                participant_ids=ids, tokens=tokens_for(study.secret, study_id, ids)
+                participant_ids=ids,
+                tokens=tokens_for(study.secret, study_id, ids),
+                block=_block_token(study, ids),
             )
             full = target is not None and total >= target
             if full:
@@ -215,6 +218,16 @@ def enroll(
     if full:
         advance(ctx, study_id, 0)
     return out
+
+
+def _block_token(study: StudyRow, ids: list[int]) -> BlockToken | None:
+    """The block token of a batch of distinct ids, when they are consecutive."""
+    start, stop = min(ids), max(ids) + 1
+    if stop - start != len(ids):
+        return None
+    return BlockToken(
+        start=start, stop=stop, token=block_token_for(study.secret, study.id, start, stop)
+    )
 
 
 def lease(ctx: Context, study_id: str, size: int) -> Lease:

@@ -21,7 +21,7 @@ from client.population import PopulationSpec, build_population
 from client.simulate import fill_from_population
 from client.user import Privatizer
 from protocol.catalogue import get_protocol
-from protocol.wire import RoundTasks, TaskBatch
+from protocol.wire import BlockToken, Credentials, RoundTasks, TaskBatch
 
 
 @given(
@@ -46,6 +46,21 @@ def test_roster_parts_are_contiguous_slices() -> None:
     assert len(part) == 4
     with pytest.raises(ValueError, match="one id, token and ε per slot"):
         Roster(np.arange(3), [0, 1], ["a", "b", "c"], np.ones(3))
+
+
+def test_block_tokens_stand_in_for_tokens_where_they_cover_the_roster() -> None:
+    low, high = BlockToken(start=0, stop=5, token="b0"), BlockToken(start=5, stop=10, token="b1")
+    tokens = [f"t{i}" for i in range(10)]
+    roster = Roster(np.arange(10), list(range(10)), tokens, np.ones(10), (low, high))
+    assert roster.credentials(np.array([0, 1])) == Credentials(blocks=[low])
+    assert roster.credentials(np.array([4, 5])) == Credentials(blocks=[low, high])
+    part = roster.part(6, 9)
+    assert part.blocks == (high,)
+    assert part.credentials(np.array([0, 2])) == Credentials(blocks=[high])
+    uncovered = Roster(np.arange(10), list(range(10)), tokens, np.ones(10), (low,))
+    assert uncovered.credentials(np.array([0, 1])) == Credentials(tokens=["t0", "t1"])
+    assert uncovered.part(0, 5).credentials(np.array([1])) == Credentials(blocks=[low])
+    assert pickle.loads(pickle.dumps(roster.part(0, 10))).blocks == (low, high)
 
 
 def test_the_first_failure_is_unwrapped_from_task_groups() -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import base64
 import hmac
 
-from server.auth import TokenCache, new_secret, token_for, token_ok, tokens_for
+from server.auth import (
+    TokenCache,
+    block_token_for,
+    block_token_ok,
+    new_secret,
+    token_for,
+    token_ok,
+    tokens_for,
+)
 
 
 def test_tokens_are_per_study_and_participant() -> None:
@@ -55,3 +63,14 @@ def test_the_cache_verifies_a_batch_token_by_token() -> None:
     assert cache.verify(secret, "a", [0, 1, 2, 3], given) == [True, False, False, True]
     assert cache.verify(secret, "a", [0, 1, 2, 3], good) == [True, True, True, True]
     assert cache.verify(secret, "a", [1, 0], [good[0], good[1]]) == [False, False]
+
+
+def test_block_tokens_are_per_study_and_block() -> None:
+    secret = new_secret()
+    token = block_token_for(secret, "s1", 0, 10)
+    assert block_token_ok(secret, "s1", 0, 10, token)
+    for study, start, stop in (("s1", 0, 9), ("s1", 1, 10), ("s2", 0, 10)):
+        assert not block_token_ok(secret, study, start, stop, token)
+    assert not block_token_ok(new_secret(), "s1", 0, 10, token)
+    assert not block_token_ok(secret, "s1", 0, 10, token[:-1] + "é")
+    assert token not in {token_for(secret, "s1", pid) for pid in range(11)}
