@@ -275,7 +275,9 @@ class EnrollBatch(Model):
         return self
 
     def rows(self) -> tuple[list[float], list[dict[str, Any]], list[int | None]]:
-        """Each participant's ε, metadata and requested id (None: numbered by the server)."""
+        """Each participant's ε, metadata and requested id (None: numbered by the server). In
+        the columnar form, a participant whose metadata equal the previous one's, bit for bit,
+        shares its dict (read-only): the server then stores one JSON text for the run of them."""
         if self.participants is not None:
             return (
                 [p.epsilon for p in self.participants],
@@ -286,11 +288,30 @@ class EnrollBatch(Model):
         n = len(self.epsilons)
         keys = list(self.metadata)
         columns = [self.metadata[k] for k in keys]
-        metadata = [dict(zip(keys, values, strict=True)) for values in zip(*columns, strict=True)]
+        metadata: list[dict[str, Any]] = [{}] * n
+        if keys:
+            rows = zip(zip(*columns, strict=True), _repeats(columns), strict=True)
+            for i, (values, repeat) in enumerate(rows):
+                metadata[i] = metadata[i - 1] if repeat else dict(zip(keys, values, strict=True))
         ids: list[int | None] = (
             list(self.participant_ids) if self.participant_ids is not None else [None] * n
         )
-        return list(self.epsilons), metadata if keys else [{} for _ in range(n)], ids
+        return list(self.epsilons), metadata, ids
+
+
+def _repeats(columns: list[list[float] | list[list[float]]]) -> list[bool]:
+    """Whether each row of the columns holds the previous row's values, bit for bit (so that
+    0.0 and -0.0 differ); the first row repeats nothing, and rows of ragged vectors neither."""
+    n = len(columns[0])
+    same = np.ones(n, dtype=np.bool_)
+    same[:1] = False
+    for column in columns:
+        try:
+            bits = np.asarray(column, dtype=np.float64).view(np.int64).reshape(n, -1)
+        except ValueError:  # vectors of different lengths
+            return [False] * n
+        same[1:] &= (bits[1:] == bits[:-1]).all(axis=1)
+    return same.tolist()
 
 
 class Enrollment(Model):

@@ -89,6 +89,19 @@ _REPORTS: Table = ReportRow.metadata.tables[ReportRow.__tablename__]
 _PARTICIPANTS: Table = ParticipantRow.metadata.tables[ParticipantRow.__tablename__]
 
 
+def _processed(values: Sequence[Any], process: Callable[[Any], Any]) -> list[Any]:
+    """Each value through ``process``, once for a run of the same object (participants of an
+    enrollment batch share the dict of their equal metadata: one JSON encoding for them all)."""
+    out: list[Any] = []
+    last: object = _processed  # no value is this function
+    done: Any = None
+    for value in values:
+        if value is not last:
+            last, done = value, process(value)
+        out.append(done)
+    return out
+
+
 class _Columns:
     """Rows to insert, column by column: the values all rows share (``same``) and one value per
     row (``each``), so that a batch of tens of thousands is never built as one dict per row."""
@@ -103,7 +116,7 @@ class _Columns:
             value = self.same[name]
             return itertools.repeat(value if process is None else process(value), self.size)
         values = self.each[name]
-        return values if process is None else [process(v) for v in values]
+        return values if process is None else _processed(values, process)
 
     def dicts(self, table: Table) -> list[dict[str, Any]]:
         """One dict per row, keyed by column name (for SQLAlchemy's ``executemany``)."""

@@ -104,6 +104,30 @@ def test_enroll_batch_columns_give_the_same_rows_as_the_list() -> None:
     assert EnrollBatch(epsilons=[1.0]).rows() == ([1.0], [{}], [None])
 
 
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([0.0, -0.0, 4.0]), st.sampled_from([(1.0,), (1.0, 2.0)])),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_enroll_batch_columns_share_the_dict_of_repeated_metadata(
+    rows: list[tuple[float, tuple[float, ...]]],
+) -> None:
+    from protocol.wire import EnrollBatch
+
+    batch = EnrollBatch(
+        epsilons=[1.0] * len(rows),
+        metadata={"s": [r[0] for r in rows], "v": [list(r[1]) for r in rows]},
+    )
+    metadata = batch.rows()[1]
+    ragged = len({len(r[1]) for r in rows}) > 1  # vectors of different lengths: never shared
+    for i, (row, meta) in enumerate(zip(rows, metadata, strict=True)):
+        assert (repr(meta["s"]), meta["v"]) == (repr(row[0]), list(row[1]))  # -0.0 stays -0.0
+        same = i > 0 and not ragged and repr(rows[i - 1]) == repr(row)
+        assert (i > 0 and meta is metadata[i - 1]) == same
+
+
 @pytest.mark.parametrize(
     "bad",
     [

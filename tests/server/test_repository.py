@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protocol.wire import ReportBatch, StudyCreate
+from protocol.wire import EnrollBatch, ReportBatch, StudyCreate
 from server import participants, studies
 from server import repository as repo
 from server.context import Context
@@ -62,3 +62,15 @@ def test_lookups_span_more_ids_than_one_in_list(ctx: Context, study_id: str) -> 
         found = repo.reported_pids(session, study_id, 0, np.array(spread, dtype=np.int64))
         stored = repo.existing_reports(session, study_id, 0, spread)
     assert sorted(found.tolist()) == sorted(stored) == REPORTED
+
+
+def test_participants_sharing_metadata_store_each_their_own(ctx: Context) -> None:
+    """Runs of equal metadata are encoded once (server.repository._processed); every
+    participant still reads back its own, 0.0 and -0.0 included."""
+    samples = [4.0, 4.0, 8.0, 8.0, 8.0, -0.0, 0.0, 0.0, 4.0]
+    study = studies.create(ctx, StudyCreate(protocol="hetero-mean-rr", seed=3))
+    batch = EnrollBatch(epsilons=[1.0] * len(samples), metadata={"samples": samples})
+    studies.enroll(ctx, study.id, *batch.rows())
+    with ctx.transaction() as session:
+        _, metadata = repo.load_participants(session, study.id)
+    assert [repr(m["samples"]) for m in metadata] == [repr(v) for v in samples]
