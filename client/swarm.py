@@ -164,13 +164,17 @@ def _check_data(protocol: Protocol[Any], population: Population) -> None:
         )
 
 
-def _enroll_batch(population: Population, start: int, stop: int) -> EnrollBatch:
-    """Users ``start..stop-1`` as one columnar enrollment batch, participant id = slot."""
+def _enroll_batch(
+    population: Population, start: int, stop: int, block_only: bool = False
+) -> EnrollBatch:
+    """Users ``start..stop-1`` as one columnar enrollment batch, participant id = slot;
+    ``block_only`` asks for the block token alone (see ``enroll``)."""
     metadata = {key: values[start:stop].tolist() for key, values in population.metadata.items()}
     return EnrollBatch(
         epsilons=population.epsilon[start:stop].tolist(),
         metadata=metadata,
         participant_ids=list(range(start, stop)),
+        block_only=block_only,
     )
 
 
@@ -198,10 +202,16 @@ async def join(api: ApiClient, name: str, create: StudyCreate, population: Popul
 
 
 async def enroll_leases(
-    api: ApiClient, study: StudyView, population: Population, progress: SwarmProgress
+    api: ApiClient,
+    study: StudyView,
+    population: Population,
+    progress: SwarmProgress,
+    *,
+    block_only: bool = False,
 ) -> Roster:
     """Lease blocks of participant ids until none are left and enroll those users (participant
-    id = population index): swarms sharing a study run disjoint parts of the population."""
+    id = population index): swarms sharing a study run disjoint parts of the population.
+    ``block_only`` as for ``enroll``."""
     slots: list[int] = []
     ids: list[int] = []
     tokens: list[str] = []
@@ -214,7 +224,7 @@ async def enroll_leases(
                 break
             raise
         answer = await api.enroll_batch(
-            study.id, _enroll_batch(population, lease.start, lease.stop)
+            study.id, _enroll_batch(population, lease.start, lease.stop, block_only)
         )
         slots += range(lease.start, lease.stop)
         ids += answer.participant_ids
@@ -229,10 +239,16 @@ async def enroll_leases(
 
 
 async def enroll(
-    api: ApiClient, study: StudyView, population: Population, progress: SwarmProgress
+    api: ApiClient,
+    study: StudyView,
+    population: Population,
+    progress: SwarmProgress,
+    *,
+    block_only: bool = False,
 ) -> Roster:
     """Enroll every user with participant id = slot (given explicitly, so that a few batches
-    can be in flight at once)."""
+    can be in flight at once). ``block_only`` asks for each batch's block token and not for
+    every user's token: enough for the batch agents, which need no more."""
     if study.phase != "enrolling" or study.n_participants != 0:
         raise SwarmError(
             "study_not_empty",
@@ -244,7 +260,8 @@ async def enroll(
 
     async def block(start: int, stop: int) -> None:
         async with gate:  # built inside the gate: one batch is built while another is stored
-            answer = await api.enroll_batch(study.id, _enroll_batch(population, start, stop))
+            batch = _enroll_batch(population, start, stop, block_only)
+            answer = await api.enroll_batch(study.id, batch)
         if answer.participant_ids != list(range(start, stop)):
             raise SwarmError(
                 "enrollment_mismatch",
@@ -253,7 +270,7 @@ async def enroll(
                 server_side=True,
             )
         answers[start] = answer
-        progress.enrolled(sum(len(a.tokens) for a in answers.values()), population.n)
+        progress.enrolled(sum(len(a.participant_ids) for a in answers.values()), population.n)
 
     await asyncio.gather(
         *(
@@ -442,10 +459,11 @@ async def run_swarm(
                 study = await api.study(study_id)
             protocol = _local_protocol(study.protocol)
             _check_data(protocol, pop)
+            block_only = batch is not None  # batch agents use the block tokens alone
             if lease:
-                roster = await enroll_leases(api, study, pop, bars)
+                roster = await enroll_leases(api, study, pop, bars, block_only=block_only)
             else:
-                roster = await enroll(api, study, pop, bars)
+                roster = await enroll(api, study, pop, bars, block_only=block_only)
                 study = await start(api, study.id)
             watcher = asyncio.create_task(watch_study(api, study.id, bars))
             try:

@@ -259,6 +259,11 @@ class EnrollBatch(Model):
     )
     metadata: dict[str, list[float] | list[list[float]]] = Field(default_factory=dict)
     participant_ids: list[NonNegInt] | None = None
+    block_only: bool = Field(
+        default=False,
+        description="answer with the block token only, not with every participant's token (a "
+        "client of the batch endpoints alone needs no more); the ids must then be consecutive",
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> EnrollBatch:
@@ -345,7 +350,8 @@ BlockTokens = Annotated[list[BlockToken], Field(min_length=1, max_length=MAX_BLO
 
 class EnrollmentBatch(Model):
     """Ids and secret tokens of a batch of enrolled participants, in request order (columnar),
-    and the block token of them all when their ids are consecutive."""
+    and the block token of them all when their ids are consecutive. ``tokens`` is empty when
+    the request asked for the block token only."""
 
     participant_ids: list[int]
     tokens: list[str]
@@ -353,6 +359,8 @@ class EnrollmentBatch(Model):
 
     @property
     def enrollments(self) -> list[Enrollment]:
+        if len(self.tokens) != len(self.participant_ids):
+            raise ValueError("this batch was enrolled with a block token only")
         return [
             Enrollment(participant_id=p, token=t)
             for p, t in zip(self.participant_ids, self.tokens, strict=True)

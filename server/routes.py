@@ -125,8 +125,8 @@ def enroll_batch(
     study_id: str, body: Annotated[wire.EnrollBatch, Depends(json_body(wire.EnrollBatch))], ctx: Ctx
 ) -> wire.EnrollmentBatch:
     """Enroll many participants: their ids and tokens, and, when the ids are consecutive, the
-    block token that stands for all of them on the batch endpoints."""
-    return studies.enroll(ctx, study_id, *body.rows())
+    block token that stands for all of them on the batch endpoints (``block_only``: that alone)."""
+    return studies.enroll(ctx, study_id, *body.rows(), block_only=body.block_only)
 
 
 @router.post(

@@ -166,15 +166,21 @@ def enroll(
     epsilons: list[float],
     metadata: list[dict[str, Any]],
     requested: list[int | None],
+    *,
+    block_only: bool = False,
 ) -> EnrollmentBatch:
     """Enroll participants (their ε, metadata and requested ids), numbered by the server in
     arrival order or, all of them, with the ids they give (a lease's); the enrollment target,
-    when reached, starts the study."""
+    when reached, starts the study. The answer holds each participant's token and, for
+    consecutive ids, their block token; ``block_only``: the block token alone (the tokens are
+    not even computed)."""
     explicit = [p for p in requested if p is not None]
     if explicit and len(explicit) != len(requested):
         raise InvalidRequest("give a participant_id for every participant of a batch, or none")
     if len(set(explicit)) != len(explicit):
         raise InvalidRequest("a participant_id appears twice in the batch")
+    if block_only and explicit and max(explicit) - min(explicit) + 1 != len(explicit):
+        raise InvalidRequest("a block token alone needs consecutive participant ids")
     now = utcnow()
     try:
         with ctx.transaction() as session:
@@ -203,7 +209,7 @@ def enroll(
             )
             out = EnrollmentBatch(
                 participant_ids=ids,
-                tokens=tokens_for(study.secret, study_id, ids),
+                tokens=[] if block_only else tokens_for(study.secret, study_id, ids),
                 block=_block_token(study, ids),
             )
             full = target is not None and total >= target

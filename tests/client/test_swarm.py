@@ -119,14 +119,18 @@ async def test_leasing_swarms_share_one_study(app: FastAPI) -> None:
 
 
 class Recording(httpx.ASGITransport):
-    """The app in process, remembering each batch request's credentials (tokens or blocks)."""
+    """The app in process, remembering what enrollment answers were asked for and each batch
+    request's credentials (tokens or blocks)."""
 
     def __init__(self, app: FastAPI) -> None:
         super().__init__(app=app)
         self.credentials: list[tuple[str, bool, bool]] = []
+        self.block_only: list[bool] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
+        if path.endswith("/participants/batch"):
+            self.block_only.append(json.loads(await request.aread())["block_only"])
         if path.endswith(("/tasks", "/reports/batch")):
             body = json.loads(await request.aread())
             sent = (path.rsplit("/", 1)[-1], body["tokens"] is not None, body["blocks"] is not None)
@@ -154,6 +158,8 @@ async def test_batch_agents_send_block_tokens_not_each_token(app: FastAPI, lease
     kinds = {kind for kind, _, _ in transport.credentials}
     assert kinds == {"tasks", "batch"}
     assert all(blocks and not tokens for _, tokens, blocks in transport.credentials)
+    assert transport.block_only
+    assert all(transport.block_only)  # no user's own token was computed
 
 
 async def test_a_swarm_with_another_population_cannot_join(app: FastAPI) -> None:
