@@ -74,3 +74,15 @@ def test_participants_sharing_metadata_store_each_their_own(ctx: Context) -> Non
     with ctx.transaction() as session:
         _, metadata = repo.load_participants(session, study.id)
     assert [repr(m["samples"]) for m in metadata] == [repr(v) for v in samples]
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 8192])
+def test_reports_stream_and_sum_in_pages(ctx: Context, study_id: str, chunk: int) -> None:
+    with ctx.transaction() as session:
+        pages = list(repo.stream_reports(session, study_id, 0, chunk))
+        spent = repo.spent_per_participant(session, study_id, N, chunk)
+    assert [pid for ids, _ in pages for pid in ids.tolist()] == REPORTED
+    assert all(len(ids) == len(blobs) <= chunk for ids, blobs in pages)
+    assert {bytes(b) for _, blobs in pages for b in blobs} == {np.float64(1.0).tobytes()}
+    assert np.flatnonzero(spent).tolist() == REPORTED
+    assert spent[REPORTED].tolist() == [1.0] * len(REPORTED)
