@@ -42,6 +42,7 @@ from protocol.wire import (
     TaskBatchRequest,
     TaskDone,
     TaskWait,
+    pack_rows,
 )
 
 __all__ = ["DriveStats", "Roster", "SwarmError", "WaitPolicy", "drive"]
@@ -292,7 +293,7 @@ class BlockAgent(_Agent):
             participant_ids=roster.ids[positions].tolist(),
             tokens=sign.tokens,
             blocks=sign.blocks,
-            payloads=rows.tolist(),
+            packed=pack_rows(rows),
         )
         try:
             async with ctx.gate:

@@ -8,6 +8,8 @@ participants) because it carries up to tens of thousands of reports per request.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -61,6 +63,7 @@ __all__ = [
     "TaskReport",
     "TaskWait",
     "VectorPayload",
+    "pack_rows",
     "payload_from_row",
     "payload_row",
 ]
@@ -507,12 +510,50 @@ class Receipt(Model):
 
 
 class ReportBatch(Credentials):
-    """Many participants' already-privatized reports for one round (columnar)."""
+    """Many participants' already-privatized reports for one round (columnar). The payload rows
+    come as JSON lists (``payloads``) or packed into one string (``packed``, see ``pack_rows``),
+    which spares both sides formatting and parsing tens of thousands of numbers."""
 
     round: NonNegInt
     kind: PayloadKind
     participant_ids: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_BATCH)]
-    payloads: list[list[float]]
+    payloads: list[list[float]] | None = Field(
+        default=None, description="each participant's payload row (give this or packed)"
+    )
+    packed: str | None = Field(
+        default=None,
+        description="the payload rows as one base64 string of little-endian float64 numbers, "
+        "row after row, the same number of them for each participant (or payloads)",
+    )
+
+    @model_validator(mode="after")
+    def _one_payload_form(self) -> ReportBatch:
+        if (self.payloads is None) == (self.packed is None):
+            raise ValueError("give either payloads or packed")
+        if self.packed is not None:
+            self.packed_rows()  # decodable, one row per participant, finite
+        return self
+
+    def packed_rows(self) -> FloatArray:
+        """The ``packed`` rows as an (n participants, k) matrix; ValueError if they are not
+        base64 of finite float64 numbers that make one row per participant."""
+        assert self.packed is not None
+        try:
+            raw = binascii.a2b_base64(self.packed, strict_mode=True)
+        except (binascii.Error, ValueError):  # ValueError: non-ASCII characters
+            raise ValueError("packed is not base64") from None
+        n = len(self.participant_ids)
+        if len(raw) % (8 * n):
+            raise ValueError(f"packed holds {len(raw)} bytes: not {n} rows of float64 numbers")
+        rows = np.frombuffer(raw, dtype="<f8").astype(np.float64).reshape((n, -1))
+        if not np.isfinite(rows).all():
+            raise ValueError("packed holds a number that is not finite")
+        return rows
+
+
+def pack_rows(rows: FloatArray) -> str:
+    """The ``packed`` form of payload rows (one row per participant)."""
+    return base64.b64encode(np.ascontiguousarray(rows, dtype="<f8").tobytes()).decode("ascii")
 
 
 class BatchItemStatus(Model):

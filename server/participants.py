@@ -18,7 +18,7 @@ from datetime import datetime
 import numpy as np
 from sqlalchemy.orm import Session
 
-from protocol.base import BoolArray, FloatArray, PayloadKind, RoundTask
+from protocol.base import BoolArray, FloatArray, IntArray, PayloadKind, RoundTask
 from protocol.ledger import TOLERANCE
 from protocol.wire import (
     BatchItemStatus,
@@ -258,7 +258,7 @@ def _resent(
     ids: list[int],
     credentials: Credentials,
     kind: str,
-    rows: list[list[float]],
+    rows: _Rows,
 ) -> dict[int, tuple[str, datetime]] | None:
     """The stored receipts of reports sent again after their round closed (the first answer was
     lost, e.g. in a crash): only when every one is stored already, identical, under valid
@@ -266,11 +266,12 @@ def _resent(
     tokens = credentials.tokens
     if tokens is not None and len(tokens) != len(ids):
         return None
-    if len(ids) != len(rows) or len({len(r) for r in rows}) != 1:
+    lengths = rows.lengths()
+    if len(ids) != len(lengths) or len(set(lengths.tolist())) != 1:
         return None
     if not _signed(ctx, study, ids, credentials).all():
         return None
-    payloads = np.array(rows, dtype=np.float64).reshape((len(ids), -1))
+    payloads, _ = rows.matrix(int(lengths[0]))
     stored = repo.existing_reports(session, study.id, index, ids)
     digests = _digests(kind, _row_bytes(payloads))
     if any(stored.get(p, ("",))[0] != d for p, d in zip(ids, digests, strict=True)):
@@ -278,17 +279,40 @@ def _resent(
     return {p: stored[p] for p in ids}
 
 
-def _payload_matrix(rows: list[list[float]], width: int) -> tuple[FloatArray, BoolArray]:
-    """The payload rows as one (n, width) matrix, and which rows had that width (the others
-    stay zero, to be refused)."""
-    widths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    fits = widths == width
-    if fits.all():
-        return np.array(rows, dtype=np.float64).reshape((len(rows), width)), fits
-    payloads = np.zeros((len(rows), width), dtype=np.float64)
-    for i in np.flatnonzero(fits).tolist():
-        payloads[i] = rows[i]
-    return payloads, fits
+@dataclass(frozen=True)
+class _Rows:
+    """A batch's payload rows: JSON lists, or one matrix unpacked from ``ReportBatch.packed``
+    (whose rows all have its width)."""
+
+    lists: list[list[float]] | None = None
+    packed: FloatArray | None = None
+
+    @classmethod
+    def of(cls, batch: ReportBatch) -> _Rows:
+        if batch.packed is not None:
+            return cls(packed=batch.packed_rows())
+        return cls(lists=batch.payloads)
+
+    def lengths(self) -> IntArray:
+        """How many numbers each row holds."""
+        if self.packed is not None:
+            return np.full(self.packed.shape[0], self.packed.shape[1], dtype=np.int64)
+        assert self.lists is not None
+        return np.fromiter(map(len, self.lists), dtype=np.int64, count=len(self.lists))
+
+    def matrix(self, width: int) -> tuple[FloatArray, BoolArray]:
+        """The rows as one (n, width) matrix, and which rows have that width (the others stay
+        zero, to be refused)."""
+        fits = self.lengths() == width
+        if self.packed is not None:
+            return (self.packed if fits.all() else np.zeros((fits.size, width))), fits
+        assert self.lists is not None
+        if fits.all():
+            return np.array(self.lists, dtype=np.float64).reshape((fits.size, width)), fits
+        payloads = np.zeros((fits.size, width), dtype=np.float64)
+        for i in np.flatnonzero(fits).tolist():
+            payloads[i] = self.lists[i]
+        return payloads, fits
 
 
 def _ingest(
@@ -299,10 +323,11 @@ def _ingest(
     ids: list[int],
     credentials: Credentials,
     kind: PayloadKind,
-    rows: list[list[float]],
+    rows: _Rows,
 ) -> _Outcome:
-    if len(ids) != len(rows):
-        raise InvalidRequest(f"{len(ids)} ids but {len(rows)} payloads")
+    lengths = rows.lengths()
+    if len(ids) != len(lengths):
+        raise InvalidRequest(f"{len(ids)} ids but {len(lengths)} payloads")
     if len(set(ids)) != len(ids):
         raise InvalidRequest("a participant appears twice in the batch")
     if kind != r.payload_kind:
@@ -324,7 +349,7 @@ def _ingest(
     membership = splan.membership(k, safe)
     member = membership.member
     signed = _signed(ctx, study, ids, credentials)
-    payloads, fits = _payload_matrix(rows, width)
+    payloads, fits = rows.matrix(width)
     ok = known & signed & member & fits
     for i in np.flatnonzero(~ok).tolist():  # the first failed check of each, in this order
         pid = ids[i]
@@ -335,7 +360,7 @@ def _ingest(
         elif not member[i]:
             reject(i, NotInCohort(f"participant {pid} is not in the cohort of round {k}"))
         else:
-            reject(i, InvalidPayload(f"payload of {len(rows[i])} numbers, expected shape {shape}"))
+            reject(i, InvalidPayload(f"payload of {lengths[i]} numbers, expected shape {shape}"))
     pos = membership.position
     rp = splan.plan.rounds[k]
     charge = rp.epsilon[pos]
@@ -420,13 +445,16 @@ def submit_many(
         except (RoundClosed, StudyNotRunning) as exc:
             out: list[Receipt | FedldpError] = []
             for i, pid in enumerate(ids):
-                again = _resent(ctx, session, study, index, [pid], _one(tokens[i]), kind, [rows[i]])
+                one_row = _Rows(lists=[rows[i]])
+                again = _resent(ctx, session, study, index, [pid], _one(tokens[i]), kind, one_row)
                 if again is None:
                     out.append(exc)
                 else:
                     out.append(_receipt(pid, index, again[pid], duplicate=True))
             return out
-        outcome = _ingest(ctx, session, study, r, ids, Credentials(tokens=tokens), kind, rows)
+        outcome = _ingest(
+            ctx, session, study, r, ids, Credentials(tokens=tokens), kind, _Rows(lists=rows)
+        )
     if outcome.complete:
         advance(ctx, study_id, index)
     results: list[Receipt | FedldpError] = []
@@ -444,13 +472,13 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
         try:
             r = _open_round(session, study, batch.round)
         except (RoundClosed, StudyNotRunning):
-            args = (batch.participant_ids, batch, batch.kind, batch.payloads)
+            args = (batch.participant_ids, batch, batch.kind, _Rows.of(batch))
             if _resent(ctx, session, study, batch.round, *args) is None:
                 raise
             n = len(batch.participant_ids)
             return BatchReceipt(round=batch.round, accepted=0, duplicates=n, rejected=0, items=[])
         outcome = _ingest(
-            ctx, session, study, r, batch.participant_ids, batch, batch.kind, batch.payloads
+            ctx, session, study, r, batch.participant_ids, batch, batch.kind, _Rows.of(batch)
         )
     if outcome.complete:
         advance(ctx, study_id, batch.round)

@@ -119,13 +119,14 @@ async def test_leasing_swarms_share_one_study(app: FastAPI) -> None:
 
 
 class Recording(httpx.ASGITransport):
-    """The app in process, remembering what enrollment answers were asked for and each batch
-    request's credentials (tokens or blocks)."""
+    """The app in process, remembering what enrollment answers were asked for, each batch
+    request's credentials (tokens or blocks) and whether report batches came packed."""
 
     def __init__(self, app: FastAPI) -> None:
         super().__init__(app=app)
         self.credentials: list[tuple[str, bool, bool]] = []
         self.block_only: list[bool] = []
+        self.packed: list[bool] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
@@ -135,6 +136,8 @@ class Recording(httpx.ASGITransport):
             body = json.loads(await request.aread())
             sent = (path.rsplit("/", 1)[-1], body["tokens"] is not None, body["blocks"] is not None)
             self.credentials.append(sent)
+            if "packed" in body:
+                self.packed.append(body["packed"] is not None and body["payloads"] is None)
         return await super().handle_async_request(request)
 
 
@@ -160,6 +163,8 @@ async def test_batch_agents_send_block_tokens_not_each_token(app: FastAPI, lease
     assert all(blocks and not tokens for _, tokens, blocks in transport.credentials)
     assert transport.block_only
     assert all(transport.block_only)  # no user's own token was computed
+    assert transport.packed
+    assert all(transport.packed)
 
 
 async def test_a_swarm_with_another_population_cannot_join(app: FastAPI) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from fastapi import FastAPI
 
@@ -26,6 +27,7 @@ from protocol.wire import (
     StudyView,
     TaskBatch,
     TaskReport,
+    pack_rows,
 )
 from server.context import Context
 from tests.server.helpers import (
@@ -657,6 +659,49 @@ async def test_batch_credentials_are_tokens_or_blocks(
             await rr.client.post(f"{rr.reports}/batch", json=report), 422, "invalid_request"
         )
     assert rr.stored() == 0
+
+
+async def test_packed_payloads_are_stored_like_listed_ones(rr: Running) -> None:
+    """The packed form stores the same bytes under the same digest: a listed resend of packed
+    reports is a duplicate, and a wrong width is refused report by report as in lists."""
+    people = rr.people
+    body: dict[str, Any] = {
+        "round": 0,
+        "kind": "bit",
+        "participant_ids": [0, 1],
+        "tokens": [people[0].token, people[1].token],
+        "packed": pack_rows(np.array([[1.0], [-1.0]])),
+    }
+    first = await rr.client.post(f"{rr.reports}/batch", json=body)
+    assert BatchReceipt.model_validate_json(first.content).accepted == 2
+    stored = stored_report(rr.ctx, rr.study.id, 0, 1)
+    assert stored is not None
+    assert stored[0] == np.array([-1.0]).astype("<f8").tobytes()
+    listed = body | {"packed": None, "payloads": [[1.0], [-1.0]]}
+    again = BatchReceipt.model_validate_json(
+        (await rr.client.post(f"{rr.reports}/batch", json=listed)).content
+    )
+    assert (again.accepted, again.duplicates) == (0, 2)
+    wide = body | {
+        "participant_ids": [2, 3],
+        "tokens": [people[2].token, people[3].token],
+        "packed": pack_rows(np.array([[1.0, 1.0], [1.0, 1.0]])),
+    }
+    refused = BatchReceipt.model_validate_json(
+        (await rr.client.post(f"{rr.reports}/batch", json=wide)).content
+    )
+    assert [(i.participant_id, i.code) for i in refused.items] == [
+        (2, "invalid_payload"),
+        (3, "invalid_payload"),
+    ]
+    for bad in ("not base64!", pack_rows(np.array([np.nan, 1.0])), pack_rows(np.ones(3))):
+        expect_error(
+            await rr.client.post(f"{rr.reports}/batch", json=body | {"packed": bad}),
+            422,
+            "invalid_request",
+        )
+    assert rr.stored() == 2
+    assert await rr.received() == 2
 
 
 async def test_malformed_batches_are_refused_whole(rr: Running) -> None:
