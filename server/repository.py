@@ -486,24 +486,32 @@ def stream_reports(
         after = int(ids[-1])
 
 
-def spent_per_participant(session: Session, study_id: str, n: int, chunk: int = 8192) -> FloatArray:
-    """ε charged to each participant by its stored reports (basic composition); the sums are
-    taken in the database, ``chunk`` participants at a time (keyset pagination, as for
-    ``stream_reports``), so memory stays one float per participant."""
+def spent_per_participant(
+    session: Session, study_id: str, n: int, rounds: int, chunk: int = 8192
+) -> FloatArray:
+    """ε charged to each participant by its stored reports in rounds 0..rounds-1 (basic
+    composition). Each round's charges are read in participant order, ``chunk`` at a time
+    (keyset pagination along the primary key, as for ``stream_reports``: cheaper than grouping
+    by participant through the other index), so memory stays one float per participant."""
     table = _REPORTS
     spent = np.zeros(n, dtype=np.float64)
-    after = -1
-    while True:
-        stmt = (
-            select(table.c.participant_id, func.sum(table.c.epsilon))
-            .where(table.c.study_id == study_id, table.c.participant_id > after)
-            .group_by(table.c.participant_id)
-            .order_by(table.c.participant_id)
-            .limit(chunk)
-        )
-        rows = _raw(session, stmt)
-        if not rows:
-            return spent
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        spent[ids] = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
-        after = int(ids[-1])
+    for index in range(rounds):
+        after = -1
+        while True:
+            stmt = (
+                select(table.c.participant_id, table.c.epsilon)
+                .where(
+                    table.c.study_id == study_id,
+                    table.c.round == index,
+                    table.c.participant_id > after,
+                )
+                .order_by(table.c.participant_id)
+                .limit(chunk)
+            )
+            rows = _raw(session, stmt)
+            if not rows:
+                break
+            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            spent[ids] += np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+            after = int(ids[-1])
+    return spent

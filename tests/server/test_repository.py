@@ -10,6 +10,7 @@ from protocol.wire import EnrollBatch, ReportBatch, StudyCreate
 from server import participants, studies
 from server import repository as repo
 from server.context import Context
+from server.tables import utcnow
 
 N = 40
 REPORTED = [3, 4, 5, 6, 20, 39]
@@ -80,9 +81,26 @@ def test_participants_sharing_metadata_store_each_their_own(ctx: Context) -> Non
 def test_reports_stream_and_sum_in_pages(ctx: Context, study_id: str, chunk: int) -> None:
     with ctx.transaction() as session:
         pages = list(repo.stream_reports(session, study_id, 0, chunk))
-        spent = repo.spent_per_participant(session, study_id, N, chunk)
+        spent = repo.spent_per_participant(session, study_id, N, 1, chunk)
+        assert not repo.spent_per_participant(session, study_id, N, 0, chunk).any()
     assert [pid for ids, _ in pages for pid in ids.tolist()] == REPORTED
     assert all(len(ids) == len(blobs) <= chunk for ids, blobs in pages)
     assert {bytes(b) for _, blobs in pages for b in blobs} == {np.float64(1.0).tobytes()}
     assert np.flatnonzero(spent).tolist() == REPORTED
     assert spent[REPORTED].tolist() == [1.0] * len(REPORTED)
+
+
+def test_epsilon_spent_adds_up_every_round(ctx: Context, study_id: str) -> None:
+    """Participants who report in several rounds are charged for each (basic composition)."""
+    again = [4, 20, 21]
+    with ctx.transaction() as session:  # a second round's reports, written directly
+        inserted = repo.insert_reports(
+            session, study_id, 1, utcnow(), again, [b"\0" * 8] * 3, [0.25] * 3, ["d"] * 3
+        )
+        assert inserted == set(again)
+    with ctx.transaction() as session:
+        spent = repo.spent_per_participant(session, study_id, N, 2, chunk=2)
+    expected = np.zeros(N)
+    expected[REPORTED] += 1.0
+    expected[again] += 0.25
+    assert spent.tolist() == expected.tolist()
