@@ -18,9 +18,10 @@ Two kinds of agent share one loop (ask for work, answer report tasks, back off o
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
@@ -31,6 +32,9 @@ from client.user import Privatizer, SimulatedUser, UserBlock
 from protocol.base import FloatArray, IntArray
 from protocol.ledger import BudgetExceededError
 from protocol.wire import (
+    MAX_BLOCKS,
+    BlockToken,
+    Credentials,
     ReportBatch,
     ReportSubmit,
     RoundTasks,
@@ -38,6 +42,7 @@ from protocol.wire import (
     TaskBatchRequest,
     TaskDone,
     TaskWait,
+    pack_rows,
 )
 
 __all__ = ["DriveStats", "Roster", "SwarmError", "WaitPolicy", "drive"]
@@ -64,28 +69,78 @@ class SwarmError(Exception):
 
 @dataclass(frozen=True)
 class Roster:
-    """Enrolled users: slots (population indices), their server ids and tokens, declared ε's."""
+    """Enrolled users: slots (population indices), their server ids and tokens, declared ε's,
+    and the block tokens the server gave for blocks of them (see ``credentials``). ``tokens``
+    is empty when the block tokens cover every user (enrolled with the block tokens only)."""
 
     slots: IntArray
     participant_ids: list[int]
     tokens: list[str]
     epsilon: FloatArray
+    blocks: tuple[BlockToken, ...] = ()
 
     def __post_init__(self) -> None:
         n = self.slots.shape[0]
-        if not (len(self.participant_ids) == len(self.tokens) == self.epsilon.shape[0] == n):
-            raise ValueError("a roster needs one id, token and ε per slot")
+        tokens = len(self.tokens) if self.tokens or not self._blocks_cover else n
+        if not (len(self.participant_ids) == tokens == self.epsilon.shape[0] == n):
+            raise ValueError("a roster needs one id, token (or covering block) and ε per slot")
 
     def __len__(self) -> int:
         return int(self.slots.shape[0])
 
     def part(self, start: int, stop: int) -> Roster:
+        ids = self.participant_ids[start:stop]
+        low, high = (min(ids), max(ids)) if ids else (0, -1)
         return Roster(
             self.slots[start:stop],
-            self.participant_ids[start:stop],
+            ids,
             self.tokens[start:stop],
             self.epsilon[start:stop],
+            tuple(b for b in self.blocks if b.start <= high and b.stop > low),  # its blocks
         )
+
+    @functools.cached_property
+    def ids(self) -> IntArray:
+        """The participant ids as an array."""
+        return np.asarray(self.participant_ids, dtype=np.int64)
+
+    @functools.cached_property
+    def _by_id(self) -> IntArray:
+        return np.argsort(self.ids, kind="stable")
+
+    def positions(self, participant_ids: Sequence[int]) -> IntArray:
+        """Where these participants are in the roster; SwarmError if one is not."""
+        wanted = np.asarray(participant_ids, dtype=np.int64)
+        order = self._by_id
+        found = order[np.minimum(np.searchsorted(self.ids[order], wanted), len(order) - 1)]
+        if wanted.size and (not len(order) or np.any(self.ids[found] != wanted)):
+            raise SwarmError(
+                "unknown_participants",
+                "the server answered for participants this swarm did not ask about",
+                server_side=True,
+            )
+        return found
+
+    @functools.cached_property
+    def _blocks_cover(self) -> bool:
+        """Whether the block tokens cover every user of the roster."""
+        if not self.blocks:
+            return False
+        inside = np.zeros(self.ids.shape, dtype=np.bool_)
+        for b in self.blocks:
+            inside |= (self.ids >= b.start) & (self.ids < b.stop)
+        return bool(inside.all())
+
+    def credentials(self, positions: IntArray) -> Credentials:
+        """Credentials of the users at ``positions``: the block tokens of their blocks when the
+        roster's blocks cover it (a short string for thousands of users), else their tokens."""
+        if self._blocks_cover and positions.size:
+            ids = self.ids[positions]
+            low, high = int(ids.min()), int(ids.max())
+            blocks = [b for b in self.blocks if b.start <= high and b.stop > low]
+            if len(blocks) <= MAX_BLOCKS:
+                return Credentials(blocks=blocks)
+        return Credentials(tokens=[self.tokens[i] for i in positions])
 
 
 @dataclass(frozen=True)
@@ -202,21 +257,19 @@ class BlockAgent(_Agent):
         positions = np.flatnonzero(self.active)
         if positions.size == 0:
             return None
+        sign = roster.credentials(positions)
         request = TaskBatchRequest(
-            participant_ids=[roster.participant_ids[i] for i in positions],
-            tokens=[roster.tokens[i] for i in positions],
+            participant_ids=roster.ids[positions].tolist(), tokens=sign.tokens, blocks=sign.blocks
         )
         # Outside the gate: a held poll must not keep other blocks from reporting (the pool has a
         # connection per block beside the gate's, see run_swarm).
         answer = await ctx.api.tasks(ctx.study_id, request, hold=TASK_HOLD_S)
         ctx.stats.task_requests += 1
-        index = {pid: int(i) for i, pid in zip(positions, request.participant_ids, strict=True)}
         if answer.done and answer.phase in ("failed", "cancelled"):
             raise await study_ended_error(ctx.api, ctx.study_id)
-        for pid in answer.done:
-            self.active[index[pid]] = False
+        self.active[roster.positions(answer.done)] = False
         for tasks in sorted(answer.reports, key=lambda rt: rt.round):
-            await self._report(tasks, np.array([index[p] for p in tasks.participant_ids]))
+            await self._report(tasks, roster.positions(tasks.participant_ids))
         if not self.active.any():
             return None
         if answer.reports or answer.done:  # the block changed: ask again for the rest at once
@@ -233,12 +286,14 @@ class BlockAgent(_Agent):
             np.asarray(tasks.epsilons, dtype=np.float64),
             np.asarray(tasks.groups, dtype=np.int64),
         )
+        sign = roster.credentials(positions)
         batch = ReportBatch(
             round=k,
             kind=tasks.payload_kind,
-            participant_ids=[roster.participant_ids[i] for i in positions],
-            tokens=[roster.tokens[i] for i in positions],
-            payloads=rows.tolist(),
+            participant_ids=roster.ids[positions].tolist(),
+            tokens=sign.tokens,
+            blocks=sign.blocks,
+            packed=pack_rows(rows),
         )
         try:
             async with ctx.gate:
@@ -295,6 +350,8 @@ async def drive(
     )
     agents: list[_Agent]
     if batch is None:
+        if len(roster) and not roster.tokens:
+            raise ValueError("single-participant agents need each participant's token")
         agents = [
             UserAgent(
                 ctx,

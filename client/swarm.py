@@ -51,6 +51,7 @@ from protocol.base import JSON, FloatArray, Protocol, split_sizes
 from protocol.catalogue import CATALOGUE
 from protocol.wire import (
     MAX_BATCH,
+    BlockToken,
     EnrollBatch,
     EnrollmentBatch,
     ResultView,
@@ -166,13 +167,17 @@ def _check_data(protocol: Protocol[Any], population: AnyPopulation) -> None:
         )
 
 
-def _enroll_batch(population: AnyPopulation, start: int, stop: int) -> EnrollBatch:
-    """Users ``start..stop-1`` as one columnar enrollment batch, participant id = slot."""
+def _enroll_batch(
+    population: AnyPopulation, start: int, stop: int, block_only: bool = False
+) -> EnrollBatch:
+    """Users ``start..stop-1`` as one columnar enrollment batch, participant id = slot;
+    ``block_only`` asks for the block token alone (see ``enroll``)."""
     metadata = {key: values[start:stop].tolist() for key, values in population.metadata.items()}
     return EnrollBatch(
         epsilons=population.epsilon[start:stop].tolist(),
         metadata=metadata,
         participant_ids=list(range(start, stop)),
+        block_only=block_only,
     )
 
 
@@ -202,13 +207,20 @@ async def join(
 
 
 async def enroll_leases(
-    api: ApiClient, study: StudyView, population: AnyPopulation, progress: SwarmProgress
+    api: ApiClient,
+    study: StudyView,
+    population: AnyPopulation,
+    progress: SwarmProgress,
+    *,
+    block_only: bool = False,
 ) -> Roster:
     """Lease blocks of participant ids until none are left and enroll those users (participant
-    id = population index): swarms sharing a study run disjoint parts of the population."""
+    id = population index): swarms sharing a study run disjoint parts of the population.
+    ``block_only`` as for ``enroll``."""
     slots: list[int] = []
     ids: list[int] = []
     tokens: list[str] = []
+    blocks: list[BlockToken] = []
     while True:
         try:
             lease = await api.lease(study.id, ENROLL_CHUNK)
@@ -217,23 +229,31 @@ async def enroll_leases(
                 break
             raise
         answer = await api.enroll_batch(
-            study.id, _enroll_batch(population, lease.start, lease.stop)
+            study.id, _enroll_batch(population, lease.start, lease.stop, block_only)
         )
         slots += range(lease.start, lease.stop)
         ids += answer.participant_ids
         tokens += answer.tokens
+        blocks += [answer.block] if answer.block is not None else []
         progress.enrolled(len(slots), population.n)
     if ids != slots:
         raise SwarmError("enrollment_mismatch", "the server numbered leased participants itself")
     index = np.asarray(slots, dtype=np.int64)
-    return Roster(index, ids, tokens, np.asarray(population.epsilon[index], dtype=np.float64))
+    epsilon = np.asarray(population.epsilon[index], dtype=np.float64)
+    return Roster(index, ids, tokens, epsilon, tuple(blocks))
 
 
 async def enroll(
-    api: ApiClient, study: StudyView, population: AnyPopulation, progress: SwarmProgress
+    api: ApiClient,
+    study: StudyView,
+    population: AnyPopulation,
+    progress: SwarmProgress,
+    *,
+    block_only: bool = False,
 ) -> Roster:
     """Enroll every user with participant id = slot (given explicitly, so that a few batches
-    can be in flight at once)."""
+    can be in flight at once). ``block_only`` asks for each batch's block token and not for
+    every user's token: enough for the batch agents, which need no more."""
     if study.phase != "enrolling" or study.n_participants != 0:
         raise SwarmError(
             "study_not_empty",
@@ -245,7 +265,8 @@ async def enroll(
 
     async def block(start: int, stop: int) -> None:
         async with gate:  # built inside the gate: one batch is built while another is stored
-            answer = await api.enroll_batch(study.id, _enroll_batch(population, start, stop))
+            batch = _enroll_batch(population, start, stop, block_only)
+            answer = await api.enroll_batch(study.id, batch)
         if answer.participant_ids != list(range(start, stop)):
             raise SwarmError(
                 "enrollment_mismatch",
@@ -254,7 +275,7 @@ async def enroll(
                 server_side=True,
             )
         answers[start] = answer
-        progress.enrolled(sum(len(a.tokens) for a in answers.values()), population.n)
+        progress.enrolled(sum(len(a.participant_ids) for a in answers.values()), population.n)
 
     await asyncio.gather(
         *(
@@ -264,8 +285,9 @@ async def enroll(
     )
     ids = [pid for start in sorted(answers) for pid in answers[start].participant_ids]
     tokens = [token for start in sorted(answers) for token in answers[start].tokens]
+    blocks = tuple(a.block for a in answers.values() if a.block is not None)
     slots = np.arange(population.n, dtype=np.int64)
-    return Roster(slots, ids, tokens, np.asarray(population.epsilon, dtype=np.float64))
+    return Roster(slots, ids, tokens, np.asarray(population.epsilon, dtype=np.float64), blocks)
 
 
 async def start(api: ApiClient, study_id: str) -> StudyView:
@@ -443,10 +465,11 @@ async def run_swarm(
                 study = await api.study(study_id)
             protocol = _local_protocol(study.protocol)
             _check_data(protocol, pop)
+            block_only = batch is not None  # batch agents use the block tokens alone
             if lease:
-                roster = await enroll_leases(api, study, pop, bars)
+                roster = await enroll_leases(api, study, pop, bars, block_only=block_only)
             else:
-                roster = await enroll(api, study, pop, bars)
+                roster = await enroll(api, study, pop, bars, block_only=block_only)
                 study = await start(api, study.id)
             watcher = asyncio.create_task(watch_study(api, study.id, bars))
             try:

@@ -8,6 +8,8 @@ participants) because it carries up to tens of thousands of reports per request.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -21,8 +23,10 @@ __all__ = [
     "BatchItemStatus",
     "BatchReceipt",
     "BitPayload",
+    "BlockToken",
     "BudgetCharge",
     "BudgetView",
+    "Credentials",
     "EnrollBatch",
     "EnrollRequest",
     "Enrollment",
@@ -62,6 +66,7 @@ __all__ = [
     "TaskReport",
     "TaskWait",
     "VectorPayload",
+    "pack_rows",
     "payload_from_row",
     "payload_row",
 ]
@@ -260,6 +265,11 @@ class EnrollBatch(Model):
     )
     metadata: dict[str, list[float] | list[list[float]]] = Field(default_factory=dict)
     participant_ids: list[NonNegInt] | None = None
+    block_only: bool = Field(
+        default=False,
+        description="answer with the block token only, not with every participant's token (a "
+        "client of the batch endpoints alone needs no more); the ids must then be consecutive",
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> EnrollBatch:
@@ -276,7 +286,9 @@ class EnrollBatch(Model):
         return self
 
     def rows(self) -> tuple[list[float], list[dict[str, Any]], list[int | None]]:
-        """Each participant's ε, metadata and requested id (None: numbered by the server)."""
+        """Each participant's ε, metadata and requested id (None: numbered by the server). In
+        the columnar form, a participant whose metadata equal the previous one's, bit for bit,
+        shares its dict (read-only): the server then stores one JSON text for the run of them."""
         if self.participants is not None:
             return (
                 [p.epsilon for p in self.participants],
@@ -287,11 +299,30 @@ class EnrollBatch(Model):
         n = len(self.epsilons)
         keys = list(self.metadata)
         columns = [self.metadata[k] for k in keys]
-        metadata = [dict(zip(keys, values, strict=True)) for values in zip(*columns, strict=True)]
+        metadata: list[dict[str, Any]] = [{}] * n
+        if keys:
+            rows = zip(zip(*columns, strict=True), _repeats(columns), strict=True)
+            for i, (values, repeat) in enumerate(rows):
+                metadata[i] = metadata[i - 1] if repeat else dict(zip(keys, values, strict=True))
         ids: list[int | None] = (
             list(self.participant_ids) if self.participant_ids is not None else [None] * n
         )
-        return list(self.epsilons), metadata if keys else [{} for _ in range(n)], ids
+        return list(self.epsilons), metadata, ids
+
+
+def _repeats(columns: list[list[float] | list[list[float]]]) -> list[bool]:
+    """Whether each row of the columns holds the previous row's values, bit for bit (so that
+    0.0 and -0.0 differ); the first row repeats nothing, and rows of ragged vectors neither."""
+    n = len(columns[0])
+    same = np.ones(n, dtype=np.bool_)
+    same[:1] = False
+    for column in columns:
+        try:
+            bits = np.asarray(column, dtype=np.float64).view(np.int64).reshape(n, -1)
+        except ValueError:  # vectors of different lengths
+            return [False] * n
+        same[1:] &= (bits[1:] == bits[:-1]).all(axis=1)
+    return same.tolist()
 
 
 class Enrollment(Model):
@@ -299,14 +330,43 @@ class Enrollment(Model):
     token: str
 
 
+MAX_BLOCKS = 1000
+"""Most block tokens one request may carry."""
+
+
+class BlockToken(Model):
+    """The secret token of a block of participants: ids ``start`` to ``stop - 1`` of one study,
+    enrolled by one batch request, which returned it. A batch of task requests or reports may
+    carry block tokens instead of one token per participant: each authorises exactly the
+    participants of its block."""
+
+    start: NonNegInt
+    stop: Annotated[int, Field(ge=1, le=MAX_ID + 1)]
+    token: str
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> BlockToken:
+        if self.stop <= self.start:
+            raise ValueError("a block needs stop > start")
+        return self
+
+
+BlockTokens = Annotated[list[BlockToken], Field(min_length=1, max_length=MAX_BLOCKS)]
+
+
 class EnrollmentBatch(Model):
-    """Ids and secret tokens of a batch of enrolled participants, in request order (columnar)."""
+    """Ids and secret tokens of a batch of enrolled participants, in request order (columnar),
+    and the block token of them all when their ids are consecutive. ``tokens`` is empty when
+    the request asked for the block token only."""
 
     participant_ids: list[int]
     tokens: list[str]
+    block: BlockToken | None = None
 
     @property
     def enrollments(self) -> list[Enrollment]:
+        if len(self.tokens) != len(self.participant_ids):
+            raise ValueError("this batch was enrolled with a block token only")
         return [
             Enrollment(participant_id=p, token=t)
             for p, t in zip(self.participant_ids, self.tokens, strict=True)
@@ -352,9 +412,27 @@ class TaskDone(Model):
 Task = Annotated[TaskWait | TaskReport | TaskDone, Field(discriminator="kind")]
 
 
-class TaskBatchRequest(Model):
+class Credentials(Model):
+    """A batch request's proof that its participants sent it: one token per participant
+    (``tokens``, in the order of ``participant_ids``), or the block tokens that cover them
+    (``blocks``), which spares a batch of tens of thousands their tokens."""
+
+    tokens: list[str] | None = Field(
+        default=None, description="each participant's token (give this or blocks)"
+    )
+    blocks: BlockTokens | None = Field(
+        default=None, description="block tokens covering every participant (or tokens)"
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Credentials:
+        if (self.tokens is None) == (self.blocks is None):
+            raise ValueError("give either tokens (one per participant) or blocks")
+        return self
+
+
+class TaskBatchRequest(Credentials):
     participant_ids: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_BATCH)]
-    tokens: list[str]
 
 
 class TaskBatchItem(Model):
@@ -434,14 +512,51 @@ class Receipt(Model):
     duplicate: bool
 
 
-class ReportBatch(Model):
-    """Many participants' already-privatized reports for one round (columnar)."""
+class ReportBatch(Credentials):
+    """Many participants' already-privatized reports for one round (columnar). The payload rows
+    come as JSON lists (``payloads``) or packed into one string (``packed``, see ``pack_rows``),
+    which spares both sides formatting and parsing tens of thousands of numbers."""
 
     round: NonNegInt
     kind: PayloadKind
     participant_ids: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_BATCH)]
-    tokens: list[str]
-    payloads: list[list[float]]
+    payloads: list[list[float]] | None = Field(
+        default=None, description="each participant's payload row (give this or packed)"
+    )
+    packed: str | None = Field(
+        default=None,
+        description="the payload rows as one base64 string of little-endian float64 numbers, "
+        "row after row, the same number of them for each participant (or payloads)",
+    )
+
+    @model_validator(mode="after")
+    def _one_payload_form(self) -> ReportBatch:
+        if (self.payloads is None) == (self.packed is None):
+            raise ValueError("give either payloads or packed")
+        if self.packed is not None:
+            self.packed_rows()  # decodable, one row per participant, finite
+        return self
+
+    def packed_rows(self) -> FloatArray:
+        """The ``packed`` rows as an (n participants, k) matrix; ValueError if they are not
+        base64 of finite float64 numbers that make one row per participant."""
+        assert self.packed is not None
+        try:
+            raw = binascii.a2b_base64(self.packed, strict_mode=True)
+        except (binascii.Error, ValueError):  # ValueError: non-ASCII characters
+            raise ValueError("packed is not base64") from None
+        n = len(self.participant_ids)
+        if len(raw) % (8 * n):
+            raise ValueError(f"packed holds {len(raw)} bytes: not {n} rows of float64 numbers")
+        rows = np.frombuffer(raw, dtype="<f8").astype(np.float64).reshape((n, -1))
+        if not np.isfinite(rows).all():
+            raise ValueError("packed holds a number that is not finite")
+        return rows
+
+
+def pack_rows(rows: FloatArray) -> str:
+    """The ``packed`` form of payload rows (one row per participant)."""
+    return base64.b64encode(np.ascontiguousarray(rows, dtype="<f8").tobytes()).decode("ascii")
 
 
 class BatchItemStatus(Model):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,13 +18,14 @@ from datetime import datetime
 import numpy as np
 from sqlalchemy.orm import Session
 
-from protocol.base import FloatArray, PayloadKind, RoundTask
+from protocol.base import BoolArray, FloatArray, IntArray, PayloadKind, RoundTask
 from protocol.ledger import TOLERANCE
 from protocol.wire import (
     BatchItemStatus,
     BatchReceipt,
     BudgetCharge,
     BudgetView,
+    Credentials,
     Receipt,
     ReportBatch,
     ReportSubmit,
@@ -34,6 +36,7 @@ from protocol.wire import (
     payload_row,
 )
 from server import repository as repo
+from server.auth import block_token_ok
 from server.context import Context
 from server.errors import (
     BudgetExceeded,
@@ -59,14 +62,44 @@ ENROLLING_WAIT_S = 0.5
 BETWEEN_ROUNDS_WAIT_S = 0.2
 
 
-def _check_participants(ctx: Context, study: StudyRow, ids: list[int], tokens: list[str]) -> None:
-    if len(ids) != len(tokens):
-        raise InvalidRequest(f"{len(ids)} participant ids but {len(tokens)} tokens")
-    for pid, token in zip(ids, tokens, strict=True):
+def _one(token: str | None) -> Credentials:
+    """The credentials of a single-participant request (no token: an invalid one)."""
+    return Credentials(tokens=[token or ""])
+
+
+def _signed(ctx: Context, study: StudyRow, ids: list[int], credentials: Credentials) -> BoolArray:
+    """Which of the participants ``ids`` the credentials authorise: their own token, or a valid
+    block token whose block holds them. A block token costs one HMAC however many participants
+    it covers; the tokens' are cached (``TokenCache``)."""
+    if credentials.tokens is not None:
+        if len(credentials.tokens) != len(ids):
+            raise InvalidRequest(f"{len(ids)} participant ids but {len(credentials.tokens)} tokens")
+        valid = ctx.tokens.verify(study.secret, study.id, ids, credentials.tokens)
+        return np.array(valid, dtype=np.bool_)
+    assert credentials.blocks is not None  # the wire model holds one kind or the other
+    blocks = sorted(
+        (b.start, b.stop)
+        for b in credentials.blocks
+        if block_token_ok(study.secret, study.id, b.start, b.stop, b.token)
+    )
+    pids = np.asarray(ids, dtype=np.int64)
+    if not blocks:
+        return np.zeros(pids.shape, dtype=np.bool_)
+    starts = np.array([b[0] for b in blocks], dtype=np.int64)
+    reach = np.maximum.accumulate(np.array([b[1] for b in blocks], dtype=np.int64))
+    last = np.searchsorted(starts, pids, side="right") - 1  # the last block starting at or below
+    # (blocks may overlap: a pid is covered iff a block starting at or below it reaches past it)
+    return (last >= 0) & (pids < reach[np.maximum(last, 0)])
+
+
+def _check_participants(
+    ctx: Context, study: StudyRow, ids: list[int], credentials: Credentials
+) -> None:
+    valid = _signed(ctx, study, ids, credentials)
+    for i in np.flatnonzero(~valid)[:1].tolist():
         # Tokens are only issued at enrollment, so a valid one names an enrolled participant
         # (leased ids may lie above the count while a lower block is still enrolling).
-        if ctx.tokens.ok(study.secret, study.id, pid, token):
-            continue
+        pid = ids[i]
         if not 0 <= pid < study.n_participants:
             raise UnknownParticipant(f"study {study.id} has no participant {pid}")
         raise InvalidToken(f"the token of participant {pid} is not valid for study {study.id}")
@@ -95,8 +128,8 @@ def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> T
     later = np.zeros(pids.shape, dtype=np.bool_)
     for j in range(k + 1, len(splan.plan.rounds)):
         later |= splan.membership(j, pids).member
-    reported = repo.reported_pids(session, study.id, k, pids[now_in.member].tolist())
-    pending = now_in.member & ~np.isin(pids, np.fromiter(reported, np.int64, len(reported)))
+    reported = repo.reported_pids(session, study.id, k, pids[now_in.member])
+    pending = now_in.member & ~np.isin(pids, reported)
     report = pending & (r.status == "open")
     rp = splan.plan.rounds[k]
     pos = now_in.position[report]
@@ -129,7 +162,7 @@ def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> T
 def task(ctx: Context, study_id: str, participant_id: int, token: str | None) -> Task:
     with ctx.transaction() as session:
         study = require_study(session, study_id)
-        _check_participants(ctx, study, [participant_id], [token or ""])
+        _check_participants(ctx, study, [participant_id], _one(token))
         found = _tasks(ctx, session, study, [participant_id])
         if found.done:
             history = repo.reported_rounds(session, study_id, [participant_id])
@@ -138,30 +171,39 @@ def task(ctx: Context, study_id: str, participant_id: int, token: str | None) ->
 
 
 async def tasks_when_ready(
-    ctx: Context, study_id: str, ids: list[int], tokens: list[str], hold_s: float
+    ctx: Context, study_id: str, ids: list[int], credentials: Credentials, hold_s: float
 ) -> TaskBatch:
     """``tasks``, held back for up to ``hold_s`` while every one of them would only be told to
     wait (a long poll): the answer then comes as soon as the study moves on (a round opens, the
     study starts or ends), instead of after the client's next wait. Transitions made by this
-    process wake it at once; the database is asked again every quarter second for the others'."""
+    process wake it at once; the database is asked again every quarter second for the others'.
+    The credentials are checked once, on the first ask."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + hold_s
+    ask = functools.partial(tasks, ctx, study_id, ids, credentials)
     while True:
         seen = ctx.transitions.count
-        batch = await asyncio.to_thread(tasks, ctx, study_id, ids, tokens)
+        batch = await asyncio.to_thread(ask)
         left = give_up - loop.time()
         if batch.reports or batch.done or left <= 0:
             return batch
+        ask = functools.partial(_tasks_of, ctx, study_id, ids)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(min(left, 0.25)):
                 await ctx.transitions.wait(seen)
 
 
-def tasks(ctx: Context, study_id: str, ids: list[int], tokens: list[str]) -> TaskBatch:
+def tasks(ctx: Context, study_id: str, ids: list[int], credentials: Credentials) -> TaskBatch:
     with ctx.transaction() as session:
         study = require_study(session, study_id)
-        _check_participants(ctx, study, ids, tokens)
+        _check_participants(ctx, study, ids, credentials)
         return _tasks(ctx, session, study, ids)
+
+
+def _tasks_of(ctx: Context, study_id: str, ids: list[int]) -> TaskBatch:
+    """``tasks`` for participants whose credentials were checked already."""
+    with ctx.transaction() as session:
+        return _tasks(ctx, session, require_study(session, study_id), ids)
 
 
 # --------------------------------------------------------------------------- reports
@@ -214,25 +256,63 @@ def _resent(
     study: StudyRow,
     index: int,
     ids: list[int],
-    tokens: list[str],
+    credentials: Credentials,
     kind: str,
-    rows: list[list[float]],
+    rows: _Rows,
 ) -> dict[int, tuple[str, datetime]] | None:
     """The stored receipts of reports sent again after their round closed (the first answer was
-    lost, e.g. in a crash): only when every one is stored already, identical, under a valid
-    token. None otherwise (the refusal then stands)."""
-    if len(ids) != len(tokens) or len(ids) != len(rows) or len({len(r) for r in rows}) != 1:
+    lost, e.g. in a crash): only when every one is stored already, identical, under valid
+    credentials. None otherwise (the refusal then stands)."""
+    tokens = credentials.tokens
+    if tokens is not None and len(tokens) != len(ids):
         return None
-    if not all(
-        ctx.tokens.ok(study.secret, study.id, p, t) for p, t in zip(ids, tokens, strict=True)
-    ):
+    lengths = rows.lengths()
+    if len(ids) != len(lengths) or len(set(lengths.tolist())) != 1:
         return None
-    payloads = np.array(rows, dtype=np.float64).reshape((len(ids), -1))
+    if not _signed(ctx, study, ids, credentials).all():
+        return None
+    payloads, _ = rows.matrix(int(lengths[0]))
     stored = repo.existing_reports(session, study.id, index, ids)
     digests = _digests(kind, _row_bytes(payloads))
     if any(stored.get(p, ("",))[0] != d for p, d in zip(ids, digests, strict=True)):
         return None
     return {p: stored[p] for p in ids}
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """A batch's payload rows: JSON lists, or one matrix unpacked from ``ReportBatch.packed``
+    (whose rows all have its width)."""
+
+    lists: list[list[float]] | None = None
+    packed: FloatArray | None = None
+
+    @classmethod
+    def of(cls, batch: ReportBatch) -> _Rows:
+        if batch.packed is not None:
+            return cls(packed=batch.packed_rows())
+        return cls(lists=batch.payloads)
+
+    def lengths(self) -> IntArray:
+        """How many numbers each row holds."""
+        if self.packed is not None:
+            return np.full(self.packed.shape[0], self.packed.shape[1], dtype=np.int64)
+        assert self.lists is not None
+        return np.fromiter(map(len, self.lists), dtype=np.int64, count=len(self.lists))
+
+    def matrix(self, width: int) -> tuple[FloatArray, BoolArray]:
+        """The rows as one (n, width) matrix, and which rows have that width (the others stay
+        zero, to be refused)."""
+        fits = self.lengths() == width
+        if self.packed is not None:
+            return (self.packed if fits.all() else np.zeros((fits.size, width))), fits
+        assert self.lists is not None
+        if fits.all():
+            return np.array(self.lists, dtype=np.float64).reshape((fits.size, width)), fits
+        payloads = np.zeros((fits.size, width), dtype=np.float64)
+        for i in np.flatnonzero(fits).tolist():
+            payloads[i] = self.lists[i]
+        return payloads, fits
 
 
 def _ingest(
@@ -241,16 +321,18 @@ def _ingest(
     study: StudyRow,
     r: RoundRow,
     ids: list[int],
-    tokens: list[str],
+    credentials: Credentials,
     kind: PayloadKind,
-    rows: list[list[float]],
+    rows: _Rows,
 ) -> _Outcome:
-    if not len(ids) == len(tokens) == len(rows):
-        raise InvalidRequest(f"{len(ids)} ids, {len(tokens)} tokens and {len(rows)} payloads")
+    lengths = rows.lengths()
+    if len(ids) != len(lengths):
+        raise InvalidRequest(f"{len(ids)} ids but {len(lengths)} payloads")
     if len(set(ids)) != len(ids):
         raise InvalidRequest("a participant appears twice in the batch")
     if kind != r.payload_kind:
         raise InvalidPayload(f"round {r.index} takes {r.payload_kind} payloads, not {kind}")
+    study_id = study.id
     splan: StudyPlan = ctx.plans.get(session, study)
     k = r.index
     shape = tuple(int(s) for s in r.payload_shape)
@@ -264,27 +346,22 @@ def _ingest(
     pids = np.asarray(ids, dtype=np.int64)  # the wire schema bounds them by MAX_ID
     known = pids < study.n_participants
     safe = np.where(known, pids, 0)  # unknown ids are rejected below; index with a valid one
-    member = splan.membership(k, safe)
-    widths = [len(row) for row in rows]
-    if all(w == width for w in widths):
-        payloads = np.array(rows, dtype=np.float64).reshape((n, width))
-    else:  # the misshapen rows are rejected below and stay zero
-        payloads = np.zeros((n, width), dtype=np.float64)
-        for i, row in enumerate(rows):
-            if widths[i] == width:
-                payloads[i] = row
-    is_known, in_cohort = known.tolist(), member.member.tolist()
-    for i, pid in enumerate(ids):
-        if not is_known[i]:
-            reject(i, UnknownParticipant(f"study {study.id} has no participant {pid}"))
-        elif not ctx.tokens.ok(study.secret, study.id, pid, tokens[i]):
+    membership = splan.membership(k, safe)
+    member = membership.member
+    signed = _signed(ctx, study, ids, credentials)
+    payloads, fits = rows.matrix(width)
+    ok = known & signed & member & fits
+    for i in np.flatnonzero(~ok).tolist():  # the first failed check of each, in this order
+        pid = ids[i]
+        if not known[i]:
+            reject(i, UnknownParticipant(f"study {study_id} has no participant {pid}"))
+        elif not signed[i]:
             reject(i, InvalidToken(f"the token of participant {pid} is not valid"))
-        elif not in_cohort[i]:
+        elif not member[i]:
             reject(i, NotInCohort(f"participant {pid} is not in the cohort of round {k}"))
-        elif widths[i] != width:
-            reject(i, InvalidPayload(f"payload of {widths[i]} numbers, expected shape {shape}"))
-    ok = np.array([e is None for e in errors], dtype=np.bool_)
-    pos = member.position
+        else:
+            reject(i, InvalidPayload(f"payload of {lengths[i]} numbers, expected shape {shape}"))
+    pos = membership.position
     rp = splan.plan.rounds[k]
     charge = rp.epsilon[pos]
     # The ledger: what the plan charged before round k plus this round must fit the declared ε.
@@ -310,41 +387,36 @@ def _ingest(
         ok[idx[~np.asarray(valid, dtype=np.bool_)]] = False
     now = utcnow()
     accepted = np.flatnonzero(ok)
+    accepted_ids = pids[accepted].tolist()
     blobs = _row_bytes(payloads[accepted])
-    digests = dict(zip(accepted.tolist(), _digests(kind, blobs), strict=True))
+    digests = _digests(kind, blobs)
+    epsilons = charge[accepted].tolist()
     inserted = repo.insert_reports(
-        session,
-        [
-            {
-                "study_id": study.id,
-                "round": k,
-                "participant_id": ids[i],
-                "payload": blob,
-                "epsilon": epsilon,
-                "digest": digests[i],
-                "received_at": now,
-            }
-            for i, blob, epsilon in zip(digests, blobs, charge[accepted].tolist(), strict=True)
-        ],
+        session, study_id, k, now, accepted_ids, blobs, epsilons, digests
     )
-    stored = {ids[i]: (digests[i], now) for i in digests if ids[i] in inserted}
-    conflicts = [i for i in digests if ids[i] not in inserted]
+    stored: dict[int, tuple[str, datetime]] = {}
+    conflicts: list[tuple[int, str]] = []  # (position in the batch, digest)
+    for i, pid, digest in zip(accepted.tolist(), accepted_ids, digests, strict=True):
+        if pid in inserted:
+            stored[pid] = (digest, now)
+        else:
+            conflicts.append((i, digest))
     duplicates: set[int] = set()
     if conflicts:
-        before = repo.existing_reports(session, study.id, k, [ids[i] for i in conflicts])
-        for i in conflicts:
-            digest, at = before[ids[i]]
-            if digest == digests[i]:
-                duplicates.add(ids[i])
-                stored[ids[i]] = (digest, at)
+        before = repo.existing_reports(session, study_id, k, [ids[i] for i, _ in conflicts])
+        for i, digest in conflicts:
+            pid = ids[i]
+            if before[pid][0] == digest:
+                duplicates.add(pid)
+                stored[pid] = before[pid]
             else:
                 reject(
                     i,
                     DuplicateConflict(
-                        f"participant {ids[i]} already sent a different report for round {k}"
+                        f"participant {pid} already sent a different report for round {k}"
                     ),
                 )
-    received = repo.add_received(session, study.id, k, len(inserted)) if inserted else r.received
+    received = repo.add_received(session, study_id, k, len(inserted)) if inserted else r.received
     return _Outcome(errors, duplicates, stored, received >= r.expected)
 
 
@@ -373,13 +445,16 @@ def submit_many(
         except (RoundClosed, StudyNotRunning) as exc:
             out: list[Receipt | FedldpError] = []
             for i, pid in enumerate(ids):
-                again = _resent(ctx, session, study, index, [pid], [tokens[i]], kind, [rows[i]])
+                one_row = _Rows(lists=[rows[i]])
+                again = _resent(ctx, session, study, index, [pid], _one(tokens[i]), kind, one_row)
                 if again is None:
                     out.append(exc)
                 else:
                     out.append(_receipt(pid, index, again[pid], duplicate=True))
             return out
-        outcome = _ingest(ctx, session, study, r, ids, tokens, kind, rows)
+        outcome = _ingest(
+            ctx, session, study, r, ids, Credentials(tokens=tokens), kind, _Rows(lists=rows)
+        )
     if outcome.complete:
         advance(ctx, study_id, index)
     results: list[Receipt | FedldpError] = []
@@ -397,13 +472,13 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
         try:
             r = _open_round(session, study, batch.round)
         except (RoundClosed, StudyNotRunning):
-            args = (batch.participant_ids, batch.tokens, batch.kind, batch.payloads)
+            args = (batch.participant_ids, batch, batch.kind, _Rows.of(batch))
             if _resent(ctx, session, study, batch.round, *args) is None:
                 raise
             n = len(batch.participant_ids)
             return BatchReceipt(round=batch.round, accepted=0, duplicates=n, rejected=0, items=[])
         outcome = _ingest(
-            ctx, session, study, r, batch.participant_ids, batch.tokens, batch.kind, batch.payloads
+            ctx, session, study, r, batch.participant_ids, batch, batch.kind, _Rows.of(batch)
         )
     if outcome.complete:
         advance(ctx, study_id, batch.round)
@@ -427,7 +502,7 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
 def budget(ctx: Context, study_id: str, participant_id: int, token: str | None) -> BudgetView:
     with ctx.transaction() as session:
         study = require_study(session, study_id)
-        _check_participants(ctx, study, [participant_id], [token or ""])
+        _check_participants(ctx, study, [participant_id], _one(token))
         p = repo.participant(session, study_id, participant_id)
         assert p is not None
         reported = set(repo.reported_rounds(session, study_id, [participant_id])[participant_id])

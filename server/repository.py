@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, CursorResult, Table, Text, func, select, type_coerce, update
+from sqlalchemy import (
+    ColumnElement,
+    CursorResult,
+    Select,
+    Table,
+    Text,
+    func,
+    select,
+    type_coerce,
+    update,
+)
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -56,9 +66,110 @@ INT_MAX = 2**31 - 1
 """Largest value of an ``Integer`` column on every backend (PostgreSQL's is 32-bit)."""
 
 
-def _chunks(values: Sequence[int]) -> Iterator[list[int]]:
-    for start in range(0, len(values), IN_CHUNK):
-        yield list(values[start : start + IN_CHUNK])
+SQLITE_VARIABLES = 7_000
+"""Values per INSERT statement on SQLite (below its limit of 32,766 variables)."""
+
+RANGE_SPAN = 4
+"""Ids spread over at most this many times their number (a block of participants) are looked up
+with one range condition, others with IN-lists of at most ``IN_CHUNK``."""
+
+
+def _among(column: ColumnElement[int], ids: Sequence[int]) -> Iterator[ColumnElement[bool]]:
+    """Conditions that together select the rows whose ``column`` is one of ``ids``: one range
+    (which also selects the values between them: the caller drops those) or IN-lists. A range
+    scan reads a block of ids at the cost of one index seek; IN-lists cost one each."""
+    if not ids:
+        return
+    low, high = min(ids), max(ids)
+    if high - low < RANGE_SPAN * len(ids):
+        yield column.between(low, high)
+        return
+    for start in range(0, len(ids), IN_CHUNK):
+        yield column.in_(list(ids[start : start + IN_CHUNK]))
+
+
+def _raw(session: Session, stmt: Select[Any]) -> list[Any]:
+    """The rows of ``stmt`` as the driver returns them (tuples), for the reads of many rows. A
+    Row object per row was most of their cost, and their columns (numbers, text, bytes) need no
+    result processing on either backend (the storage tests read them on both)."""
+    result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
+    try:
+        return list(result.cursor.fetchall())
+    finally:
+        result.close()
+
+
+_REPORTS: Table = ReportRow.metadata.tables[ReportRow.__tablename__]
+_PARTICIPANTS: Table = ParticipantRow.metadata.tables[ParticipantRow.__tablename__]
+
+
+def _processed(values: Sequence[Any], process: Callable[[Any], Any]) -> list[Any]:
+    """Each value through ``process``, once for a run of the same object (participants of an
+    enrollment batch share the dict of their equal metadata: one JSON encoding for them all)."""
+    out: list[Any] = []
+    last: object = _processed  # no value is this function
+    done: Any = None
+    for value in values:
+        if value is not last:
+            last, done = value, process(value)
+        out.append(done)
+    return out
+
+
+class _Columns:
+    """Rows to insert, column by column: the values all rows share (``same``) and one value per
+    row (``each``), so that a batch of tens of thousands is never built as one dict per row."""
+
+    def __init__(self, same: dict[str, Any], each: dict[str, Sequence[Any]]) -> None:
+        self.same = same
+        self.each = each
+        self.size = len(next(iter(each.values())))
+
+    def _column(self, name: str, process: Callable[[Any], Any] | None) -> Iterable[Any]:
+        if name in self.same:
+            value = self.same[name]
+            return itertools.repeat(value if process is None else process(value), self.size)
+        values = self.each[name]
+        return values if process is None else _processed(values, process)
+
+    def dicts(self, table: Table) -> list[dict[str, Any]]:
+        """One dict per row, keyed by column name (for SQLAlchemy's ``executemany``)."""
+        names = [c.name for c in table.columns]
+        rows = zip(*(self._column(name, None) for name in names), strict=True)
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def insert_sqlite(self, session: Session, table: Table, tail: str = "") -> list[Any]:
+        """Insert the rows on SQLite, at the driver: multi-row ``INSERT … VALUES`` statements
+        of up to ``SQLITE_VARIABLES`` values, each followed by ``tail`` (``ON CONFLICT``,
+        ``RETURNING``), in the session's transaction; the rows they return. Half the time of
+        SQLAlchemy's ``executemany`` on large batches (its per-row parameter handling): the
+        values are laid out column by column into one flat list, each through its column's own
+        bind processor (so that rows stored at the driver equal SQLAlchemy's; a value all rows
+        share is processed once)."""
+        connection = session.connection()
+        dialect = connection.dialect
+        width = len(table.columns)
+        values: list[Any] = [None] * (width * self.size)
+        for j, column in enumerate(table.columns):
+            process = column.type.dialect_impl(dialect).bind_processor(dialect)
+            values[j::width] = self._column(column.name, process)
+        quote = dialect.identifier_preparer.quote
+        head = (
+            f"INSERT INTO {dialect.identifier_preparer.format_table(table)} "
+            f"({', '.join(quote(c.name) for c in table.columns)}) VALUES "
+        )
+        marks = "(" + ", ".join("?" * width) + ")"
+        step = SQLITE_VARIABLES // width
+        returned: list[Any] = []
+        for start in range(0, self.size, step):
+            rows = min(step, self.size - start)
+            sql = head + ", ".join([marks] * rows) + tail
+            result = connection.exec_driver_sql(
+                sql, tuple(values[start * width : (start + rows) * width])
+            )
+            if result.returns_rows:
+                returned += result.cursor.fetchall()  # plain tuples: no Row per returned row
+        return returned
 
 
 # --------------------------------------------------------------------------- studies
@@ -141,18 +252,28 @@ def due_enrollments(session: Session, now: datetime) -> list[str]:
 # --------------------------------------------------------------------------- participants
 
 
-def add_participants(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+def add_participants(
+    session: Session,
+    study_id: str,
+    enrolled_at: datetime,
+    participant_ids: Sequence[int],
+    epsilons: Sequence[float],
+    metadata: Sequence[dict[str, Any]] | dict[str, Any],
+) -> None:
     """Bulk insert through the table, not the ORM unit of work (enrollment batches are large),
-    and on SQLite at the driver; rows are keyed by column name (``metadata``)."""
+    and on SQLite at the driver. ``metadata`` is each participant's, or one for all of them."""
+    same: dict[str, Any] = {"study_id": study_id, "enrolled_at": enrolled_at}
+    each: dict[str, Sequence[Any]] = {"participant_id": participant_ids, "epsilon": epsilons}
+    if isinstance(metadata, dict):
+        same["metadata"] = metadata
+    else:
+        each["metadata"] = metadata
+    columns = _Columns(same, each)
     table = _PARTICIPANTS
-    if not rows:
-        return
-    if session.get_bind().dialect.name != "sqlite":
-        session.execute(table.insert(), list(rows))
-        return
-    connection = session.connection()
-    head, records = _driver_records(connection, table, rows)
-    connection.exec_driver_sql(head + "(" + ", ".join("?" * len(table.columns)) + ")", records)
+    if session.get_bind().dialect.name == "sqlite":
+        columns.insert_sqlite(session, table)
+    else:
+        session.execute(table.insert(), columns.dicts(table))
 
 
 def participant(session: Session, study_id: str, participant_id: int) -> ParticipantRow | None:
@@ -163,12 +284,13 @@ def load_participants(session: Session, study_id: str) -> tuple[FloatArray, list
     """Every participant's declared ε and metadata, in participant-id order. The metadata are
     read as JSON text and parsed in one call (per-row JSON decoding was most of a study's start);
     a driver that decodes JSON itself (psycopg) hands back the objects."""
+    table = _PARTICIPANTS
     stmt = (
-        select(ParticipantRow.epsilon, type_coerce(ParticipantRow.metadata_, Text))
-        .where(ParticipantRow.study_id == study_id)
-        .order_by(ParticipantRow.participant_id)
+        select(table.c.epsilon, type_coerce(table.c.metadata, Text))
+        .where(table.c.study_id == study_id)
+        .order_by(table.c.participant_id)
     )
-    rows = session.execute(stmt).all()
+    rows = _raw(session, stmt)
     eps = np.fromiter((r[0] for r in rows), dtype=np.float64, count=len(rows))
     raw: list[Any] = [r[1] for r in rows]
     if raw and isinstance(raw[0], str):
@@ -243,118 +365,98 @@ def due_rounds(session: Session, now: datetime) -> list[tuple[str, int]]:
 # --------------------------------------------------------------------------- reports
 
 
-_REPORTS: Table = ReportRow.metadata.tables[ReportRow.__tablename__]
-_PARTICIPANTS: Table = ParticipantRow.metadata.tables[ParticipantRow.__tablename__]
-
-
-def insert_reports(session: Session, rows: Sequence[dict[str, Any]]) -> set[int]:
-    """Insert reports, skipping (study, round, participant) keys already stored: the ids that
-    were inserted by this statement."""
-    if not rows:
+def insert_reports(
+    session: Session,
+    study_id: str,
+    index: int,
+    received_at: datetime,
+    participant_ids: Sequence[int],
+    payloads: Sequence[bytes],
+    epsilons: Sequence[float],
+    digests: Sequence[str],
+) -> set[int]:
+    """Insert the reports of these participants in round ``index`` (payload bytes, ε charged,
+    receipt digest each), skipping (study, round, participant) keys already stored: the ids
+    that were inserted by this statement."""
+    if not participant_ids:
         return set()
+    columns = _Columns(
+        {"study_id": study_id, "round": index, "received_at": received_at},
+        {
+            "participant_id": participant_ids,
+            "payload": payloads,
+            "epsilon": epsilons,
+            "digest": digests,
+        },
+    )
     dialect = session.get_bind().dialect.name
     if dialect == "sqlite":
-        return _insert_reports_sqlite(session, rows)
+        return _insert_reports_sqlite(session, columns)
     if dialect != "postgresql":  # pragma: no cover - only SQLite and PostgreSQL are supported
         raise RuntimeError(f"unsupported database {dialect}")
     # A Core insert into the table (multi-row VALUES batches with RETURNING), not an ORM bulk
     # insert of ReportRow: the same statement without the ORM's per-row bookkeeping.
     table = _REPORTS
     stmt = postgresql.insert(table).on_conflict_do_nothing().returning(table.c.participant_id)
-    return {int(pid) for pid in session.execute(stmt, list(rows)).scalars()}
+    return {int(pid) for pid in session.execute(stmt, columns.dicts(table)).scalars()}
 
 
-SQLITE_INSERT_ROWS = 1000
-"""Rows per INSERT statement on SQLite (7 columns: 7,000 variables, below its 32,766 limit)."""
-
-
-def _driver_records(
-    connection: Connection, table: Table, rows: Sequence[dict[str, Any]]
-) -> tuple[str, list[tuple[Any, ...]]]:
-    """``INSERT INTO table (columns) VALUES `` and the rows as driver values, each through its
-    column's own bind processor (so rows stored at the driver equal SQLAlchemy's)."""
-    dialect = connection.dialect
-    columns: list[list[Any]] = []
-    for column in table.columns:
-        values = [row[column.name] for row in rows]
-        process = column.type.dialect_impl(dialect).bind_processor(dialect)
-        if process is not None:
-            first = values[0]
-            if all(v is first for v in values):  # e.g. the batch's one arrival time
-                values = [process(first)] * len(values)
-            else:
-                values = [process(v) for v in values]
-        columns.append(values)
-    quote = dialect.identifier_preparer.quote
-    head = (
-        f"INSERT INTO {dialect.identifier_preparer.format_table(table)} "
-        f"({', '.join(quote(c.name) for c in table.columns)}) VALUES "
-    )
-    return head, list(zip(*columns, strict=True))
-
-
-def _insert_reports_sqlite(session: Session, rows: Sequence[dict[str, Any]]) -> set[int]:
-    """``insert_reports`` on SQLite, at the driver: multi-row ``INSERT … ON CONFLICT DO NOTHING
-    RETURNING`` statements (the driver's ``executemany`` drops RETURNING rows), which take half
-    the time of SQLAlchemy's executemany on large batches (its per-row parameter handling)."""
+def _insert_reports_sqlite(session: Session, columns: _Columns) -> set[int]:
+    """``insert_reports`` on SQLite: ``INSERT … ON CONFLICT DO NOTHING RETURNING`` statements
+    at the driver (whose ``executemany`` would drop the RETURNING rows)."""
     table = _REPORTS
-    connection = session.connection()
-    head, records = _driver_records(connection, table, rows)
-    quote = connection.dialect.identifier_preparer.quote
+    quote = session.get_bind().dialect.identifier_preparer.quote
     tail = f" ON CONFLICT DO NOTHING RETURNING {quote(table.c.participant_id.name)}"
-    marks = "(" + ", ".join("?" * len(table.columns)) + ")"
-    inserted: set[int] = set()
-    for start in range(0, len(records), SQLITE_INSERT_ROWS):
-        block = records[start : start + SQLITE_INSERT_ROWS]
-        sql = head + ", ".join([marks] * len(block)) + tail
-        result = connection.exec_driver_sql(sql, tuple(itertools.chain.from_iterable(block)))
-        inserted.update(int(pid) for (pid,) in result)
-    return inserted
+    return {pid for (pid,) in columns.insert_sqlite(session, table, tail)}
 
 
 def existing_reports(
     session: Session, study_id: str, index: int, participant_ids: Sequence[int]
 ) -> dict[int, tuple[str, datetime]]:
     """Digest and arrival time of the stored reports of these participants in this round."""
+    table = _REPORTS
+    wanted = set(participant_ids)
     out: dict[int, tuple[str, datetime]] = {}
-    for chunk in _chunks(participant_ids):
-        stmt = select(ReportRow.participant_id, ReportRow.digest, ReportRow.received_at).where(
-            ReportRow.study_id == study_id,
-            ReportRow.round == index,
-            ReportRow.participant_id.in_(chunk),
+    for among in _among(table.c.participant_id, participant_ids):
+        stmt = select(table.c.participant_id, table.c.digest, table.c.received_at).where(
+            table.c.study_id == study_id, table.c.round == index, among
         )
         for pid, digest, at in session.execute(stmt).all():
-            out[int(pid)] = (str(digest), at)
+            if pid in wanted:
+                out[int(pid)] = (str(digest), at)
     return out
 
 
 def reported_pids(
-    session: Session, study_id: str, index: int, participant_ids: Sequence[int]
-) -> set[int]:
-    out: set[int] = set()
-    for chunk in _chunks(participant_ids):
-        stmt = select(ReportRow.participant_id).where(
-            ReportRow.study_id == study_id,
-            ReportRow.round == index,
-            ReportRow.participant_id.in_(chunk),
+    session: Session, study_id: str, index: int, participant_ids: IntArray
+) -> IntArray:
+    """Which of these participants have a report stored in round ``index``."""
+    table = _REPORTS
+    found: list[int] = []
+    for among in _among(table.c.participant_id, participant_ids.tolist()):
+        stmt = select(table.c.participant_id).where(
+            table.c.study_id == study_id, table.c.round == index, among
         )
-        out.update(int(p) for p in session.scalars(stmt))
-    return out
+        found += (pid for (pid,) in _raw(session, stmt))
+    stored = np.fromiter(found, dtype=np.int64, count=len(found))
+    return participant_ids[np.isin(participant_ids, stored)]
 
 
 def reported_rounds(
     session: Session, study_id: str, participant_ids: Sequence[int]
 ) -> dict[int, list[int]]:
     """The rounds each of these participants has reported in (ascending)."""
+    table = _REPORTS
     out: dict[int, list[int]] = {int(p): [] for p in participant_ids}
-    for chunk in _chunks(participant_ids):
+    for among in _among(table.c.participant_id, participant_ids):
         stmt = (
-            select(ReportRow.participant_id, ReportRow.round)
-            .where(ReportRow.study_id == study_id, ReportRow.participant_id.in_(chunk))
-            .order_by(ReportRow.participant_id, ReportRow.round)
+            select(table.c.participant_id, table.c.round)
+            .where(table.c.study_id == study_id, among)
+            .order_by(table.c.participant_id, table.c.round)
         )
         for pid, k in session.execute(stmt).all():
-            out[int(pid)].append(int(k))
+            if pid in out:
+                out[int(pid)].append(int(k))
     return out
 
 
@@ -363,19 +465,20 @@ def stream_reports(
 ) -> Iterator[tuple[IntArray, list[bytes]]]:
     """The round's reports in participant order, ``chunk`` at a time: (ids, payload bytes).
     Keyset pagination keeps memory flat and works the same on every backend."""
+    table = _REPORTS
     after = -1
     while True:
         stmt = (
-            select(ReportRow.participant_id, ReportRow.payload)
+            select(table.c.participant_id, table.c.payload)
             .where(
-                ReportRow.study_id == study_id,
-                ReportRow.round == index,
-                ReportRow.participant_id > after,
+                table.c.study_id == study_id,
+                table.c.round == index,
+                table.c.participant_id > after,
             )
-            .order_by(ReportRow.participant_id)
+            .order_by(table.c.participant_id)
             .limit(chunk)
         )
-        rows = session.execute(stmt).all()
+        rows = _raw(session, stmt)
         if not rows:
             return
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
@@ -383,17 +486,32 @@ def stream_reports(
         after = int(ids[-1])
 
 
-def spent_per_participant(session: Session, study_id: str, n: int) -> FloatArray:
-    """ε charged to each participant by its stored reports (basic composition); the sums are
-    taken in the database and streamed in partitions, so memory stays one float per participant."""
-    stmt = (
-        select(ReportRow.participant_id, func.sum(ReportRow.epsilon))
-        .where(ReportRow.study_id == study_id)
-        .group_by(ReportRow.participant_id)
-        .execution_options(yield_per=8192)
-    )
+def spent_per_participant(
+    session: Session, study_id: str, n: int, rounds: int, chunk: int = 8192
+) -> FloatArray:
+    """ε charged to each participant by its stored reports in rounds 0..rounds-1 (basic
+    composition). Each round's charges are read in participant order, ``chunk`` at a time
+    (keyset pagination along the primary key, as for ``stream_reports``: cheaper than grouping
+    by participant through the other index), so memory stays one float per participant."""
+    table = _REPORTS
     spent = np.zeros(n, dtype=np.float64)
-    for part in session.execute(stmt).partitions():
-        ids = np.fromiter((r[0] for r in part), dtype=np.int64, count=len(part))
-        spent[ids] = np.fromiter((r[1] for r in part), dtype=np.float64, count=len(part))
+    for index in range(rounds):
+        after = -1
+        while True:
+            stmt = (
+                select(table.c.participant_id, table.c.epsilon)
+                .where(
+                    table.c.study_id == study_id,
+                    table.c.round == index,
+                    table.c.participant_id > after,
+                )
+                .order_by(table.c.participant_id)
+                .limit(chunk)
+            )
+            rows = _raw(session, stmt)
+            if not rows:
+                break
+            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            spent[ids] += np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+            after = int(ids[-1])
     return spent

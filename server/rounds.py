@@ -189,7 +189,8 @@ def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[J
     except ValueError as exc:
         fail_study(session, study.id, f"the result could not be computed: {exc}")
         return
-    spent = repo.spent_per_participant(session, study.id, splan.plan.n_participants)
+    rounds = len(splan.plan.rounds)
+    spent = repo.spent_per_participant(session, study.id, splan.plan.n_participants, rounds)
     stored: dict[str, Any] = {
         "estimate": result.estimate,
         "error_bar": None if result.error_bar is None else result.error_bar.as_json(),

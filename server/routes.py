@@ -124,8 +124,9 @@ def enroll(study_id: str, body: wire.EnrollRequest, ctx: Ctx) -> wire.Enrollment
 def enroll_batch(
     study_id: str, body: Annotated[wire.EnrollBatch, Depends(json_body(wire.EnrollBatch))], ctx: Ctx
 ) -> wire.EnrollmentBatch:
-    """Enroll many participants; ids are consecutive, in request order."""
-    return studies.enroll(ctx, study_id, *body.rows())
+    """Enroll many participants: their ids and tokens, and, when the ids are consecutive, the
+    block token that stands for all of them on the batch endpoints (``block_only``: that alone)."""
+    return studies.enroll(ctx, study_id, *body.rows(), block_only=body.block_only)
 
 
 @router.post(
@@ -169,10 +170,10 @@ async def get_tasks(
     ctx: Ctx,
     hold: Annotated[float, Query(ge=0, le=MAX_HOLD_S)] = 0.0,
 ) -> wire.TaskBatch:
-    """The tasks of many participants (each with its token). ``hold=S`` (seconds) holds the
-    answer while all of them would only wait, and answers as soon as the study moves on."""
-    ids, tokens = body.participant_ids, body.tokens
-    return await participants.tasks_when_ready(ctx, study_id, ids, tokens, hold)
+    """The tasks of many participants (with each one's token, or block tokens covering them).
+    ``hold=S`` (seconds) holds the answer while all of them would only wait, and answers as soon
+    as the study moves on."""
+    return await participants.tasks_when_ready(ctx, study_id, body.participant_ids, body, hold)
 
 
 @router.post("/v1/studies/{study_id}/reports", responses=_RESPONSES, tags=["reports"])
@@ -196,7 +197,8 @@ async def submit_report(
 def submit_reports(
     study_id: str, body: Annotated[wire.ReportBatch, Depends(json_body(wire.ReportBatch))], ctx: Ctx
 ) -> wire.BatchReceipt:
-    """Many participants' privatized reports for one round; rejected items are listed."""
+    """Many participants' privatized reports for one round (with each one's token, or block
+    tokens covering them); rejected items are listed."""
     return participants.submit_batch(ctx, study_id, body)
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from protocol.base import Predictor, jsonable
 from protocol.catalogue import CATALOGUE
 from protocol.wire import (
+    BlockToken,
     EnrollmentBatch,
     Lease,
     PredictRequest,
@@ -24,7 +25,7 @@ from protocol.wire import (
     StudyView,
 )
 from server import repository as repo
-from server.auth import new_secret, token_for
+from server.auth import block_token_for, new_secret, tokens_for
 from server.context import Context
 from server.errors import (
     EnrollmentFull,
@@ -168,15 +169,21 @@ def enroll(
     epsilons: list[float],
     metadata: list[dict[str, Any]],
     requested: list[int | None],
+    *,
+    block_only: bool = False,
 ) -> EnrollmentBatch:
     """Enroll participants (their ε, metadata and requested ids), numbered by the server in
     arrival order or, all of them, with the ids they give (a lease's); the enrollment target,
-    when reached, starts the study."""
+    when reached, starts the study. The answer holds each participant's token and, for
+    consecutive ids, their block token; ``block_only``: the block token alone (the tokens are
+    not even computed)."""
     explicit = [p for p in requested if p is not None]
     if explicit and len(explicit) != len(requested):
         raise InvalidRequest("give a participant_id for every participant of a batch, or none")
     if len(set(explicit)) != len(explicit):
         raise InvalidRequest("a participant_id appears twice in the batch")
+    if block_only and explicit and max(explicit) - min(explicit) + 1 != len(explicit):
+        raise InvalidRequest("a block token alone needs consecutive participant ids")
     now = utcnow()
     try:
         with ctx.transaction() as session:
@@ -197,19 +204,16 @@ def enroll(
             ids = explicit or list(range(total - len(epsilons), total))
             repo.add_participants(
                 session,
-                [
-                    {
-                        "study_id": study_id,
-                        "participant_id": pid,
-                        "epsilon": epsilon,
-                        "metadata": meta,
-                        "enrolled_at": now,
-                    }
-                    for pid, epsilon, meta in zip(ids, epsilons, metadata, strict=True)
-                ],
+                study_id,
+                now,
+                ids,
+                epsilons,
+                metadata if any(metadata) else {},  # none has any: one stored value for all
             )
             out = EnrollmentBatch(
-                participant_ids=ids, tokens=[token_for(study.secret, study_id, p) for p in ids]
+                participant_ids=ids,
+                tokens=[] if block_only else tokens_for(study.secret, study_id, ids),
+                block=_block_token(study, ids),
             )
             full = target is not None and total >= target
             if full:
@@ -223,6 +227,16 @@ def enroll(
     if full:
         advance(ctx, study_id, 0)
     return out
+
+
+def _block_token(study: StudyRow, ids: list[int]) -> BlockToken | None:
+    """The block token of a batch of distinct ids, when they are consecutive."""
+    start, stop = min(ids), max(ids) + 1
+    if stop - start != len(ids):
+        return None
+    return BlockToken(
+        start=start, stop=stop, token=block_token_for(study.secret, study.id, start, stop)
+    )
 
 
 def lease(ctx: Context, study_id: str, size: int) -> Lease:

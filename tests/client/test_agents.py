@@ -21,7 +21,7 @@ from client.population import PopulationSpec, build_population
 from client.simulate import fill_from_population
 from client.user import Privatizer
 from protocol.catalogue import get_protocol
-from protocol.wire import RoundTasks, TaskBatch
+from protocol.wire import BlockToken, Credentials, RoundTasks, TaskBatch
 
 
 @given(
@@ -44,8 +44,45 @@ def test_roster_parts_are_contiguous_slices() -> None:
     assert part.participant_ids == [3, 4, 5, 6]
     assert part.tokens == ["t3", "t4", "t5", "t6"]
     assert len(part) == 4
-    with pytest.raises(ValueError, match="one id, token and ε per slot"):
+    assert part.positions([6, 3, 5]).tolist() == [3, 0, 2]
+    assert part.positions([]).tolist() == []
+    shuffled = Roster(np.arange(3), [10, 2, 7], ["a", "b", "c"], np.ones(3))
+    assert shuffled.positions([7, 10, 2]).tolist() == [2, 0, 1]
+    with pytest.raises(SwarmError, match="did not ask"):
+        part.positions([3, 7])
+    with pytest.raises(ValueError, match="one id, token"):
         Roster(np.arange(3), [0, 1], ["a", "b", "c"], np.ones(3))
+
+
+def test_block_tokens_stand_in_for_tokens_where_they_cover_the_roster() -> None:
+    low, high = BlockToken(start=0, stop=5, token="b0"), BlockToken(start=5, stop=10, token="b1")
+    tokens = [f"t{i}" for i in range(10)]
+    roster = Roster(np.arange(10), list(range(10)), tokens, np.ones(10), (low, high))
+    assert roster.credentials(np.array([0, 1])) == Credentials(blocks=[low])
+    assert roster.credentials(np.array([4, 5])) == Credentials(blocks=[low, high])
+    part = roster.part(6, 9)
+    assert part.blocks == (high,)
+    assert part.credentials(np.array([0, 2])) == Credentials(blocks=[high])
+    uncovered = Roster(np.arange(10), list(range(10)), tokens, np.ones(10), (low,))
+    assert uncovered.credentials(np.array([0, 1])) == Credentials(tokens=["t0", "t1"])
+    assert uncovered.part(0, 5).credentials(np.array([1])) == Credentials(blocks=[low])
+    assert pickle.loads(pickle.dumps(roster.part(0, 10))).blocks == (low, high)
+    blocks_only = Roster(np.arange(10), list(range(10)), [], np.ones(10), (low, high))
+    assert blocks_only.part(2, 4).credentials(np.array([1])) == Credentials(blocks=[low])
+    with pytest.raises(ValueError, match="one id, token"):
+        Roster(np.arange(10), list(range(10)), [], np.ones(10), (low,))
+
+
+async def test_single_participant_agents_need_each_token() -> None:
+    block = BlockToken(start=0, stop=4, token="b")
+    roster = Roster(np.arange(4), list(range(4)), [], np.ones(4), (block,))
+    population = build_population(PopulationSpec(users=4, samples=2), seed=3)
+    protocol = get_protocol("hetero-mean-laplace")
+    params = protocol.parse_params(fill_from_population(protocol, {}, population))
+    privatizer = Privatizer(protocol, params, population, population.population_seed)
+    async with ApiClient("http://fedldp.test") as api:
+        with pytest.raises(ValueError, match="each participant's token"):
+            await drive(api, "s", roster, privatizer, batch=None, concurrency=1)
 
 
 def test_the_first_failure_is_unwrapped_from_task_groups() -> None:

@@ -118,6 +118,55 @@ async def test_leasing_swarms_share_one_study(app: FastAPI) -> None:
     assert first.stats.reports + second.stats.reports == 5000
 
 
+class Recording(httpx.ASGITransport):
+    """The app in process, remembering what enrollment answers were asked for, each batch
+    request's credentials (tokens or blocks) and whether report batches came packed."""
+
+    def __init__(self, app: FastAPI) -> None:
+        super().__init__(app=app)
+        self.credentials: list[tuple[str, bool, bool]] = []
+        self.block_only: list[bool] = []
+        self.packed: list[bool] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path.endswith("/participants/batch"):
+            self.block_only.append(json.loads(await request.aread())["block_only"])
+        if path.endswith(("/tasks", "/reports/batch")):
+            body = json.loads(await request.aread())
+            sent = (path.rsplit("/", 1)[-1], body["tokens"] is not None, body["blocks"] is not None)
+            self.credentials.append(sent)
+            if "packed" in body:
+                self.packed.append(body["packed"] is not None and body["payloads"] is None)
+        return await super().handle_async_request(request)
+
+
+@pytest.mark.parametrize("lease", [False, True])
+async def test_batch_agents_send_block_tokens_not_each_token(app: FastAPI, lease: bool) -> None:
+    spec = PopulationSpec(users=2500, samples=4, distribution="two-point", mean=0.1)
+    protocol = get_protocol("user-mean")
+    transport = Recording(app)
+    shared: dict[str, Any] = {"name": "blocks", "lease": True} if lease else {}
+    run = await run_swarm(
+        URL,
+        population=spec,
+        seed=5,
+        create=("user-mean", fill_from_population(protocol, {}, build_population(spec, 5))),
+        progress=False,
+        transport=transport,
+        batch=1000,
+        **shared,
+    )
+    assert run.result.estimate == pytest.approx(simulated("user-mean", spec, 5), rel=REL)
+    kinds = {kind for kind, _, _ in transport.credentials}
+    assert kinds == {"tasks", "batch"}
+    assert all(blocks and not tokens for _, tokens, blocks in transport.credentials)
+    assert transport.block_only
+    assert all(transport.block_only)  # no user's own token was computed
+    assert transport.packed
+    assert all(transport.packed)
+
+
 async def test_a_swarm_with_another_population_cannot_join(app: FastAPI) -> None:
     spec = PopulationSpec(users=400, samples=4, distribution="two-point", mean=0.1)
     kw: dict[str, Any] = {"batch": 400, "name": "mine", "lease": True}

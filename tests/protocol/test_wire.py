@@ -14,9 +14,11 @@ from protocol.base import PayloadKind
 from protocol.wire import (
     EnrollRequest,
     Payload,
+    ReportBatch,
     ReportSubmit,
     StudyCreate,
     Task,
+    pack_rows,
     payload_from_row,
     payload_row,
 )
@@ -104,6 +106,30 @@ def test_enroll_batch_columns_give_the_same_rows_as_the_list() -> None:
     assert EnrollBatch(epsilons=[1.0]).rows() == ([1.0], [{}], [None])
 
 
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([0.0, -0.0, 4.0]), st.sampled_from([(1.0,), (1.0, 2.0)])),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_enroll_batch_columns_share_the_dict_of_repeated_metadata(
+    rows: list[tuple[float, tuple[float, ...]]],
+) -> None:
+    from protocol.wire import EnrollBatch
+
+    batch = EnrollBatch(
+        epsilons=[1.0] * len(rows),
+        metadata={"s": [r[0] for r in rows], "v": [list(r[1]) for r in rows]},
+    )
+    metadata = batch.rows()[1]
+    ragged = len({len(r[1]) for r in rows}) > 1  # vectors of different lengths: never shared
+    for i, (row, meta) in enumerate(zip(rows, metadata, strict=True)):
+        assert (repr(meta["s"]), meta["v"]) == (repr(row[0]), list(row[1]))  # -0.0 stays -0.0
+        same = i > 0 and not ragged and repr(rows[i - 1]) == repr(row)
+        assert (i > 0 and meta is metadata[i - 1]) == same
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -120,3 +146,43 @@ def test_enroll_batch_refuses_mixed_or_ragged_forms(bad: dict[str, Any]) -> None
 
     with pytest.raises(ValidationError):
         EnrollBatch.model_validate(bad)
+
+
+@given(st.integers(1, 6), st.integers(0, 5), st.data())
+def test_packed_payload_rows_round_trip_bit_for_bit(n: int, k: int, data: st.DataObject) -> None:
+    rows = np.array(data.draw(st.lists(finite, min_size=n * k, max_size=n * k))).reshape(n, k)
+    batch = ReportBatch(
+        round=0,
+        kind="vector",
+        participant_ids=list(range(n)),
+        tokens=["t"] * n,
+        packed=pack_rows(rows),
+    )
+    again = ReportBatch.model_validate_json(batch.model_dump_json())
+    assert again.packed_rows().tobytes() == rows.astype(np.float64).tobytes()  # -0.0 included
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"packed": None},  # neither form
+        {"payloads": [[1.0]] * 2},  # both forms
+        {"packed": "AAAA*AAA"},  # not base64
+        {"packed": "AAAAAAAA8D8"},  # unpadded
+        {"packed": "\u00e9"},
+        {"packed": pack_rows(np.ones(3))},  # three numbers for two participants
+        {"packed": pack_rows(np.array([1.0, np.inf]))},
+        {"packed": pack_rows(np.array([np.nan, 1.0]))},
+    ],
+)
+def test_packed_payloads_are_checked(change: dict[str, Any]) -> None:
+    body = {
+        "round": 0,
+        "kind": "scalar",
+        "participant_ids": [0, 1],
+        "tokens": ["a", "b"],
+        "packed": pack_rows(np.ones(2)),
+    }
+    ReportBatch.model_validate(body)
+    with pytest.raises(ValidationError):
+        ReportBatch.model_validate(body | change)

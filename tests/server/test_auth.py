@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from server.auth import TokenCache, new_secret, token_for, token_ok
+import base64
+import hmac
+
+from server.auth import (
+    TokenCache,
+    block_token_for,
+    block_token_ok,
+    new_secret,
+    token_for,
+    token_ok,
+    tokens_for,
+)
 
 
 def test_tokens_are_per_study_and_participant() -> None:
@@ -28,3 +39,38 @@ def test_the_cache_answers_like_the_hmac_and_stays_bounded() -> None:
         assert cache.ok(secret, "b", pid, token_for(secret, "b", pid))
     assert "a" not in cache._known
     assert cache.ok(secret, "a", 1, good)  # still valid, recomputed
+
+
+def test_tokens_for_many_are_each_the_hmac_of_study_and_participant() -> None:
+    secret = new_secret()
+    ids = [0, 1, 9, 10, 12345, 2**31 - 1]
+    one_by_one = [
+        base64.urlsafe_b64encode(hmac.digest(bytes.fromhex(secret), f"s1:{pid}".encode(), "sha256"))
+        .rstrip(b"=")
+        .decode()
+        for pid in ids
+    ]
+    assert tokens_for(secret, "s1", ids) == one_by_one
+    assert [token_for(secret, "s1", pid) for pid in ids] == one_by_one
+    assert tokens_for(secret, "s1", []) == []
+
+
+def test_the_cache_verifies_a_batch_token_by_token() -> None:
+    secret = new_secret()
+    cache = TokenCache()
+    good = tokens_for(secret, "a", range(4))
+    given = [good[0], "forged", good[1][:-1] + "é", good[3]]
+    assert cache.verify(secret, "a", [0, 1, 2, 3], given) == [True, False, False, True]
+    assert cache.verify(secret, "a", [0, 1, 2, 3], good) == [True, True, True, True]
+    assert cache.verify(secret, "a", [1, 0], [good[0], good[1]]) == [False, False]
+
+
+def test_block_tokens_are_per_study_and_block() -> None:
+    secret = new_secret()
+    token = block_token_for(secret, "s1", 0, 10)
+    assert block_token_ok(secret, "s1", 0, 10, token)
+    for study, start, stop in (("s1", 0, 9), ("s1", 1, 10), ("s2", 0, 10)):
+        assert not block_token_ok(secret, study, start, stop, token)
+    assert not block_token_ok(new_secret(), "s1", 0, 10, token)
+    assert not block_token_ok(secret, "s1", 0, 10, token[:-1] + "é")
+    assert token not in {token_for(secret, "s1", pid) for pid in range(11)}

@@ -12,18 +12,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from fastapi import FastAPI
 
 from protocol.wire import (
+    MAX_BLOCKS,
     BatchReceipt,
+    BlockToken,
     BudgetView,
     Enrollment,
+    EnrollmentBatch,
     Receipt,
     ResultView,
     StudyView,
     TaskBatch,
     TaskReport,
+    pack_rows,
 )
 from server.context import Context
 from tests.server.helpers import (
@@ -514,6 +519,190 @@ async def test_bad_token_is_refused(rr: Running) -> None:
     expect_error(
         await rr.client.get(task_url, headers=bearer(stranger.token)), 401, "invalid_token"
     )
+
+
+@pytest.fixture
+async def blocks(client: httpx.AsyncClient, app: FastAPI) -> tuple[Running, list[BlockToken]]:
+    """hetero-mean-rr with six participants enrolled in two batches of three, started: the
+    batches' block tokens stand for participants 0-2 and 3-5."""
+    study = await create_study(client, "hetero-mean-rr")
+    answers = [
+        EnrollmentBatch.model_validate_json(
+            (
+                await client.post(
+                    f"/v1/studies/{study.id}/participants/batch", json={"epsilons": [1.0] * 3}
+                )
+            ).content
+        )
+        for _ in range(2)
+    ]
+    await start(client, study.id)
+    people = [e for a in answers for e in a.enrollments]
+    tokens = [a.block for a in answers if a.block is not None]
+    assert [(b.start, b.stop) for b in tokens] == [(0, 3), (3, 6)]
+    return Running(client, app_context(app), study, people), tokens
+
+
+def block_json(block: BlockToken, **change: Any) -> dict[str, Any]:
+    return block.model_dump() | change
+
+
+async def test_block_tokens_stand_for_exactly_their_participants(
+    blocks: tuple[Running, list[BlockToken]],
+) -> None:
+    rr, (low, high) = blocks
+    tasks_url = f"/v1/studies/{rr.study.id}/tasks"
+    both = {"participant_ids": list(range(6)), "blocks": [block_json(low), block_json(high)]}
+    answer = TaskBatch.model_validate_json((await rr.client.post(tasks_url, json=both)).content)
+    assert [i.participant_id for i in answer.items()] == list(range(6))
+    assert all(isinstance(i.task, TaskReport) for i in answer.items())
+
+    other = await create_study(rr.client, "hetero-mean-rr")
+    stranger = EnrollmentBatch.model_validate_json(
+        (
+            await rr.client.post(
+                f"/v1/studies/{other.id}/participants/batch", json={"epsilons": [1.0] * 6}
+            )
+        ).content
+    ).block
+    assert stranger is not None
+    refused = [
+        {"participant_ids": [0, 3], "blocks": [block_json(low)]},  # 3 is not in the block
+        {"participant_ids": [0], "blocks": [block_json(low, stop=6)]},  # a block it was not for
+        {"participant_ids": [0], "blocks": [block_json(low, start=1)]},
+        {"participant_ids": [0], "blocks": [block_json(low, token=high.token)]},
+        {"participant_ids": [0], "blocks": [block_json(stranger)]},  # another study's
+        {"participant_ids": [0], "blocks": [block_json(low, token="\u00e9t\u00e9")]},
+    ]
+    for body in refused:
+        expect_error(await rr.client.post(tasks_url, json=body), 401, "invalid_token")
+    expect_error(
+        await rr.client.post(
+            tasks_url, json={"participant_ids": [0, 6], "blocks": [block_json(low)]}
+        ),
+        404,
+        "unknown_participant",
+    )
+
+    forged = block_json(high, token=low.token)
+    receipt = BatchReceipt.model_validate_json(
+        (
+            await rr.client.post(
+                f"{rr.reports}/batch",
+                json={
+                    "round": 0,
+                    "kind": "bit",
+                    "participant_ids": list(range(6)),
+                    "blocks": [block_json(low), forged],
+                    "payloads": [[1.0]] * 6,
+                },
+            )
+        ).content
+    )
+    assert (receipt.accepted, receipt.rejected) == (3, 3)
+    assert [(i.participant_id, i.code) for i in receipt.items] == [
+        (3, "invalid_token"),
+        (4, "invalid_token"),
+        (5, "invalid_token"),
+    ]
+    assert rr.stored() == 3
+    assert await rr.received() == 3
+
+
+async def test_a_batch_under_block_tokens_finishes_and_resends_as_duplicates(
+    blocks: tuple[Running, list[BlockToken]],
+) -> None:
+    rr, tokens = blocks
+    body = {
+        "round": 0,
+        "kind": "bit",
+        "participant_ids": list(range(6)),
+        "blocks": [block_json(b) for b in tokens],
+        "payloads": [[1.0], [-1.0]] * 3,
+    }
+    first = BatchReceipt.model_validate_json(
+        (await rr.client.post(f"{rr.reports}/batch", json=body)).content
+    )
+    assert (first.accepted, first.duplicates, first.rejected) == (6, 0, 0)
+    result = ResultView.model_validate_json(
+        (await rr.client.get(f"/v1/studies/{rr.study.id}/result")).content
+    )
+    assert result.phase == "finished"
+    again = await rr.client.post(f"{rr.reports}/batch", json=body)  # a lost answer, resent
+    assert BatchReceipt.model_validate_json(again.content).duplicates == 6
+    body["blocks"] = [block_json(tokens[0])]  # the same reports, not all authorised
+    expect_error(await rr.client.post(f"{rr.reports}/batch", json=body), 409, "study_not_running")
+
+
+async def test_batch_credentials_are_tokens_or_blocks(
+    blocks: tuple[Running, list[BlockToken]],
+) -> None:
+    rr, (low, _) = blocks
+    token = rr.people[0].token
+    cases: list[dict[str, Any]] = [
+        {"participant_ids": [0]},
+        {"participant_ids": [0], "tokens": None, "blocks": None},
+        {"participant_ids": [0], "tokens": [token], "blocks": [block_json(low)]},
+        {"participant_ids": [0], "blocks": []},
+        {"participant_ids": [0], "blocks": [block_json(low, stop=0)]},
+        {"participant_ids": [0], "blocks": [block_json(low, stop=2**31 + 1)]},
+        {"participant_ids": [0], "blocks": [block_json(low)] * (MAX_BLOCKS + 1)},
+        {"participant_ids": [0], "blocks": [{"start": 0, "stop": 3}]},
+    ]
+    for case in cases:
+        expect_error(
+            await rr.client.post(f"/v1/studies/{rr.study.id}/tasks", json=case),
+            422,
+            "invalid_request",
+        )
+        report = {"round": 0, "kind": "bit", "payloads": [[1.0]], **case}
+        expect_error(
+            await rr.client.post(f"{rr.reports}/batch", json=report), 422, "invalid_request"
+        )
+    assert rr.stored() == 0
+
+
+async def test_packed_payloads_are_stored_like_listed_ones(rr: Running) -> None:
+    """The packed form stores the same bytes under the same digest: a listed resend of packed
+    reports is a duplicate, and a wrong width is refused report by report as in lists."""
+    people = rr.people
+    body: dict[str, Any] = {
+        "round": 0,
+        "kind": "bit",
+        "participant_ids": [0, 1],
+        "tokens": [people[0].token, people[1].token],
+        "packed": pack_rows(np.array([[1.0], [-1.0]])),
+    }
+    first = await rr.client.post(f"{rr.reports}/batch", json=body)
+    assert BatchReceipt.model_validate_json(first.content).accepted == 2
+    stored = stored_report(rr.ctx, rr.study.id, 0, 1)
+    assert stored is not None
+    assert stored[0] == np.array([-1.0]).astype("<f8").tobytes()
+    listed = body | {"packed": None, "payloads": [[1.0], [-1.0]]}
+    again = BatchReceipt.model_validate_json(
+        (await rr.client.post(f"{rr.reports}/batch", json=listed)).content
+    )
+    assert (again.accepted, again.duplicates) == (0, 2)
+    wide = body | {
+        "participant_ids": [2, 3],
+        "tokens": [people[2].token, people[3].token],
+        "packed": pack_rows(np.array([[1.0, 1.0], [1.0, 1.0]])),
+    }
+    refused = BatchReceipt.model_validate_json(
+        (await rr.client.post(f"{rr.reports}/batch", json=wide)).content
+    )
+    assert [(i.participant_id, i.code) for i in refused.items] == [
+        (2, "invalid_payload"),
+        (3, "invalid_payload"),
+    ]
+    for bad in ("not base64!", pack_rows(np.array([np.nan, 1.0])), pack_rows(np.ones(3))):
+        expect_error(
+            await rr.client.post(f"{rr.reports}/batch", json=body | {"packed": bad}),
+            422,
+            "invalid_request",
+        )
+    assert rr.stored() == 2
+    assert await rr.received() == 2
 
 
 async def test_malformed_batches_are_refused_whole(rr: Running) -> None:

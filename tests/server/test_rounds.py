@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from protocol.hetero_estimators import weights
 from protocol.wire import (
     BudgetView,
+    Credentials,
     Enrollment,
     ReportBatch,
     ResultView,
@@ -72,9 +73,8 @@ def send(
 
 
 def stage_one_cohort(ctx: Context, study_id: str, people: list[Enrollment]) -> list[Enrollment]:
-    found = participants.tasks(
-        ctx, study_id, [e.participant_id for e in people], [e.token for e in people]
-    )
+    ids, tokens = [e.participant_id for e in people], [e.token for e in people]
+    found = participants.tasks(ctx, study_id, ids, Credentials(tokens=tokens))
     first = {t.participant_id for t in found.items() if t.task.kind == "report"}
     return [e for e in people if e.participant_id in first]
 

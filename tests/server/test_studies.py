@@ -431,6 +431,58 @@ async def test_leased_ids_are_checked(client: httpx.AsyncClient) -> None:
     assert (await study_view(client, study.id)).n_participants == 1
 
 
+async def test_enrollment_batches_of_consecutive_ids_get_a_block_token(
+    client: httpx.AsyncClient,
+) -> None:
+    study = await create_study(client, "hetero-mean-rr", enrollment_target=12)
+    url = f"/v1/studies/{study.id}/participants/batch"
+
+    async def enrolled(body: dict[str, Any]) -> EnrollmentBatch:
+        response = await client.post(url, json=body)
+        assert response.status_code == 201, response.text
+        return EnrollmentBatch.model_validate_json(response.content)
+
+    numbered = await enrolled({"epsilons": [1.0] * 3})
+    explicit = await enrolled({"epsilons": [1.0] * 3, "participant_ids": [5, 3, 4]})
+    gapped = await enrolled({"epsilons": [1.0] * 2, "participant_ids": [6, 8]})
+    single = await enrolled({"participants": [{"epsilon": 1.0, "participant_id": 10}]})
+    assert [(b.start, b.stop) if b else None for b in (numbered.block, explicit.block)] == [
+        (0, 3),
+        (3, 6),
+    ]
+    assert gapped.block is None
+    assert single.block is not None
+    assert (single.block.start, single.block.stop) == (10, 11)
+    tokens = {b.token for b in (numbered.block, explicit.block, single.block) if b is not None}
+    assert len(tokens) == 3
+    assert not tokens & {*numbered.tokens, *explicit.tokens, *single.tokens}
+
+
+async def test_enrollment_may_answer_with_the_block_token_only(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr", enrollment_target=12)
+    url = f"/v1/studies/{study.id}/participants/batch"
+    numbered = await client.post(url, json={"epsilons": [1.0] * 3, "block_only": True})
+    assert numbered.status_code == 201, numbered.text
+    answer = EnrollmentBatch.model_validate_json(numbered.content)
+    assert (answer.participant_ids, answer.tokens) == ([0, 1, 2], [])
+    assert answer.block is not None
+    assert (answer.block.start, answer.block.stop) == (0, 3)
+    with pytest.raises(ValueError, match="block token only"):
+        _ = answer.enrollments
+    listed = await client.post(
+        url,
+        json={
+            "participants": [{"epsilon": 1.0, "participant_id": p} for p in (4, 3)],
+            "block_only": True,
+        },
+    )
+    assert listed.status_code == 201, listed.text
+    assert EnrollmentBatch.model_validate_json(listed.content).tokens == []
+    gapped = {"epsilons": [1.0] * 2, "participant_ids": [6, 8], "block_only": True}
+    expect_error(await client.post(url, json=gapped), 422, "invalid_request")
+    assert (await study_view(client, study.id)).n_participants == 5
+
+
 async def test_start_refuses_leased_blocks_with_gaps(client: httpx.AsyncClient) -> None:
     study = await create_study(client, "hetero-mean-rr", enrollment_target=6)
     await lease(client, study.id, 3)

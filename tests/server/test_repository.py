@@ -1,0 +1,106 @@
+"""The SQL layer (server/repository.py), on every backend: lookups by sets of participant ids
+answer the same whether the ids form a block (one range condition) or are spread out (IN-lists)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from protocol.wire import EnrollBatch, ReportBatch, StudyCreate
+from server import participants, studies
+from server import repository as repo
+from server.context import Context
+from server.tables import utcnow
+
+N = 40
+REPORTED = [3, 4, 5, 6, 20, 39]
+
+
+@pytest.fixture
+def study_id(ctx: Context) -> str:
+    """hetero-mean-rr (one round) with N participants, of whom REPORTED have reported."""
+    study = studies.create(ctx, StudyCreate(protocol="hetero-mean-rr", seed=3))
+    enrolled = studies.enroll(ctx, study.id, [1.0] * N, [{}] * N, [None] * N)
+    studies.start(ctx, study.id)
+    batch = ReportBatch(
+        round=0,
+        kind="bit",
+        participant_ids=REPORTED,
+        tokens=[enrolled.tokens[p] for p in REPORTED],
+        payloads=[[1.0]] * len(REPORTED),
+    )
+    assert participants.submit_batch(ctx, study.id, batch).accepted == len(REPORTED)
+    return study.id
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        list(range(N)),  # a block: one range
+        [2, 3, 4, 7, 20],  # a block with gaps, still one range
+        [0, 6, 39],  # spread out: an IN-list
+        [39, 3, 0],  # any order
+        [],
+    ],
+)
+def test_lookups_by_ids_find_exactly_the_stored_reports(
+    ctx: Context, study_id: str, ids: list[int]
+) -> None:
+    expected = sorted(set(ids) & set(REPORTED))
+    with ctx.transaction() as session:
+        found = repo.reported_pids(session, study_id, 0, np.array(ids, dtype=np.int64))
+        stored = repo.existing_reports(session, study_id, 0, ids)
+        rounds = repo.reported_rounds(session, study_id, ids)
+        assert repo.reported_pids(session, study_id, 1, np.array(ids, dtype=np.int64)).size == 0
+    assert sorted(found.tolist()) == expected
+    assert sorted(stored) == expected
+    assert rounds == {p: [0] if p in REPORTED else [] for p in ids}
+
+
+def test_lookups_span_more_ids_than_one_in_list(ctx: Context, study_id: str) -> None:
+    spread = [p * 1000 for p in range(2 * repo.IN_CHUNK)] + REPORTED  # several IN-lists
+    with ctx.transaction() as session:
+        found = repo.reported_pids(session, study_id, 0, np.array(spread, dtype=np.int64))
+        stored = repo.existing_reports(session, study_id, 0, spread)
+    assert sorted(found.tolist()) == sorted(stored) == REPORTED
+
+
+def test_participants_sharing_metadata_store_each_their_own(ctx: Context) -> None:
+    """Runs of equal metadata are encoded once (server.repository._processed); every
+    participant still reads back its own, 0.0 and -0.0 included."""
+    samples = [4.0, 4.0, 8.0, 8.0, 8.0, -0.0, 0.0, 0.0, 4.0]
+    study = studies.create(ctx, StudyCreate(protocol="hetero-mean-rr", seed=3))
+    batch = EnrollBatch(epsilons=[1.0] * len(samples), metadata={"samples": samples})
+    studies.enroll(ctx, study.id, *batch.rows())
+    with ctx.transaction() as session:
+        _, metadata = repo.load_participants(session, study.id)
+    assert [repr(m["samples"]) for m in metadata] == [repr(v) for v in samples]
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 8192])
+def test_reports_stream_and_sum_in_pages(ctx: Context, study_id: str, chunk: int) -> None:
+    with ctx.transaction() as session:
+        pages = list(repo.stream_reports(session, study_id, 0, chunk))
+        spent = repo.spent_per_participant(session, study_id, N, 1, chunk)
+        assert not repo.spent_per_participant(session, study_id, N, 0, chunk).any()
+    assert [pid for ids, _ in pages for pid in ids.tolist()] == REPORTED
+    assert all(len(ids) == len(blobs) <= chunk for ids, blobs in pages)
+    assert {bytes(b) for _, blobs in pages for b in blobs} == {np.float64(1.0).tobytes()}
+    assert np.flatnonzero(spent).tolist() == REPORTED
+    assert spent[REPORTED].tolist() == [1.0] * len(REPORTED)
+
+
+def test_epsilon_spent_adds_up_every_round(ctx: Context, study_id: str) -> None:
+    """Participants who report in several rounds are charged for each (basic composition)."""
+    again = [4, 20, 21]
+    with ctx.transaction() as session:  # a second round's reports, written directly
+        inserted = repo.insert_reports(
+            session, study_id, 1, utcnow(), again, [b"\0" * 8] * 3, [0.25] * 3, ["d"] * 3
+        )
+        assert inserted == set(again)
+    with ctx.transaction() as session:
+        spent = repo.spent_per_participant(session, study_id, N, 2, chunk=2)
+    expected = np.zeros(N)
+    expected[REPORTED] += 1.0
+    expected[again] += 0.25
+    assert spent.tolist() == expected.tolist()
