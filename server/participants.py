@@ -373,9 +373,11 @@ def _ingest(
     if ok.any():
         idx = np.flatnonzero(ok)
         task = RoundTask(k, r.name, r.broadcast or {}, r.payload_kind, shape)
+        rows_k = payloads[idx].reshape((idx.size, *shape))
         try:
-            valid = splan.protocol.check(
-                splan.params, task, charge[idx], payloads[idx].reshape((idx.size, *shape))
+            valid = splan.protocol.check(splan.params, task, charge[idx], rows_k)
+            valid = valid & splan.protocol.check_members(
+                splan.params, splan.plan, task, pids[idx], rows_k
             )
         except ValueError as exc:
             raise InvalidPayload(str(exc)) from None

@@ -305,6 +305,15 @@ PARITY += [
         None,
         id="user-mean-l2-per-user",
     ),
+    pytest.param(  # semi-feature LDP: masks and public features enrolled, ε split over 2 rounds
+        Case(
+            "histoftree",
+            PopulationSpec(users=2000, distribution="sin-sum", private=2, epsilon_mix=MIXED),
+            18,
+        ),
+        500,
+        id="histoftree-batch",
+    ),
 ]
 
 
