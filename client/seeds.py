@@ -13,7 +13,15 @@ import numpy as np
 
 from protocol.streams import StreamKey, stream_key
 
-__all__ = ["DATA_PURPOSE", "ROUND_PURPOSE", "data_key", "derive_seeds", "round_key"]
+__all__ = [
+    "DATA_PURPOSE",
+    "NOISE_PURPOSE",
+    "ROUND_PURPOSE",
+    "data_key",
+    "derive_seeds",
+    "noise_seed",
+    "round_key",
+]
 
 DATA_PURPOSE = 0
 ROUND_PURPOSE = 1
@@ -28,6 +36,18 @@ def derive_seeds(seed: int) -> tuple[int, int]:
         int(study.generate_state(1, np.uint64)[0] >> np.uint64(1)),
         int(population.generate_state(1, np.uint64)[0] >> np.uint64(1)),
     )
+
+
+NOISE_PURPOSE = 0x4E
+
+
+def noise_seed(seed: int) -> int:
+    """The seed of a central-trust server's noise for a run: derived from the private population
+    seed (so only the run's owner, who gives it to the server at study creation, can reproduce the
+    release in process), in [0, 2**63)."""
+    population_seed = derive_seeds(seed)[1]
+    state = np.random.SeedSequence(population_seed, spawn_key=(NOISE_PURPOSE,))
+    return int(state.generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def data_key(population_seed: int) -> StreamKey:

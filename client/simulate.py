@@ -24,7 +24,7 @@ from client.features import SemiFeaturePopulation
 from client.learning import evaluate_summary
 from client.output import result_summary
 from client.population import AnyPopulation
-from client.seeds import derive_seeds, round_key
+from client.seeds import derive_seeds, noise_seed, round_key
 from protocol.base import (
     JSON,
     FloatArray,
@@ -183,7 +183,9 @@ def simulate(
             f"holds {population.data_kind} data"
         )
     started = time.perf_counter()
-    plan = protocol.plan(params, population.epsilon, population.metadata, study_seed)
+    # a central-trust protocol's server draws its noise from a secret seed (client.seeds)
+    plan_seed = noise_seed(seed) if protocol.trust == "central" else study_seed
+    plan = protocol.plan(params, population.epsilon, population.metadata, plan_seed)
     charges = check_plan_budget(plan, population.epsilon)
     total = int(sum(rp.cohort.size for rp in plan.rounds))
     done = 0

@@ -45,7 +45,7 @@ from client.learning import evaluate_summary
 from client.output import result_summary
 from client.population import AnyPopulation, PopulationSpec, build_population
 from client.progress import SwarmProgress, watch_study
-from client.seeds import derive_seeds
+from client.seeds import derive_seeds, noise_seed
 from client.user import Privatizer
 from protocol.base import JSON, FloatArray, Protocol, split_sizes
 from protocol.catalogue import CATALOGUE
@@ -156,6 +156,13 @@ def _local_protocol(name: str) -> Protocol[Any]:
             "unknown_protocol", f"the server runs {name!r}, which this client does not know"
         )
     return protocol
+
+
+def _central(protocol_name: str) -> bool:
+    """Whether a catalogue protocol trusts the server (False for a name the server may know
+    and this side does not: the server then draws the noise seed itself)."""
+    protocol = CATALOGUE.get(protocol_name)
+    return protocol is not None and protocol.trust == "central"
 
 
 def _check_data(protocol: Protocol[Any], population: AnyPopulation) -> None:
@@ -454,6 +461,9 @@ async def run_swarm(
                     enrollment_target=pop.n if lease else None,
                     # a swarm that leased ids and died must not hold the others forever
                     enrollment_deadline_s=round_deadline_s if lease else None,
+                    # central trust: the server's secret noise seed, from the private seed, so
+                    # that `fedldp simulate` reproduces the release
+                    noise_seed=noise_seed(pop.seed) if _central(protocol_name) else None,
                 )
                 if lease:
                     assert name is not None

@@ -203,6 +203,11 @@ class StudyCreate(Model):
     enrollment_deadline_s: Deadline | None = None
     round_deadline_s: Deadline = 600.0
     quorum: Annotated[float, Field(gt=0, le=1)] = 1.0
+    noise_seed: Seed | None = Field(
+        None,
+        description="central-trust protocols only: the seed of the server's noise, kept secret "
+        "(never shown); default a random one. Give it only to reproduce a run in process.",
+    )
 
 
 class RoundProgress(Model):

@@ -393,9 +393,16 @@ def _ingest(
     blobs = _row_bytes(payloads[accepted])
     digests = _digests(kind, blobs)
     epsilons = charge[accepted].tolist()
+    central = splan.protocol.trust == "central"
+    stored_blobs = [b""] * len(blobs) if central else blobs  # central: in their own table
     inserted = repo.insert_reports(
-        session, study_id, k, now, accepted_ids, blobs, epsilons, digests
+        session, study_id, k, now, accepted_ids, stored_blobs, epsilons, digests
     )
+    if central:
+        fresh = [j for j, pid in enumerate(accepted_ids) if pid in inserted]
+        repo.insert_contributions(
+            session, study_id, k, [accepted_ids[j] for j in fresh], [blobs[j] for j in fresh]
+        )
     stored: dict[int, tuple[str, datetime]] = {}
     conflicts: list[tuple[int, str]] = []  # (position in the batch, digest)
     for i, pid, digest in zip(accepted.tolist(), accepted_ids, digests, strict=True):

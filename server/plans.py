@@ -65,7 +65,9 @@ def build_plan(study: StudyRow, epsilon: FloatArray, metadata: list[dict[str, An
     """The study's plan; ValueError (with the protocol's reason) if it is infeasible."""
     protocol = get_protocol(study.protocol)
     params = protocol.parse_params(study.params)
-    plan = protocol.plan(params, epsilon, metadata_arrays(metadata), study.seed)
+    # a central-trust protocol's only randomness is the server's noise: its secret seed
+    seed = study.noise_seed if study.noise_seed is not None else study.seed
+    plan = protocol.plan(params, epsilon, metadata_arrays(metadata), seed)
     before: list[FloatArray] = []
     total = np.zeros(epsilon.size, dtype=np.float64)
     for rp in plan.rounds:

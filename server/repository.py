@@ -20,6 +20,7 @@ from sqlalchemy import (
     Select,
     Table,
     Text,
+    delete,
     func,
     select,
     type_coerce,
@@ -29,7 +30,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from protocol.base import FloatArray, IntArray
-from server.tables import ParticipantRow, ReportRow, RoundRow, StudyRow
+from server.tables import ContributionRow, ParticipantRow, ReportRow, RoundRow, StudyRow
 
 __all__ = [
     "INT_MAX",
@@ -41,8 +42,10 @@ __all__ = [
     "due_enrollments",
     "due_rounds",
     "existing_reports",
+    "forget_contributions",
     "get_round",
     "get_study",
+    "insert_contributions",
     "insert_reports",
     "lease_ids",
     "list_rounds",
@@ -100,6 +103,7 @@ def _raw(session: Session, stmt: Select[Any]) -> list[Any]:
 
 
 _REPORTS: Table = ReportRow.metadata.tables[ReportRow.__tablename__]
+_CONTRIBUTIONS: Table = ContributionRow.metadata.tables[ContributionRow.__tablename__]
 _PARTICIPANTS: Table = ParticipantRow.metadata.tables[ParticipantRow.__tablename__]
 
 
@@ -460,12 +464,42 @@ def reported_rounds(
     return out
 
 
+def insert_contributions(
+    session: Session,
+    study_id: str,
+    index: int,
+    participant_ids: Sequence[int],
+    payloads: Sequence[bytes],
+) -> None:
+    """Store central-trust contributions (their reports were just inserted, payload-less)."""
+    if participant_ids:
+        rows = [
+            {"study_id": study_id, "round": index, "participant_id": pid, "payload": blob}
+            for pid, blob in zip(participant_ids, payloads, strict=True)
+        ]
+        session.execute(_CONTRIBUTIONS.insert(), rows)
+
+
+def forget_contributions(session: Session, study_id: str) -> int:
+    """Delete a study's contributions and blank its reports' digests (a digest would let one
+    test a guess of a statistic): only the release and its diagnostics remain. Returns how many
+    contributions were deleted (0 for a local-trust study, which has none)."""
+    table = _CONTRIBUTIONS
+    deleted: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+        delete(table).where(table.c.study_id == study_id)
+    )
+    if deleted.rowcount:
+        session.execute(update(_REPORTS).where(_REPORTS.c.study_id == study_id).values(digest=""))
+    return int(deleted.rowcount)
+
+
 def stream_reports(
-    session: Session, study_id: str, index: int, chunk: int
+    session: Session, study_id: str, index: int, chunk: int, *, contributions: bool = False
 ) -> Iterator[tuple[IntArray, list[bytes]]]:
-    """The round's reports in participant order, ``chunk`` at a time: (ids, payload bytes).
+    """The round's reports in participant order, ``chunk`` at a time: (ids, payload bytes);
+    ``contributions``: a central-trust study's payloads, kept in their own table.
     Keyset pagination keeps memory flat and works the same on every backend."""
-    table = _REPORTS
+    table = _CONTRIBUTIONS if contributions else _REPORTS
     after = -1
     while True:
         stmt = (

@@ -37,7 +37,7 @@ log = logging.getLogger("fedldp.server")
 
 def fail_study(session: Session, study_id: str, reason: str) -> bool:
     log.warning("study %s failed: %s", study_id, reason)
-    return repo.transition_study(
+    failed = repo.transition_study(
         session,
         study_id,
         ["enrolling", "running"],
@@ -45,6 +45,9 @@ def fail_study(session: Session, study_id: str, reason: str) -> bool:
         failure_reason=reason,
         current_round=None,
     )
+    if failed:
+        repo.forget_contributions(session, study_id)
+    return failed
 
 
 def start_study(ctx: Context, session: Session, study: StudyRow, now: datetime) -> str | None:
@@ -122,7 +125,11 @@ def _chunks(
     rp = splan.plan.rounds[index]
     groups = rp.groups()
     shape = rp.payload_shape
-    for ids, blobs in repo.stream_reports(session, study_id, index, ctx.settings.aggregate_chunk):
+    central = splan.protocol.trust == "central"
+    stream = repo.stream_reports(
+        session, study_id, index, ctx.settings.aggregate_chunk, contributions=central
+    )
+    for ids, blobs in stream:
         where = splan.membership(index, ids).position
         payloads = np.frombuffer(b"".join(blobs), dtype="<f8").reshape((ids.size, *shape))
         yield ReportChunk(ids, rp.epsilon[where], groups[where], payloads.astype(np.float64))
@@ -212,6 +219,7 @@ def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[J
         current_round=None,
         result=jsonable(stored),
     )
+    repo.forget_contributions(session, study.id)
     log.info("study %s finished", study.id)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -100,6 +101,11 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         params=jsonable(params.model_dump(mode="json", exclude_unset=True)),
         seed=body.seed,
         secret=new_secret(),
+        noise_seed=(
+            (body.noise_seed if body.noise_seed is not None else secrets.randbits(63))
+            if protocol.trust == "central"
+            else None
+        ),
         phase="enrolling",
         created_at=now,
         enrollment_target=body.enrollment_target,
@@ -160,6 +166,7 @@ def cancel(ctx: Context, study_id: str) -> StudyView:
             failure_reason="cancelled by the administrator",
         ):
             raise StudyEnded(f"study {study_id} is {study.phase} already; it cannot be cancelled")
+        repo.forget_contributions(session, study_id)
         return _view(session, require_study(session, study_id))
 
 

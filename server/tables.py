@@ -26,7 +26,15 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "ParticipantRow", "ReportRow", "RoundRow", "StudyRow", "utcnow"]
+__all__ = [
+    "Base",
+    "ContributionRow",
+    "ParticipantRow",
+    "ReportRow",
+    "RoundRow",
+    "StudyRow",
+    "utcnow",
+]
 
 
 def utcnow() -> datetime:
@@ -69,6 +77,8 @@ class StudyRow(Base):
     params: Mapped[dict[str, Any]]
     seed: Mapped[int] = mapped_column(BigInteger)
     secret: Mapped[str] = mapped_column(String(64))  # HMAC key of the participants' tokens
+    # central-trust protocols: the secret seed of the server's noise (never shown)
+    noise_seed: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     phase: Mapped[str] = mapped_column(String(16), index=True)
     created_at: Mapped[datetime]
     enrollment_target: Mapped[int | None]
@@ -109,6 +119,19 @@ class RoundRow(Base):
     closed_at: Mapped[datetime | None]
     broadcast: Mapped[dict[str, Any] | None]
     output: Mapped[dict[str, Any] | None]
+
+
+class ContributionRow(Base):
+    """A central-trust protocol's contribution (the user-wise statistic itself, float64 bytes):
+    kept apart from the reports, never returned by any endpoint, deleted when the study ends.
+    Its report row holds the receipt (digest, ε charged) and an empty payload."""
+
+    __tablename__ = "contributions"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)
+    participant_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class ReportRow(Base):

@@ -314,6 +314,15 @@ PARITY += [
         500,
         id="histoftree-batch",
     ),
+    pytest.param(  # central trust: statistics in clear, the server's noise from a secret seed
+        Case(
+            "central-huber",
+            PopulationSpec(users=2000, samples=8, distribution="gaussian", mean=0.2, sd=0.5),
+            19,
+        ),
+        500,
+        id="central-huber-batch",
+    ),
 ]
 
 
