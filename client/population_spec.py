@@ -25,6 +25,7 @@ import yaml
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from client.datasets import INCOME_SOURCES, income_law
 from client.distributions import (
     Bernoulli,
     BinnedClassification,
@@ -69,6 +70,8 @@ DistributionName = Literal[
     "binned-regression",
     "sin-sum",
     "diabetes",
+    "gss-income",
+    "cps-wage",
 ]
 DISTRIBUTIONS: tuple[str, ...] = (
     "uniform",
@@ -83,6 +86,8 @@ DISTRIBUTIONS: tuple[str, ...] = (
     "binned-regression",
     "sin-sum",
     "diabetes",
+    "gss-income",
+    "cps-wage",
 )
 LABELED_DISTRIBUTIONS = frozenset(
     {"sparse-linear", "sparse-logistic", "binned-classification", "binned-regression"}
@@ -104,6 +109,8 @@ _LAW_OPTIONS: dict[str, set[str]] = {
     "binned-regression": {"dimension", "label_bound"},
     "sin-sum": {"mask", "private", "gamma"},
     "diabetes": {"mask", "split"},
+    "gss-income": set(),
+    "cps-wage": set(),
 }
 _ALL_LAW_OPTIONS = set().union(*_LAW_OPTIONS.values())
 _EPSILON_PROFILES = (
@@ -297,6 +304,8 @@ class PopulationSpec(BaseModel):
         d, name, given = self.dimension, self.distribution, self.model_fields_set
         if name in LABELED_DISTRIBUTIONS:
             return self._labeled_law()
+        if name in INCOME_SOURCES:
+            return income_law(name)
         if name == "uniform":
             if self.ball == "l2" and d is not None:
                 return UniformL2Ball(self.bound, d)
@@ -332,7 +341,7 @@ class PopulationSpec(BaseModel):
         law = self.law()
         out: JSON = {"name": self.distribution}
         for k, v in vars(law).items():
-            if k not in ("draws_per_sample", "probs") and v is not None:
+            if k not in ("draws_per_sample", "probs", "rows") and v is not None:
                 out[k] = v
         if self.distribution == "categorical":
             out.update(items=self.items, zipf=self.zipf)
@@ -429,7 +438,14 @@ _HELP: dict[str, tuple[type, str, str]] = {
         "m_i = s_i - s_(i-1); users with m_i = 0 are dropped; needs --total-samples",
     ),
     "total_samples": (int, "N", "N, the total number of samples of the imbalanced generator"),
-    "distribution": (str, "LAW", "data law (default uniform): " + ", ".join(DISTRIBUTIONS)),
+    "distribution": (
+        str,
+        "LAW",
+        "data law (default uniform): "
+        + ", ".join(DISTRIBUTIONS)
+        + "; gss-income and cps-wage resample real incomes (standardised; needs fedldp[data]), "
+        "diabetes is scikit-learn's data set (needs fedldp[data])",
+    ),
     "low": (float, "LO", "uniform: lower end (default -1)"),
     "high": (float, "HI", "uniform: upper end (default 1)"),
     "mean": (
