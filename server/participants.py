@@ -173,11 +173,13 @@ def task(ctx: Context, study_id: str, participant_id: int, token: str | None) ->
 async def tasks_when_ready(
     ctx: Context, study_id: str, ids: list[int], credentials: Credentials, hold_s: float
 ) -> TaskBatch:
-    """``tasks``, held back for up to ``hold_s`` while every one of them would only be told to
-    wait (a long poll): the answer then comes as soon as the study moves on (a round opens, the
-    study starts or ends), instead of after the client's next wait. Transitions made by this
-    process wake it at once; the database is asked again every quarter second for the others'.
-    The credentials are checked once, on the first ask."""
+    """``tasks``, held back for up to ``hold_s`` while none of them has a report task and some
+    would be told to wait (a long poll): the answer then comes as soon as the study moves on
+    (a round opens, the study starts or ends), instead of after the client's next wait. Those
+    who are done meanwhile learn it in that answer: a block that has just reported, and whose
+    reporters are done, asks once, not once for its done and again for its waiting members.
+    Transitions made by this process wake it at once; the database is asked again every quarter
+    second for the others'. The credentials are checked once, on the first ask."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + hold_s
     ask = functools.partial(tasks, ctx, study_id, ids, credentials)
@@ -185,7 +187,7 @@ async def tasks_when_ready(
         seen = ctx.transitions.count
         batch = await asyncio.to_thread(ask)
         left = give_up - loop.time()
-        if batch.reports or batch.done or left <= 0:
+        if batch.reports or not batch.waiting or left <= 0:
             return batch
         ask = functools.partial(_tasks_of, ctx, study_id, ids)
         with contextlib.suppress(TimeoutError):
