@@ -1,9 +1,12 @@
 """Participant services: tasks, report ingestion and the ε ledger.
 
-Ingestion is columnar: a batch of reports for one round is checked as arrays (token, cohort
-membership, ledger, the protocol's payload check), then inserted in one statement that skips keys
-already stored. A report identical to the stored one is a duplicate (same receipt); a different
-one for the same (participant, round) is refused. Nothing of a refused report is stored.
+Batch requests prove who sent them with each participant's token or with block tokens, each of
+which stands for a block of consecutive participants (``server.auth``). Ingestion is columnar: a
+batch of reports for one round (payload rows as lists or one packed matrix) is checked as arrays
+(credentials, cohort membership, ledger, the protocol's payload check), then inserted in one
+statement that skips keys already stored. A report identical to the stored one is a duplicate
+(same receipt); a different one for the same (participant, round) is refused. Nothing of a
+refused report is stored.
 """
 
 from __future__ import annotations
@@ -95,14 +98,15 @@ def _signed(ctx: Context, study: StudyRow, ids: list[int], credentials: Credenti
 def _check_participants(
     ctx: Context, study: StudyRow, ids: list[int], credentials: Credentials
 ) -> None:
-    valid = _signed(ctx, study, ids, credentials)
-    for i in np.flatnonzero(~valid)[:1].tolist():
-        # Tokens are only issued at enrollment, so a valid one names an enrolled participant
-        # (leased ids may lie above the count while a lower block is still enrolling).
-        pid = ids[i]
-        if not 0 <= pid < study.n_participants:
-            raise UnknownParticipant(f"study {study.id} has no participant {pid}")
-        raise InvalidToken(f"the token of participant {pid} is not valid for study {study.id}")
+    refused = np.flatnonzero(~_signed(ctx, study, ids, credentials))
+    if refused.size == 0:
+        return
+    # Tokens are only issued at enrollment, so a valid one names an enrolled participant
+    # (leased ids may lie above the count while a lower block is still enrolling).
+    pid = ids[int(refused[0])]
+    if not 0 <= pid < study.n_participants:
+        raise UnknownParticipant(f"study {study.id} has no participant {pid}")
+    raise InvalidToken(f"the token of participant {pid} is not valid for study {study.id}")
 
 
 # --------------------------------------------------------------------------- tasks
