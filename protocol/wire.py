@@ -435,9 +435,18 @@ class Credentials(Model):
             raise ValueError("give either tokens (one per participant) or blocks")
         return self
 
+    def _one_token_each(self, participants: int) -> None:
+        if self.tokens is not None and len(self.tokens) != participants:
+            raise ValueError(f"{participants} participant ids but {len(self.tokens)} tokens")
+
 
 class TaskBatchRequest(Credentials):
     participant_ids: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_BATCH)]
+
+    @model_validator(mode="after")
+    def _one_token_per_participant(self) -> TaskBatchRequest:
+        self._one_token_each(len(self.participant_ids))
+        return self
 
 
 class TaskBatchItem(Model):
@@ -536,8 +545,12 @@ class ReportBatch(Credentials):
 
     @model_validator(mode="after")
     def _one_payload_form(self) -> ReportBatch:
+        self._one_token_each(len(self.participant_ids))
         if (self.payloads is None) == (self.packed is None):
             raise ValueError("give either payloads or packed")
+        if self.payloads is not None and len(self.payloads) != len(self.participant_ids):
+            n = len(self.participant_ids)
+            raise ValueError(f"{n} participant ids but {len(self.payloads)} payloads")
         if self.packed is not None:
             self.packed_rows()  # decodable, one row per participant, finite
         return self

@@ -1,9 +1,12 @@
 """Participant services: tasks, report ingestion and the ε ledger.
 
-Ingestion is columnar: a batch of reports for one round is checked as arrays (token, cohort
-membership, ledger, the protocol's payload check), then inserted in one statement that skips keys
-already stored. A report identical to the stored one is a duplicate (same receipt); a different
-one for the same (participant, round) is refused. Nothing of a refused report is stored.
+Batch requests prove who sent them with each participant's token or with block tokens, each of
+which stands for a block of consecutive participants (``server.auth``). Ingestion is columnar: a
+batch of reports for one round (payload rows as lists or one packed matrix) is checked as arrays
+(credentials, cohort membership, ledger, the protocol's payload check), then inserted in one
+statement that skips keys already stored. A report identical to the stored one is a duplicate
+(same receipt); a different one for the same (participant, round) is refused. Nothing of a
+refused report is stored.
 """
 
 from __future__ import annotations
@@ -95,14 +98,15 @@ def _signed(ctx: Context, study: StudyRow, ids: list[int], credentials: Credenti
 def _check_participants(
     ctx: Context, study: StudyRow, ids: list[int], credentials: Credentials
 ) -> None:
-    valid = _signed(ctx, study, ids, credentials)
-    for i in np.flatnonzero(~valid)[:1].tolist():
-        # Tokens are only issued at enrollment, so a valid one names an enrolled participant
-        # (leased ids may lie above the count while a lower block is still enrolling).
-        pid = ids[i]
-        if not 0 <= pid < study.n_participants:
-            raise UnknownParticipant(f"study {study.id} has no participant {pid}")
-        raise InvalidToken(f"the token of participant {pid} is not valid for study {study.id}")
+    refused = np.flatnonzero(~_signed(ctx, study, ids, credentials))
+    if refused.size == 0:
+        return
+    # Tokens are only issued at enrollment, so a valid one names an enrolled participant
+    # (leased ids may lie above the count while a lower block is still enrolling).
+    pid = ids[int(refused[0])]
+    if not 0 <= pid < study.n_participants:
+        raise UnknownParticipant(f"study {study.id} has no participant {pid}")
+    raise InvalidToken(f"the token of participant {pid} is not valid for study {study.id}")
 
 
 # --------------------------------------------------------------------------- tasks
@@ -173,11 +177,13 @@ def task(ctx: Context, study_id: str, participant_id: int, token: str | None) ->
 async def tasks_when_ready(
     ctx: Context, study_id: str, ids: list[int], credentials: Credentials, hold_s: float
 ) -> TaskBatch:
-    """``tasks``, held back for up to ``hold_s`` while every one of them would only be told to
-    wait (a long poll): the answer then comes as soon as the study moves on (a round opens, the
-    study starts or ends), instead of after the client's next wait. Transitions made by this
-    process wake it at once; the database is asked again every quarter second for the others'.
-    The credentials are checked once, on the first ask."""
+    """``tasks``, held back for up to ``hold_s`` while none of them has a report task and some
+    would be told to wait (a long poll): the answer then comes as soon as the study moves on
+    (a round opens, the study starts or ends), instead of after the client's next wait. Those
+    who are done meanwhile learn it in that answer: a block that has just reported, and whose
+    reporters are done, asks once, not once for its done and again for its waiting members.
+    Transitions made by this process wake it at once; the database is asked again every quarter
+    second for the others'. The credentials are checked once, on the first ask."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + hold_s
     ask = functools.partial(tasks, ctx, study_id, ids, credentials)
@@ -185,7 +191,7 @@ async def tasks_when_ready(
         seen = ctx.transitions.count
         batch = await asyncio.to_thread(ask)
         left = give_up - loop.time()
-        if batch.reports or batch.done or left <= 0:
+        if batch.reports or not batch.waiting or left <= 0:
             return batch
         ask = functools.partial(_tasks_of, ctx, study_id, ids)
         with contextlib.suppress(TimeoutError):

@@ -449,18 +449,15 @@ def reported_pids(
 def reported_rounds(
     session: Session, study_id: str, participant_ids: Sequence[int]
 ) -> dict[int, list[int]]:
-    """The rounds each of these participants has reported in (ascending)."""
-    table = _REPORTS
+    """The rounds each of these participants has reported in (ascending), looked up round by
+    round along the primary key: a study has few rounds, and the reports need no second index
+    (by participant) that every insert would have to update."""
     out: dict[int, list[int]] = {int(p): [] for p in participant_ids}
-    for among in _among(table.c.participant_id, participant_ids):
-        stmt = (
-            select(table.c.participant_id, table.c.round)
-            .where(table.c.study_id == study_id, among)
-            .order_by(table.c.participant_id, table.c.round)
-        )
-        for pid, k in session.execute(stmt).all():
-            if pid in out:
-                out[int(pid)].append(int(k))
+    ids = np.asarray(list(out), dtype=np.int64)
+    indices = select(RoundRow.index).where(RoundRow.study_id == study_id).order_by(RoundRow.index)
+    for k in session.scalars(indices).all():
+        for pid in reported_pids(session, study_id, k, ids).tolist():
+            out[pid].append(k)
     return out
 
 

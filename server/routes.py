@@ -171,8 +171,8 @@ async def get_tasks(
     hold: Annotated[float, Query(ge=0, le=MAX_HOLD_S)] = 0.0,
 ) -> wire.TaskBatch:
     """The tasks of many participants (with each one's token, or block tokens covering them).
-    ``hold=S`` (seconds) holds the answer while all of them would only wait, and answers as soon
-    as the study moves on."""
+    ``hold=S`` (seconds) holds the answer while none of them has a report task and some would
+    wait, and answers as soon as the study moves on."""
     return await participants.tasks_when_ready(ctx, study_id, body.participant_ids, body, hold)
 
 

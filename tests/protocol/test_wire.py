@@ -18,6 +18,7 @@ from protocol.wire import (
     ReportSubmit,
     StudyCreate,
     Task,
+    TaskBatchRequest,
     pack_rows,
     payload_from_row,
     payload_row,
@@ -173,9 +174,11 @@ def test_packed_payload_rows_round_trip_bit_for_bit(n: int, k: int, data: st.Dat
         {"packed": pack_rows(np.ones(3))},  # three numbers for two participants
         {"packed": pack_rows(np.array([1.0, np.inf]))},
         {"packed": pack_rows(np.array([np.nan, 1.0]))},
+        {"packed": None, "payloads": [[1.0]]},  # one row for two participants
+        {"tokens": ["a"]},  # one token for two participants
     ],
 )
-def test_packed_payloads_are_checked(change: dict[str, Any]) -> None:
+def test_report_batches_are_checked(change: dict[str, Any]) -> None:
     body = {
         "round": 0,
         "kind": "scalar",
@@ -186,3 +189,9 @@ def test_packed_payloads_are_checked(change: dict[str, Any]) -> None:
     ReportBatch.model_validate(body)
     with pytest.raises(ValidationError):
         ReportBatch.model_validate(body | change)
+
+
+def test_task_batch_requests_need_one_token_per_participant() -> None:
+    TaskBatchRequest(participant_ids=[0, 1], tokens=["a", "b"])
+    with pytest.raises(ValidationError, match="2 participant ids but 1 tokens"):
+        TaskBatchRequest(participant_ids=[0, 1], tokens=["a"])

@@ -880,3 +880,35 @@ async def test_the_ledger_shows_each_charge_as_its_composed_messages(
         assert charge.epsilon <= view.declared_epsilon
         seen.add(charge.messages)
     assert seen == {1, 2}
+
+
+async def test_a_held_poll_tells_the_done_with_the_next_tasks(two_stage: TwoStage) -> None:
+    """Participants done (stage one's, once they reported) and others waiting (stage two's):
+    the poll is held until stage two opens, and then answers both."""
+    s = two_stage
+    url = f"/v1/studies/{s.study.id}/tasks"
+    s1 = await submit_batch(s.client, s.study.id, 0, "histogram", s.stage_one[1:], [[0.5]] * 5)
+    assert s1.accepted == 5
+    everyone = s.stage_one[1:] + s.stage_two
+    body = {
+        "participant_ids": [e.participant_id for e in everyone],
+        "tokens": [e.token for e in everyone],
+    }
+    held = asyncio.create_task(s.client.post(f"{url}?hold=5", json=body))
+    await asyncio.sleep(0.3)
+    assert not held.done()  # five are done, six wait, none has a task: held back
+    await submit_batch(s.client, s.study.id, 0, "histogram", s.stage_one[:1], [[0.5]])
+    answer = TaskBatch.model_validate_json((await held).content)
+    assert sorted(answer.done) == sorted(e.participant_id for e in s.stage_one[1:])
+    assert [rt.round for rt in answer.reports] == [1]
+    assert sorted(answer.reports[0].participant_ids) == sorted(
+        e.participant_id for e in s.stage_two
+    )
+    done_ids = [e.participant_id for e in s.stage_one]
+    done_only = {"participant_ids": done_ids, "tokens": [e.token for e in s.stage_one]}
+    started = time.monotonic()
+    answer = TaskBatch.model_validate_json(
+        (await s.client.post(f"{url}?hold=5", json=done_only)).content
+    )
+    assert sorted(answer.done) == sorted(done_ids)
+    assert time.monotonic() - started < 1  # nobody waits: answered at once
