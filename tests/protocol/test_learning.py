@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 
 from client.distributions import BinnedClassification, BinnedRegression
-from client.learning import classification_excess_risk, regression_risk, trivial_regression_risk
+from client.learning import (
+    bayes_classification_risk,
+    classification_excess_risk,
+    regression_risk,
+    trivial_classification_risk,
+    trivial_regression_risk,
+)
 from protocol.base import FloatArray, IntArray, RoundTask, UserData
 from protocol.catalogue import get_protocol
 from protocol.learning import UserClassify, UserRegress, UserSgd, grid_bins, sgd_rounds
@@ -205,6 +211,8 @@ def test_e7_classification_excess_risk_falls_with_n() -> None:
     slope = _slope(sizes, risks)
     assert -0.75 <= slope <= -0.3, risks
     assert risks[-1] / risks[0] < 0.6
+    trivial = trivial_classification_risk(law) - bayes_classification_risk(law)
+    assert max(risks) < trivial  # better than the best constant classifier at every n
 
 
 @pytest.mark.slow
