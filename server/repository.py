@@ -490,17 +490,20 @@ def forget_contributions(session: Session, study_id: str) -> int:
     return int(deleted.rowcount)
 
 
-def stream_reports(
-    session: Session, study_id: str, index: int, chunk: int, *, contributions: bool = False
-) -> Iterator[tuple[IntArray, list[bytes]]]:
-    """The round's reports in participant order, ``chunk`` at a time: (ids, payload bytes);
-    ``contributions``: a central-trust study's payloads, kept in their own table.
-    Keyset pagination keeps memory flat and works the same on every backend."""
-    table = _CONTRIBUTIONS if contributions else _REPORTS
+def _round_pages(
+    session: Session,
+    table: Table,
+    study_id: str,
+    index: int,
+    value: ColumnElement[Any],
+    chunk: int,
+) -> Iterator[tuple[IntArray, list[Any]]]:
+    """(ids, values) of one round's rows in participant order, ``chunk`` at a time: keyset
+    pagination along the primary key keeps memory flat and works the same on every backend."""
     after = -1
     while True:
         stmt = (
-            select(table.c.participant_id, table.c.payload)
+            select(table.c.participant_id, value)
             .where(
                 table.c.study_id == study_id,
                 table.c.round == index,
@@ -513,36 +516,29 @@ def stream_reports(
         if not rows:
             return
         ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        yield ids, [bytes(r[1]) for r in rows]
+        yield ids, [r[1] for r in rows]
         after = int(ids[-1])
+
+
+def stream_reports(
+    session: Session, study_id: str, index: int, chunk: int, *, contributions: bool = False
+) -> Iterator[tuple[IntArray, list[bytes]]]:
+    """The round's reports in participant order, ``chunk`` at a time: (ids, payload bytes);
+    ``contributions``: a central-trust study's payloads, kept in their own table."""
+    table = _CONTRIBUTIONS if contributions else _REPORTS
+    for ids, payloads in _round_pages(session, table, study_id, index, table.c.payload, chunk):
+        yield ids, [bytes(p) for p in payloads]
 
 
 def spent_per_participant(
     session: Session, study_id: str, n: int, rounds: int, chunk: int = 8192
 ) -> FloatArray:
     """ε charged to each participant by its stored reports in rounds 0..rounds-1 (basic
-    composition). Each round's charges are read in participant order, ``chunk`` at a time
-    (keyset pagination along the primary key, as for ``stream_reports``: cheaper than grouping
-    by participant through the other index), so memory stays one float per participant."""
+    composition), read round by round in participant order (cheaper than grouping by
+    participant), so memory stays one float per participant."""
     table = _REPORTS
     spent = np.zeros(n, dtype=np.float64)
     for index in range(rounds):
-        after = -1
-        while True:
-            stmt = (
-                select(table.c.participant_id, table.c.epsilon)
-                .where(
-                    table.c.study_id == study_id,
-                    table.c.round == index,
-                    table.c.participant_id > after,
-                )
-                .order_by(table.c.participant_id)
-                .limit(chunk)
-            )
-            rows = _raw(session, stmt)
-            if not rows:
-                break
-            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            spent[ids] += np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
-            after = int(ids[-1])
+        for ids, charges in _round_pages(session, table, study_id, index, table.c.epsilon, chunk):
+            spent[ids] += np.asarray(charges, dtype=np.float64)
     return spent
