@@ -13,6 +13,7 @@ to ``aggregate`` through a generator. No round ever holds all users' data.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -138,12 +139,14 @@ def _round_chunks(
     rp = plan.rounds[round_index]
     groups = rp.groups()
     key = round_key(population.population_seed, round_index)
+    # clients see what the server sends them; its checks see the whole broadcast
+    sent = dataclasses.replace(task, broadcast=protocol.client_broadcast(task.broadcast))
     for start in range(0, rp.cohort.size, chunk_size):
         block = rp.cohort[start : start + chunk_size]
         eps = rp.epsilon[start : start + chunk_size]
         group = groups[start : start + chunk_size]
         data = population.data(block)
-        payloads = protocol.privatize(params, task, data, eps, group, UserStreams(key, block))
+        payloads = protocol.privatize(params, sent, data, eps, group, UserStreams(key, block))
         valid = protocol.check(params, task, eps, payloads) & protocol.check_members(
             params, plan, task, block, payloads
         )

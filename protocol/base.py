@@ -319,6 +319,12 @@ class Protocol(ABC, Generic[ParamsT]):
     ) -> JSON:
         """Round ``round_index``'s public broadcast, given the outputs of the earlier rounds."""
 
+    def client_broadcast(self, broadcast: JSON) -> JSON:
+        """What of round k's broadcast its participants are sent with their task: by default all
+        of it; a protocol drops what only its own aggregation needs (e.g. every earlier noisy
+        label, O(n)), which stays in the stored broadcast and the public round view."""
+        return broadcast
+
     @abstractmethod
     def privatize(
         self,

@@ -371,6 +371,11 @@ class _HistOfTree(Protocol[H], Predictor[H]):
             "label_mean": first["label_mean"],
         }
 
+    def client_broadcast(self, broadcast: JSON) -> JSON:
+        """The cell round's task carries the partition, not the n noisy labels that only the
+        server's pairing needs (§1.4: a client sends its own cell)."""
+        return {k: v for k, v in broadcast.items() if k not in ("labels", "label_mean")}
+
     def privatize(
         self,
         params: H,

@@ -143,7 +143,7 @@ def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> T
             RoundTasks(
                 round=k,
                 name=r.name,
-                broadcast=r.broadcast or {},
+                broadcast=splan.protocol.client_broadcast(r.broadcast or {}),
                 payload_kind=r.payload_kind,
                 payload_shape=list(r.payload_shape),
                 deadline=r.deadline,

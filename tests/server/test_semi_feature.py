@@ -13,7 +13,7 @@ from protocol.base import RoundTask
 from protocol.histoftree import HistOfTree
 from protocol.partition import Partition
 from protocol.streams import UserStreams, stream_key
-from protocol.wire import BatchReceipt, BudgetView, EnrollmentBatch
+from protocol.wire import BatchReceipt, BudgetView, EnrollmentBatch, TaskBatch
 from tests.server.helpers import (
     app_context,
     create_study,
@@ -54,6 +54,15 @@ async def test_a_cell_outside_the_potential_set_is_refused(
         members = [people[int(s)] for s in rp.cohort]
         rows = z.reshape(rp.cohort.size, -1).tolist()
         if rp.index == 1:
+            assert len(task.broadcast["labels"]) == N  # the stored broadcast pairs the labels
+            asked = await client.post(
+                f"/v1/studies/{study.id}/tasks",
+                json={"participant_ids": [m.participant_id for m in members[:3]],
+                      "tokens": [m.token for m in members[:3]]},
+            )  # fmt: skip
+            sent = TaskBatch.model_validate_json(asked.content).reports[0].broadcast
+            assert "labels" not in sent  # ... which the clients are not sent (O(n))
+            assert sent["partition"] == task.broadcast["partition"]
             part = Partition.from_json(task.broadcast["partition"])
             slot = int(rp.cohort[0])
             a_set, b_set = part.potential(
