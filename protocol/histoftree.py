@@ -30,7 +30,8 @@ known earlier, so plans can depend on W (rule (15)) and ``check_members`` can re
 Pairing of the two reports (§1.4): the estimator multiplies each user's round-1 cell report by its
 round-0 label Ỹ_i, and ``aggregate`` sees only the round's broadcast, so the round-1 broadcast
 carries every Ỹ_i by slot (``labels``, None for a participant who did not report). They are
-public outputs of round 0 already; the cost is n numbers in the broadcast.
+public outputs of round 0 already; ``client_broadcast`` keeps them out of the participants' tasks,
+so only the server and the public round view hold the n numbers.
 """
 
 from __future__ import annotations
