@@ -2,7 +2,7 @@
 sin-sum task of spec public-features-ldp.md §5.1 and the diabetes substitute of §5.2/§6.3.
 
 Each user holds one sample (x, y) with x ∈ [0, 1]^d and a privacy mask W_i (1 = private). ``data``
-returns the semi-feature layout of ``protocol.histoftree.split_features``: values ``(k, 2d)`` =
+returns the semi-feature layout of ``protocol.semi_feature.split_features``: values ``(k, 2d)`` =
 features then mask, labels ``(k,)``. The public enrollment metadata are ``mask`` (n, d),
 ``public`` (n, d: the public values, 0.0 where the mask is 1; private values are never in it) and
 ``samples`` (all 1). A population mirrors ``client.population.Population`` (n, epsilon, metadata,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import central, hetero, histoftree, learning, multi_d, user_level
+from protocol import central, hetero, histoftree, learning, multi_d, semi_baselines, user_level
 from protocol.base import Protocol
 
 __all__ = ["CATALOGUE", "get_protocol"]
@@ -16,6 +16,7 @@ CATALOGUE: dict[str, Protocol[Any]] = {
         *multi_d.PROTOCOLS,
         *learning.PROTOCOLS,
         *histoftree.PROTOCOLS,
+        *semi_baselines.PROTOCOLS,
         *central.PROTOCOLS,
         *hetero.PROTOCOLS,
     )

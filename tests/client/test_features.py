@@ -29,15 +29,9 @@ from client.features import (
 )
 from client.population import Population
 from client.simulate import SimulationResult, simulate
-from protocol.histoftree import (
-    HistLdp,
-    HistOfTree,
-    HistOfTreeTuned,
-    KrrTree,
-    LabelDt,
-    ParDt,
-    split_features,
-)
+from protocol.histoftree import HistOfTree, HistOfTreeTuned
+from protocol.semi_baselines import HistLdp, KrrTree, LabelDt, ParDt
+from protocol.semi_feature import split_features
 
 K = 5.0  # k·σ: a two-sided normal tail beyond 5σ has probability 5.7e-7 per check
 SEED = 31

@@ -23,21 +23,10 @@ from client.features import (
     tail_mask,
 )
 from client.seeds import round_key
+from protocol import histoftree, semi_baselines
 from protocol.base import JSON, FloatArray, Params, Plan, Protocol, ReportChunk, Result, RoundTask
 from protocol.catalogue import CATALOGUE
-from protocol.histoftree import (
-    PROTOCOLS,
-    HistLdp,
-    HistOfTree,
-    HistOfTreeTuned,
-    KrrTree,
-    LabelDt,
-    ParDt,
-    enrollment,
-    krr_budgets,
-    label_report,
-    split_features,
-)
+from protocol.histoftree import HistOfTree, HistOfTreeTuned
 from protocol.ledger import TOLERANCE, check_plan_budget
 from protocol.partition import (
     Partition,
@@ -56,6 +45,8 @@ from protocol.partition import (
     unary_rr_report,
 )
 from protocol.randomizers import laplace_log_density, rr_debias, rr_keep_probability
+from protocol.semi_baselines import HistLdp, KrrTree, LabelDt, ParDt, krr_budgets
+from protocol.semi_feature import enrollment, label_report, split_features
 from protocol.streams import UserStreams, stream_key
 
 SEED = 20
@@ -117,10 +108,11 @@ def small_pop(mask: str = "aligned", private: int = 2, eps: float = 4.0) -> Semi
 
 
 def test_protocols_are_named_described_and_predict() -> None:
-    names = [p.name for p in PROTOCOLS]
+    protocols = (*histoftree.PROTOCOLS, *semi_baselines.PROTOCOLS)
+    names = [p.name for p in protocols]
     assert names == ["histoftree", "histoftree-tuned", "hist-ldp", "pardt", "labeldt", "krr-tree"]
-    assert all(CATALOGUE[name] is proto for name, proto in zip(names, PROTOCOLS, strict=True))
-    for proto in PROTOCOLS:
+    assert all(CATALOGUE[name] is proto for name, proto in zip(names, protocols, strict=True))
+    for proto in protocols:
         entry = proto.describe()
         assert entry["data_kind"] == "labeled"
         assert entry["heterogeneity"]
@@ -337,7 +329,7 @@ def test_every_plan_charges_its_split_and_never_more_than_epsilon() -> None:
     label, coord = krr_budgets(pop.mask, pop.epsilon)
     assert np.allclose(label + pop.mask.sum(axis=1) * coord, pop.epsilon, rtol=1e-14)
     assert np.all(label >= pop.epsilon / 2 - 1e-15)
-    for proto in (*PROTOCOLS[1:], KrrTree()):
+    for proto in (*histoftree.PROTOCOLS[1:], *semi_baselines.PROTOCOLS):
         p = proto.plan(proto.parse_params(pop.params()), pop.epsilon, pop.metadata, SEED)
         assert np.all(check_plan_budget(p, pop.epsilon) <= pop.epsilon + TOLERANCE)
 
