@@ -1,6 +1,7 @@
 """Central (trusted-aggregator) user-level DP means of Zhao et al., NeurIPS 2024 ("A Huber Loss
 Minimization Approach to Mean Estimation under User-level Differential Privacy"), as catalogue
-protocols. The math is ``protocol.huber``; spec huber-user-level-dp.md.
+protocols. The math is ``protocol.wme`` (WME), ``protocol.huber`` (HLM) and ``protocol.dp_noise``
+(the noise constants); spec huber-user-level-dp.md.
 
 **Trust model.** Unlike every local protocol of the catalogue, nothing is privatized on the client:
 each participant sends its user-wise statistic, [its local mean (d values), its sample count m_i]
@@ -26,7 +27,7 @@ could regenerate and remove the noise.
 **Protocols.** ``central-wme`` / ``central-huber`` take scalar data (d = 1); ``central-wme-vector``
 / ``central-huber-vector`` take vector data with a ``dimension`` parameter (d = 1 accepted, with
 (total,) or (total, 1) samples). ``central-huber`` has two calibrations: ``dp`` (default, (ε, δ)-DP
-by the smooth-sensitivity argument, with the d = 1 correction of ``protocol.huber``: α checked
+by the smooth-sensitivity argument, with the d = 1 correction of ``protocol.dp_noise``: α checked
 against the exact privacy-loss divergence) and ``paper-proxy`` (§4.9, NOT differentially private,
 refused unless ``unsafe_non_private`` is set).
 """
@@ -42,7 +43,9 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field, model_validator
 
+from protocol import dp_noise as dn
 from protocol import huber as hb
+from protocol import wme
 from protocol.base import (
     JSON,
     BoolArray,
@@ -426,7 +429,7 @@ class CentralWME(_Central[WMEParams]):
         eps, d = float(plan.public["epsilon"]), self.dimension(params)
         weights = counts / counts.sum()
         tau, raised = params.tau(int(counts.size), int(counts.sum()))
-        rel = hb.wme_release(
+        rel = wme.wme_release(
             means, weights, tau, params.histogram_bound, eps, params.delta, rng,
             rotate=self.rotate(params),
         )  # fmt: skip
@@ -513,7 +516,7 @@ class CentralHuber(_Central[HuberParams]):
 
     def extra_public(self, params: HuberParams, epsilon: float) -> JSON:
         d = self.dimension(params)
-        alpha, beta = hb.noise_constants(epsilon, params.delta, d, params.calibration)
+        alpha, beta = dn.noise_constants(epsilon, params.delta, d, params.calibration)
         return {"alpha": alpha, "beta": beta, "calibration": params.calibration}
 
     def release(

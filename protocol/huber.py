@@ -5,62 +5,44 @@ Spec: huber-user-level-dp.md. Every estimator works on the users' means ``y`` (n
 public sample counts ``m`` (n,) only (§1.3); randomness comes from an explicit numpy Generator (the
 trusted server's).
 
-* **WME** (baseline, Levy et al. 2021 as reconstructed in §3.2–3.3): stage 1 finds [a, b] with
-  b − a = 4τ from a Laplace histogram of the user means (random grid offset), stage 2 averages the
-  clipped means with weights m_i/N and adds Lap(8τ·max_i v_i/ε); for d > 1 a random Hadamard
-  rotation, per-coordinate ranges at ε/(2d′) and Gaussian noise with Δ₂ = 4τ√d′·max_i v_i.
+* **WME**, the baseline, is ``protocol.wme``; the noise constants (with the d = 1 correction of
+  the paper's (7)) are ``protocol.dp_noise``.
 * **HLM** (the paper's method, §4): μ̂₀ = argmin Σ w_i φ_{T_i}(s, y_i) by the IRLS iteration of
   App. A (29), released as Clip(μ̂₀, R_c) + N(0, (S/α)² I). S is the β-smooth sensitivity of
   Def. 5 (balanced users) or Def. 6 (imbalanced users, with the h̃ fix of §8 E5), capped at 2R_c,
   with Δ(D) replaced by Δ̃, the Hamming distance to a fixed, data-independent set (§4.4): exact for
   d = 1 balanced, lattice balls for d > 1, the θ′-cover for imbalanced users. ``paper-proxy``
   (§4.9) replaces S by its leading term: NOT differentially private.
-
-**[CORRECTION] to spec §1.2 / paper (7), d = 1.** The printed pair α = ε/√ln(1/δ),
-β = ε/(2 ln(1/δ)) does not make the smooth-sensitivity Gaussian mechanism (ε, δ)-DP: for the
-worst neighbouring pair the smooth-sensitivity framework allows (shift = S, scales S/α and
-e^{±β}S/α), the exact hockey-stick divergence at ε = 1, δ = 1e-5 is 1.28e-3, 128× the target
-(``smooth_gaussian_delta``). The ``dp`` calibration therefore keeps the paper's β and uses the
-largest α whose exact worst-case δ(ε) is at most δ (``calibrated_alpha``; 0.10539 at ε = 1,
-δ = 1e-5 against the printed 0.29472, i.e. 7.8× the noise variance); for large ε·δ, where the
-paper's β alone leaks more than δ, β is halved first (``smooth_beta``). For d > 1 the printed pair
-(NRS07's) is valid (worst-case δ ≈ 1.5e-12 at d = 3, ε = 1) up to ε = 10, and is used at
-min(ε, 10) (``MULTI_D_EPSILON_CAP``). ``paper-proxy`` uses the printed pair for every d, as the
-paper's figures presumably did. Tests: tests/protocol/test_huber.py (exact divergences).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import ndtr
 
 from protocol.base import FloatArray, IntArray
-from protocol.transforms import fwht, next_power_of_two
+from protocol.dp_noise import (
+    Calibration,
+    as_user_means,
+    check_positive,
+    noise_constants,
+)
 
 __all__ = [
     "LATTICE_CANDIDATES",
-    "MULTI_D_EPSILON_CAP",
     "THETA_FRACTION",
-    "Calibration",
     "HLMRelease",
     "HuberDesign",
     "SmoothSensitivity",
-    "WMERelease",
     "balanced_n_condition",
-    "calibrated_alpha",
     "clip_ball",
     "delta_cover_1d",
     "delta_exact_1d",
     "delta_lattice",
-    "gaussian_coefficient",
-    "gaussian_hockey_stick",
-    "histogram_bins",
     "hlm_delta_tilde",
     "hlm_proxy_sensitivity",
     "hlm_release",
@@ -70,23 +52,13 @@ __all__ = [
     "huber_objective",
     "imbalanced_n_condition",
     "lattice_spacing",
-    "noise_constants",
-    "paper_alpha_beta",
-    "private_range",
     "proxy_sensitivity_balanced",
     "proxy_sensitivity_imbalanced",
-    "smooth_beta",
-    "smooth_gaussian_delta",
     "smooth_sensitivity_balanced",
     "smooth_sensitivity_imbalanced",
     "theta_prime",
     "topsum",
-    "wme_gaussian_sigma",
-    "wme_laplace_scale",
-    "wme_release",
 ]
-
-Calibration = Literal["dp", "paper-proxy"]
 
 THETA_FRACTION = 0.9
 """θ′ = 0.9·θ′_max for the imbalanced cover set (§4.7 [PROPOSAL])."""
@@ -99,300 +71,12 @@ it, which keeps Δ̃ a distance to a fixed set (§4.4 validity principle)."""
 _CHUNK = 1 << 21  # candidates per vectorised block of the lattice search
 
 
-def _check_positive(value: float, name: str) -> float:
-    v = float(value)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-    return v
-
-
-def _check_delta(delta: float) -> float:
-    v = float(delta)
-    if not (math.isfinite(v) and 0 < v < 1):
-        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
-    return v
-
-
-def _as_matrix(y: ArrayLike) -> FloatArray:
-    """User means as (n, d): a 1-D array is n scalars."""
-    arr = np.asarray(y, dtype=np.float64)
-    if arr.ndim == 1:
-        arr = arr[:, None]
-    if arr.ndim != 2 or arr.shape[0] < 1:
-        raise ValueError(f"user means must be (n,) or (n, d) with n >= 1, got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError("user means must be finite")
-    return arr
-
-
-# --------------------------------------------------------------------------- noise constants
-
-
-def paper_alpha_beta(epsilon: float, delta: float, d: int) -> tuple[float, float]:
-    """(α, β) of paper (7) as printed (spec §1.2). For d = 1 the pair is NOT valid (module doc)."""
-    eps, dl = _check_positive(epsilon, "epsilon"), _check_delta(delta)
-    if d < 1:
-        raise ValueError(f"d must be >= 1, got {d}")
-    if d == 1:
-        log_inv = math.log(1.0 / dl)
-        return eps / math.sqrt(log_inv), eps / (2.0 * log_inv)
-    log_two = math.log(2.0 / dl)
-    return eps / (5.0 * math.sqrt(2.0 * log_two)), eps / (4.0 * (d + log_two))
-
-
-def gaussian_hockey_stick(
-    shift: ArrayLike, scale_p: ArrayLike, scale_q: ArrayLike, epsilon: float
-) -> FloatArray:
-    """Exact δ(ε) = sup_A P(A) − e^ε Q(A) for P = N(0, scale_p²), Q = N(shift, scale_q²) (1-D).
-
-    The privacy-loss set {x : ln p(x)/q(x) > ε} is {a x² + b x + c > 0}, so δ is a sum of normal
-    CDF differences at the quadratic's roots (stable root formula). Vectorised; clipped at 0.
-    """
-    mu, s1, s2 = np.broadcast_arrays(
-        np.asarray(shift, dtype=np.float64),
-        np.asarray(scale_p, dtype=np.float64),
-        np.asarray(scale_q, dtype=np.float64),
-    )
-    a = 0.5 / s2**2 - 0.5 / s1**2
-    b = -mu / s2**2
-    c = 0.5 * mu**2 / s2**2 + np.log(s2 / s1) - epsilon
-    e = math.exp(epsilon)
-    out = np.zeros(mu.shape, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        disc = b * b - 4.0 * a * c
-        sq = np.sqrt(np.maximum(disc, 0.0))
-        q = -0.5 * (b + np.where(b >= 0, sq, -sq))
-        r1 = np.where(a != 0, q / a, np.inf)
-        r2 = np.where(q != 0, c / q, np.inf)
-        lo, hi = np.minimum(r1, r2), np.maximum(r1, r2)
-        # a > 0 with real roots: A = (−∞, lo) ∪ (hi, ∞)
-        outside = (ndtr(lo / s1) + ndtr(-hi / s1)) - e * (
-            ndtr((lo - mu) / s2) + ndtr(-(hi - mu) / s2)
-        )
-        # a < 0 with real roots: A = (lo, hi)
-        inside = (ndtr(hi / s1) - ndtr(lo / s1)) - e * (ndtr((hi - mu) / s2) - ndtr((lo - mu) / s2))
-        # a = 0 (equal scales): A = {b x + c > 0}; b < 0 when shift > 0, so A = (−∞, −c/b)
-        root = -c / b
-        linear = np.where(
-            b < 0,
-            ndtr(root / s1) - e * ndtr((root - mu) / s2),
-            np.where(b > 0, ndtr(-root / s1) - e * ndtr(-(root - mu) / s2), 0.0),
-        )
-    real = disc > 0
-    out = np.where(a == 0, linear, 0.0)
-    out = np.where((a > 0) & real, outside, out)
-    out = np.where((a < 0) & real, inside, out)
-    # a > 0 without real roots: A = R, δ = 1 − e^ε < 0; a < 0 without roots: A = ∅
-    return np.asarray(np.maximum(out, 0.0), dtype=np.float64)
-
-
-_DILATIONS = 33  # grid of scale ratios over [e^−β, e^β], endpoints included
-
-
-def smooth_gaussian_delta(alpha: float, beta: float, epsilon: float) -> float:
-    """Worst-case δ(ε) of the 1-D smooth-sensitivity Gaussian mechanism f(D) + (S(D)/α)·N(0, 1).
-
-    Neighbours D, D′ have S(D′) = r·S(D) with r ∈ [e^−β, e^β] (β-smoothness) and
-    |f(D) − f(D′)| ≤ min(LS(D), LS(D′)) ≤ min(S(D), S(D′)); with S(D) = 1 the pair of output laws is
-    N(0, 1/α²) and N(shift, r²/α²), shift ≤ min(1, r). δ is largest at the largest shift and at an
-    end of the r range (checked by a dense search in tests); both orders of the pair are taken.
-    """
-    a, bt = _check_positive(alpha, "alpha"), float(beta)
-    if not (math.isfinite(bt) and bt >= 0):
-        raise ValueError(f"beta must be finite and >= 0, got {beta!r}")
-    r = np.exp(np.linspace(-bt, bt, _DILATIONS))
-    shift = np.minimum(1.0, r)
-    one = np.full(r.shape, 1.0 / a)
-    both = np.concatenate(
-        (
-            gaussian_hockey_stick(shift, one, r / a, epsilon),
-            gaussian_hockey_stick(shift, r / a, one, epsilon),
-        )
-    )
-    return float(np.max(both))
-
-
-@functools.lru_cache(maxsize=256)
-def calibrated_alpha(epsilon: float, delta: float, beta: float) -> float:
-    """The largest α (to 1e-12 relative) with ``smooth_gaussian_delta(α, β, ε) <= δ`` (d = 1).
-
-    Bisection keeps its lower end feasible, so the returned α is always valid. ValueError when
-    even α → 0 exceeds δ (β too large for this δ: the scale change alone leaks more than δ).
-    """
-    eps, dl = _check_positive(epsilon, "epsilon"), _check_delta(delta)
-    lo = 1e-9 * eps
-    if smooth_gaussian_delta(lo, beta, eps) > dl:
-        raise ValueError(f"beta = {beta} is too large for delta = {dl} at epsilon = {eps}")
-    hi = eps
-    while smooth_gaussian_delta(hi, beta, eps) <= dl:
-        lo, hi = hi, 2.0 * hi
-    while hi - lo > 1e-12 * hi:
-        mid = 0.5 * (lo + hi)
-        if smooth_gaussian_delta(mid, beta, eps) <= dl:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-MULTI_D_EPSILON_CAP = 10.0
-"""For d > 1 the printed (7) pair is used at ε' = min(ε, 10): it was checked valid (exact
-worst-case δ(ε) <= δ) for d = 2..8, ε <= 10 and δ <= 0.1, but it fails at ε = 30 (δ >= 0.01).
-Spending less than ε is always valid."""
-
-
-def smooth_beta(epsilon: float, delta: float) -> float:
-    """β of the d = 1 ``dp`` calibration: the paper's ε/(2 ln(1/δ)), halved while the scale
-    change alone (α → 0) would leak more than δ/2 (only for large ε·δ, e.g. ε >= 5 at δ = 0.01)."""
-    eps, dl = _check_positive(epsilon, "epsilon"), _check_delta(delta)
-    beta = paper_alpha_beta(eps, dl, 1)[1]
-    while smooth_gaussian_delta(1e-9 * eps, beta, eps) > 0.5 * dl:
-        beta *= 0.5
-    return beta
-
-
-def noise_constants(
-    epsilon: float, delta: float, d: int, calibration: Calibration = "dp"
-) -> tuple[float, float]:
-    """(α, β) of the release: ``paper-proxy`` → paper (7) as printed; ``dp`` → (7) at
-    min(ε, ``MULTI_D_EPSILON_CAP``) for d > 1 and, for d = 1, ``smooth_beta`` (the paper's β for
-    ordinary ε, δ) with the largest valid α (``calibrated_alpha``, module doc)."""
-    if calibration == "paper-proxy":
-        return paper_alpha_beta(epsilon, delta, d)
-    if calibration != "dp":
-        raise ValueError(f"unknown calibration {calibration!r}")
-    if d > 1:
-        return paper_alpha_beta(min(float(epsilon), MULTI_D_EPSILON_CAP), delta, d)
-    beta = smooth_beta(epsilon, delta)
-    return calibrated_alpha(float(epsilon), float(delta), beta), beta
-
-
-def gaussian_coefficient(delta: float) -> float:
-    """√(2 ln(1.25/δ)) of the classical Gaussian mechanism (§2.2): 4.8448 at δ = 1e-5."""
-    return math.sqrt(2.0 * math.log(1.25 / _check_delta(delta)))
-
-
-# --------------------------------------------------------------------------- WME (§3)
-
-
-def wme_laplace_scale(tau: float, max_weight: float, epsilon: float) -> float:
-    """Stage-2 Laplace scale 4τ·max_i v_i/(ε/2) (§3.2): 8τ/(nε) balanced, 8τ·m_max/(Nε) else."""
-    return 4.0 * tau * max_weight / (0.5 * _check_positive(epsilon, "epsilon"))
-
-
-def wme_gaussian_sigma(
-    tau: float, padded_dim: int, max_weight: float, epsilon: float, delta: float
-) -> float:
-    """Stage-2 Gaussian σ = Δ₂·√(2 ln(1.25/δ))/ε₂ with Δ₂ = 4τ√d′·max_i v_i (§3.3).
-
-    ε₂ = min(ε/2, 1): the classical Gaussian mechanism (§2.2) needs ε′ <= 1, so a release ε > 2
-    spends only 1 in stage 2 (still (ε/2, δ)-DP, as (1, δ)-DP implies it).
-    """
-    eps2 = min(0.5 * _check_positive(epsilon, "epsilon"), 1.0)
-    return 4.0 * tau * math.sqrt(padded_dim) * max_weight * gaussian_coefficient(delta) / eps2
-
-
-def histogram_bins(tau: float, bound: float) -> int:
-    """Most stage-1 bins: K = ⌈(2B + u)/(2τ)⌉ with the grid offset u < 2τ (§3.2)."""
-    t, b = _check_positive(tau, "tau"), _check_positive(bound, "bound")
-    return math.ceil((2.0 * b + 2.0 * t) / (2.0 * t))
-
-
-def private_range(
-    z: ArrayLike, tau: float, bound: float, epsilon1: float, rng: np.random.Generator
-) -> tuple[FloatArray, FloatArray]:
-    """Stage 1 of WME (§3.2, PrivateRange) on each column of z (n, k): intervals [a_j, b_j].
-
-    Per column: a public offset u ~ U[0, 2τ), bins of width 2τ from −B − u (values outside fall in
-    the end bins), one count per user plus Lap(2/ε₁) per bin (ℓ1 sensitivity 2 under replacement),
-    argmax (ties → the smaller bin), [a, b] = centre ± 2τ. Draws k offsets, then k·K_max Laplace
-    values (bins past a column's K are masked), whatever the data.
-    """
-    zz = np.asarray(z, dtype=np.float64)
-    if zz.ndim != 2:
-        raise ValueError(f"private_range needs an (n, k) array, got shape {zz.shape}")
-    k = zz.shape[1]
-    width = 2.0 * _check_positive(tau, "tau")
-    k_max = histogram_bins(tau, bound)
-    u = rng.uniform(0.0, width, size=k)
-    lo = -bound - u
-    n_bins = np.ceil((2.0 * bound + u) / width).astype(np.int64)
-    pos = np.clip(np.floor((zz - lo) / width), 0, n_bins - 1).astype(np.int64)
-    flat = pos + np.arange(k, dtype=np.int64) * k_max
-    counts = np.bincount(flat.ravel(), minlength=k * k_max).reshape(k, k_max).astype(np.float64)
-    noisy = counts + rng.laplace(0.0, 2.0 / _check_positive(epsilon1, "epsilon1"), (k, k_max))
-    noisy[np.arange(k_max)[None, :] >= n_bins[:, None]] = -np.inf
-    best = np.argmax(noisy, axis=1)
-    centre = lo + width * best + 0.5 * width
-    return centre - width, centre + width
-
-
-@dataclass(frozen=True)
-class WMERelease:
-    """A WME release and its public constants (every field is safe to publish)."""
-
-    estimate: FloatArray  # (d,)
-    noise: Literal["laplace", "gaussian"]
-    noise_scale: float  # Laplace scale (d = 1) or Gaussian σ per coordinate (d > 1)
-    padded_dim: int
-    epsilon1: float  # stage 1, per coordinate
-    epsilon2: float
-    lower: FloatArray  # stage-1 intervals (rotated coordinates when d > 1)
-    upper: FloatArray
-
-
-def wme_release(
-    y: ArrayLike,
-    weights: ArrayLike,
-    tau: float,
-    bound: float,
-    epsilon: float,
-    delta: float,
-    rng: np.random.Generator,
-    rotate: bool = True,
-) -> WMERelease:
-    """WME_1D (§3.2) for d = 1, WME_HD (§3.3) for d > 1; ``rotate=False`` is the coordinate-wise
-    ablation (no Hadamard rotation, d′ = d). ``weights`` v_i sum to 1 (m_i/N, or 1/n).
-
-    Randomness, in order: the rotation signs (d > 1, rotate), the stage-1 offsets and histogram
-    noise, the stage-2 noise. Privacy: stage 1 is ε/2-DP by composition over the d′ coordinates,
-    stage 2 is ε/2-DP (Laplace) or (min(ε/2, 1), δ)-DP (Gaussian) given the intervals.
-    """
-    ym = _as_matrix(y)
-    v = np.asarray(weights, dtype=np.float64)
-    if v.shape != (ym.shape[0],) or np.any(v < 0) or not math.isclose(v.sum(), 1.0, rel_tol=1e-9):
-        raise ValueError("weights must be one non-negative value per user, summing to 1")
-    eps = _check_positive(epsilon, "epsilon")
-    vmax = float(v.max())
-    d = ym.shape[1]
-    if d == 1:
-        lower, upper = private_range(ym, tau, bound, 0.5 * eps, rng)
-        clipped = np.clip(ym[:, 0], lower[0], upper[0])
-        scale = wme_laplace_scale(tau, vmax, eps)
-        est = np.array([float(v @ clipped) + float(rng.laplace(0.0, scale))])
-        return WMERelease(est, "laplace", scale, 1, 0.5 * eps, 0.5 * eps, lower, upper)
-    dp = next_power_of_two(d) if rotate else d
-    signs = rng.choice(np.array([-1.0, 1.0]), size=dp) if rotate else np.ones(dp)
-    padded = np.zeros((ym.shape[0], dp))
-    padded[:, :d] = ym
-    # rows of Y Uᵀ with U = H diag(s)/√d′ (H symmetric): fwht(Y·s)/√d′
-    rotated = fwht(padded * signs) / math.sqrt(dp) if rotate else padded
-    eps1 = eps / (2.0 * dp)
-    lower, upper = private_range(rotated, tau, bound, eps1, rng)
-    mean = v @ np.clip(rotated, lower, upper)
-    sigma = wme_gaussian_sigma(tau, dp, vmax, eps, delta)
-    noisy = mean + sigma * rng.standard_normal(dp)
-    back = signs * fwht(noisy) / math.sqrt(dp) if rotate else noisy
-    eps2 = min(0.5 * eps, 1.0)
-    return WMERelease(back[:d].copy(), "gaussian", sigma, dp, eps1, eps2, lower, upper)
-
-
 # --------------------------------------------------------------------------- HLM minimizer
 
 
 def huber_objective(s: ArrayLike, y: ArrayLike, weights: ArrayLike, t: ArrayLike) -> float:
     """Σ_i w_i φ_{T_i}(s, y_i) (paper (8)); φ = ½r² for r <= T, T·r − ½T² beyond."""
-    ym = _as_matrix(y)
+    ym = as_user_means(y)
     r = np.linalg.norm(ym - np.asarray(s, dtype=np.float64).reshape(1, -1), axis=1)
     tt = np.broadcast_to(np.asarray(t, dtype=np.float64), r.shape)
     phi = np.where(r <= tt, 0.5 * r * r, tt * r - 0.5 * tt * tt)
@@ -446,7 +130,7 @@ def delta_exact_1d(y: ArrayLike, t: float) -> int:
     """
     ys = np.sort(np.asarray(y, dtype=np.float64).ravel())
     n = ys.size
-    half = 0.5 * _check_positive(t, "T")
+    half = 0.5 * check_positive(t, "T")
     if n == 0:
         raise ValueError("no users")
     if np.max(np.abs(ys - ys.mean())) < half:
@@ -498,7 +182,7 @@ def lattice_spacing(radii: ArrayLike, h0: float, d: int, cap: int = LATTICE_CAND
     Depends on the public radii, d and n only, so Δ̃ stays a distance to a fixed set.
     """
     rr = np.asarray(radii, dtype=np.float64)
-    h = _check_positive(h0, "h0")
+    h = check_positive(h0, "h0")
     while float(np.sum(_box_width(rr, h).astype(np.float64) ** d)) > cap:
         h *= 2.0
     return h
@@ -511,7 +195,7 @@ def delta_lattice(y: ArrayLike, radii: ArrayLike, h: float) -> int:
     Each user's candidate lattice points are the box of ⌊2r_i/h⌋ + 1 values per coordinate from
     ⌈(y_ij − r_i)/h⌉, kept when strictly inside the ball; the points are counted with np.unique.
     """
-    ym = _as_matrix(y)
+    ym = as_user_means(y)
     n, d = ym.shape
     rr = np.broadcast_to(np.asarray(radii, dtype=np.float64), (n,))
     width = _box_width(rr, h)
@@ -607,7 +291,7 @@ def huber_design(counts: ArrayLike, scale_a: float, gamma: float = 1.0) -> Huber
     m = np.asarray(counts, dtype=np.float64).ravel()
     if m.size < 2 or np.any(m < 1) or not np.all(np.isfinite(m)):
         raise ValueError("HLM needs at least 2 users, each with m_i >= 1")
-    a = _check_positive(scale_a, "scale_a")
+    a = check_positive(scale_a, "scale_a")
     g = float(gamma)
     if not (math.isfinite(g) and g >= 1):
         raise ValueError(f"gamma must be finite and >= 1, got {gamma!r}")
@@ -747,7 +431,7 @@ def _deviations(y: FloatArray, w: FloatArray) -> FloatArray:
 def hlm_delta_tilde(y: ArrayLike, design: HuberDesign) -> int:
     """Δ̃(D) of §4.4/§4.7: exact (d = 1 balanced), lattice balls r = T/4, h = T/8 (d > 1
     balanced), θ′-cover (imbalanced; n when θ′ is None); coarser lattices: ``lattice_spacing``."""
-    ym = _as_matrix(y)
+    ym = as_user_means(y)
     n, d = ym.shape
     t = design.t
     if design.balanced:
@@ -768,7 +452,7 @@ def hlm_sensitivity(
     y: ArrayLike, design: HuberDesign, r_c: float, beta: float
 ) -> SmoothSensitivity:
     """The smooth sensitivity S(D) of the release (Def. 5 or Def. 6 with Δ̃)."""
-    ym = _as_matrix(y)
+    ym = as_user_means(y)
     zi = _deviations(ym, design.weights)
     dt = hlm_delta_tilde(ym, design)
     if design.balanced:
@@ -779,7 +463,7 @@ def hlm_sensitivity(
 
 def hlm_proxy_sensitivity(y: ArrayLike, design: HuberDesign) -> float:
     """The §4.9 proxy S for these users (NOT DP)."""
-    ym = _as_matrix(y)
+    ym = as_user_means(y)
     zi = _deviations(ym, design.weights)
     if design.balanced:
         return proxy_sensitivity_balanced(design.n, float(zi.max()), float(design.t[0]))
@@ -830,7 +514,7 @@ def hlm_release(
 
     ``constants`` overrides (α, β) (research only, e.g. the paper's invalid d = 1 pair).
     """
-    ym = _as_matrix(y)
+    ym = as_user_means(y)
     d = ym.shape[1]
     design = huber_design(counts, scale_a, gamma)
     if design.n != ym.shape[0]:

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from protocol import central as ct
+from protocol import dp_noise as dn
 from protocol import huber as hb
+from protocol import wme
 from protocol.base import (
     JSON,
     FloatArray,
@@ -151,7 +153,7 @@ def test_plan_one_statistic_round_and_min_epsilon() -> None:
         }  # fmt: skip
         extra: JSON = {} if "wme" in proto.name else {"calibration": "dp"}
         if extra:
-            alpha, beta = hb.noise_constants(float(eps.min()), 1e-5, d)
+            alpha, beta = dn.noise_constants(float(eps.min()), 1e-5, d)
             extra |= {"alpha": alpha, "beta": beta}
         assert plan.public == common | extra
         text = " ".join(plan.warnings)
@@ -256,7 +258,7 @@ def test_full_run(name: str, raw: JSON, d: int | None, balanced: bool) -> None:
     server = ct.server_rng(SEED, 0)
     eps_min = float(eps.min())
     if name.startswith("central-wme"):
-        rel = hb.wme_release(
+        rel = wme.wme_release(
             means, m / m.sum(), params.tau_scale / math.sqrt(m.mean()), params.histogram_bound,
             eps_min, params.delta,
             server, rotate=raw.get("hadamard", True),
@@ -327,7 +329,7 @@ def test_huber_noise_scale_from_the_spec_formulas() -> None:
         out = proto.aggregate(params, plan, 0, {}, chunks_of(plan, payload, n, np.arange(n)))
         t = a / math.sqrt(m)
         beta = eps.min() / (2 * math.log(1 / delta))
-        alpha = hb.calibrated_alpha(float(eps.min()), delta, beta)
+        alpha = dn.calibrated_alpha(float(eps.min()), delta, beta)
         assert (out["alpha"], out["beta"]) == pytest.approx((alpha, beta), rel=1e-12)
         z_max = float(np.max(np.abs(means - means.mean())))
         s = def5(n, z_max, t, r_c, beta, brute_delta_1d(means, t))
@@ -380,7 +382,7 @@ def test_wme_tau_is_raised_to_bound_the_histogram() -> None:
     payload = np.asarray(np.column_stack((np.zeros(50), np.full(50, 100))), dtype=np.float64)
     out = proto.aggregate(params, plan, 0, {}, chunks_of(plan, payload, 50, np.arange(50)))
     assert out["tau"] == pytest.approx(10.0 / (ct.MAX_HISTOGRAM_DRAWS - 2))
-    assert hb.histogram_bins(out["tau"], 10.0) <= ct.MAX_HISTOGRAM_DRAWS
+    assert wme.histogram_bins(out["tau"], 10.0) <= ct.MAX_HISTOGRAM_DRAWS
     assert any("raised" in w for w in out["warnings"])
     assert proto.parse_params({"tau_scale": 3.0}).tau(50, 5000) == (0.3, False)
 

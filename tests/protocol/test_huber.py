@@ -22,7 +22,9 @@ import pytest
 from scipy import optimize, stats
 
 from client.datasets import Resampled, income_law
+from protocol import dp_noise as dn
 from protocol import huber as hb
+from protocol import wme
 from protocol.base import FloatArray, IntArray
 
 EPS, DELTA, BOUND = 1.0, 1e-5, 10.0
@@ -49,33 +51,33 @@ for _name, _law in INCOME.items():
 
 def test_paper_constants_u5() -> None:
     """U5 [MUST]: α, β of (7) at ε = 1, δ = 1e-5 (§1.2), the Gaussian coefficient, WME scales."""
-    a1, b1 = hb.paper_alpha_beta(EPS, DELTA, 1)
-    a3, b3 = hb.paper_alpha_beta(EPS, DELTA, 3)
+    a1, b1 = dn.paper_alpha_beta(EPS, DELTA, 1)
+    a3, b3 = dn.paper_alpha_beta(EPS, DELTA, 3)
     assert (a1, b1) == pytest.approx((0.294718, 0.0434294), abs=1e-6)
     assert (a3, b3) == pytest.approx((0.0404787, 0.0164408), abs=1e-6)
-    assert hb.paper_alpha_beta(EPS, DELTA, 2)[1] == pytest.approx(0.017598, abs=1e-6)
-    assert hb.paper_alpha_beta(EPS, DELTA, 4)[1] == pytest.approx(0.015426, abs=1e-6)
-    assert hb.paper_alpha_beta(EPS, DELTA, 8)[0] == a3  # α is the same for every d > 1
+    assert dn.paper_alpha_beta(EPS, DELTA, 2)[1] == pytest.approx(0.017598, abs=1e-6)
+    assert dn.paper_alpha_beta(EPS, DELTA, 4)[1] == pytest.approx(0.015426, abs=1e-6)
+    assert dn.paper_alpha_beta(EPS, DELTA, 8)[0] == a3  # α is the same for every d > 1
     assert 1 / a1**2 == pytest.approx(11.513, abs=1e-3)
     assert 1 / a3**2 == pytest.approx(610.3, abs=0.1)
-    assert hb.gaussian_coefficient(DELTA) == pytest.approx(4.8448, abs=1e-4)
+    assert dn.gaussian_coefficient(DELTA) == pytest.approx(4.8448, abs=1e-4)
     n, tau = 1000, 0.3
-    assert hb.wme_laplace_scale(tau, 1 / n, EPS) == pytest.approx(8 * tau / (n * EPS))
-    assert hb.wme_laplace_scale(tau, 499 / 1e5, 2.0) == pytest.approx(8 * tau * 499 / (1e5 * 2))
-    sigma = hb.wme_gaussian_sigma(tau, 4, 1 / n, EPS, DELTA)
+    assert wme.wme_laplace_scale(tau, 1 / n, EPS) == pytest.approx(8 * tau / (n * EPS))
+    assert wme.wme_laplace_scale(tau, 499 / 1e5, 2.0) == pytest.approx(8 * tau * 499 / (1e5 * 2))
+    sigma = wme.wme_gaussian_sigma(tau, 4, 1 / n, EPS, DELTA)
     assert sigma == pytest.approx(4 * tau * 2 / n * 4.844805 / 0.5, rel=1e-6)
     # ε/2 > 1: the classical Gaussian mechanism is used at ε' = 1
-    assert hb.wme_gaussian_sigma(tau, 4, 1 / n, 6.0, DELTA) == pytest.approx(sigma * 0.5)
+    assert wme.wme_gaussian_sigma(tau, 4, 1 / n, 6.0, DELTA) == pytest.approx(sigma * 0.5)
 
 
 def test_n_conditions() -> None:
     """§4.5–4.6: 4/β = 92.10 (d = 1) and 243.30 (d = 3); imbalanced n > 1705γ and 2129γ."""
     for d, value in ((1, 92.10), (3, 243.30)):
-        beta = hb.paper_alpha_beta(EPS, DELTA, d)[1]
+        beta = dn.paper_alpha_beta(EPS, DELTA, d)[1]
         assert hb.balanced_n_condition(100, math.e, 1.0, beta) / math.log(100 * math.e) == (
             pytest.approx(value, abs=0.01)
         )
-    beta = hb.paper_alpha_beta(EPS, DELTA, 1)[1]
+    beta = dn.paper_alpha_beta(EPS, DELTA, 1)[1]
     assert hb.imbalanced_n_condition(1000, 100_000, 1.0, beta) == pytest.approx(1704.7, abs=0.1)
     assert hb.imbalanced_n_condition(10_000, 10**6, 2.0, beta) == pytest.approx(2 * 2129, abs=1)
 
@@ -95,7 +97,7 @@ def test_hockey_stick_is_exact() -> None:
     for s1, s2 in ((3.0, 3.0), (3.0, 3.2), (3.2, 3.0), (1.0, 2.5), (2.5, 1.0)):
         for mu in (0.0, 0.7, 2.0):
             eps = float(rng.uniform(0.2, 2.0))
-            closed = float(hb.gaussian_hockey_stick(mu, s1, s2, eps))
+            closed = float(dn.gaussian_hockey_stick(mu, s1, s2, eps))
             assert closed == pytest.approx(
                 numeric_hockey_stick(mu, s1, s2, eps), rel=1e-6, abs=1e-12
             )
@@ -103,38 +105,38 @@ def test_hockey_stick_is_exact() -> None:
 
 def test_paper_d1_constants_are_not_dp() -> None:
     """[CORRECTION] §1.2: the printed d = 1 pair gives δ(ε = 1) = 1.28e-3, 128× the target."""
-    alpha, beta = hb.paper_alpha_beta(EPS, DELTA, 1)
-    worst = hb.smooth_gaussian_delta(alpha, beta, EPS)
+    alpha, beta = dn.paper_alpha_beta(EPS, DELTA, 1)
+    worst = dn.smooth_gaussian_delta(alpha, beta, EPS)
     assert worst == pytest.approx(1.2787e-3, rel=1e-3)
     # the worst pair exists: shift S(D') = e^-β·S(D), scales S(D)/α and S(D')/α
     r = math.exp(-beta)
-    assert float(hb.gaussian_hockey_stick(r, 1 / alpha, r / alpha, EPS)) == pytest.approx(worst)
+    assert float(dn.gaussian_hockey_stick(r, 1 / alpha, r / alpha, EPS)) == pytest.approx(worst)
 
 
 def test_calibrated_alpha_is_valid_and_tight() -> None:
     """δ(α*) <= δ and δ(α*·(1 + 1e-6)) > δ: neither too little nor too much noise."""
     for eps, delta in ((1.0, 1e-5), (0.3, 1e-6), (3.0, 1e-3), (1.0, 1e-9)):
-        beta = hb.paper_alpha_beta(eps, delta, 1)[1]
-        alpha = hb.calibrated_alpha(eps, delta, beta)
-        assert hb.smooth_gaussian_delta(alpha, beta, eps) <= delta
-        assert hb.smooth_gaussian_delta(alpha * (1 + 1e-6), beta, eps) > delta
-    assert hb.noise_constants(EPS, DELTA, 1) == pytest.approx((0.1053889, 0.0434294), abs=1e-6)
-    assert hb.noise_constants(EPS, DELTA, 1, "paper-proxy") == hb.paper_alpha_beta(EPS, DELTA, 1)
-    assert hb.noise_constants(EPS, DELTA, 3) == hb.paper_alpha_beta(EPS, DELTA, 3)
+        beta = dn.paper_alpha_beta(eps, delta, 1)[1]
+        alpha = dn.calibrated_alpha(eps, delta, beta)
+        assert dn.smooth_gaussian_delta(alpha, beta, eps) <= delta
+        assert dn.smooth_gaussian_delta(alpha * (1 + 1e-6), beta, eps) > delta
+    assert dn.noise_constants(EPS, DELTA, 1) == pytest.approx((0.1053889, 0.0434294), abs=1e-6)
+    assert dn.noise_constants(EPS, DELTA, 1, "paper-proxy") == dn.paper_alpha_beta(EPS, DELTA, 1)
+    assert dn.noise_constants(EPS, DELTA, 3) == dn.paper_alpha_beta(EPS, DELTA, 3)
 
 
 def test_worst_case_sits_at_the_envelope_corner() -> None:
     """A dense search over the scale ratio r ∈ [e^−β, e^β] and every shift <= min(1, r) never
     beats ``smooth_gaussian_delta`` (which looks at the largest shift only)."""
-    beta = hb.paper_alpha_beta(EPS, DELTA, 1)[1]
-    alpha = hb.calibrated_alpha(EPS, DELTA, beta)
+    beta = dn.paper_alpha_beta(EPS, DELTA, 1)[1]
+    alpha = dn.calibrated_alpha(EPS, DELTA, beta)
     r = np.exp(np.linspace(-beta, beta, 401))[:, None]
     shift = np.minimum(1.0, r) * np.linspace(0.0, 1.0, 51)[None, :]
     dense = max(
-        float(np.max(hb.gaussian_hockey_stick(shift, 1 / alpha, r / alpha, EPS))),
-        float(np.max(hb.gaussian_hockey_stick(shift, r / alpha, 1 / alpha, EPS))),
+        float(np.max(dn.gaussian_hockey_stick(shift, 1 / alpha, r / alpha, EPS))),
+        float(np.max(dn.gaussian_hockey_stick(shift, r / alpha, 1 / alpha, EPS))),
     )
-    assert dense <= hb.smooth_gaussian_delta(alpha, beta, EPS) * (1 + 1e-12)
+    assert dense <= dn.smooth_gaussian_delta(alpha, beta, EPS) * (1 + 1e-12)
 
 
 def worst_delta_multi(alpha: float, beta: float, eps: float, d: int) -> float:
@@ -167,13 +169,13 @@ def test_multi_d_constants_are_valid() -> None:
     """The printed d > 1 pair (NRS07): at ε = 1, δ = 1e-5, d = 3 the exact worst-case δ(ε) is
     ≈ 1.5e-12; at the cap ε = 10 it stays below δ for d = 2..8 and δ up to 0.1, but at ε = 30 it
     fails (hence ``MULTI_D_EPSILON_CAP``)."""
-    assert 0 <= worst_delta_multi(*hb.paper_alpha_beta(EPS, DELTA, 3), EPS, 3) < 1e-6 * DELTA
+    assert 0 <= worst_delta_multi(*dn.paper_alpha_beta(EPS, DELTA, 3), EPS, 3) < 1e-6 * DELTA
     for d in range(2, 9):
         for delta in (1e-9, 0.1):
-            eps = hb.MULTI_D_EPSILON_CAP
-            assert worst_delta_multi(*hb.noise_constants(50.0, delta, d), eps, d) <= delta
-    assert worst_delta_multi(*hb.paper_alpha_beta(30.0, 0.01, 2), 30.0, 2) > 0.01
-    assert hb.noise_constants(50.0, 0.1, 3) == hb.paper_alpha_beta(10.0, 0.1, 3)
+            eps = dn.MULTI_D_EPSILON_CAP
+            assert worst_delta_multi(*dn.noise_constants(50.0, delta, d), eps, d) <= delta
+    assert worst_delta_multi(*dn.paper_alpha_beta(30.0, 0.01, 2), 30.0, 2) > 0.01
+    assert dn.noise_constants(50.0, 0.1, 3) == dn.paper_alpha_beta(10.0, 0.1, 3)
 
 
 def test_d1_calibration_is_valid_for_every_epsilon() -> None:
@@ -181,12 +183,12 @@ def test_d1_calibration_is_valid_for_every_epsilon() -> None:
     ``smooth_beta`` halves it, and (α, β) is valid for every ε, δ of a wide grid."""
     for eps in (1e-3, 0.1, 1.0, 5.0, 20.0, 200.0):
         for delta in (1e-12, 1e-5, 0.01, 0.1):
-            alpha, beta = hb.noise_constants(eps, delta, 1)
-            assert hb.smooth_gaussian_delta(alpha, beta, eps) <= delta
-    assert hb.smooth_beta(1.0, DELTA) == hb.paper_alpha_beta(1.0, DELTA, 1)[1]
-    paper_beta = hb.paper_alpha_beta(20.0, DELTA, 1)[1]
-    assert hb.smooth_gaussian_delta(1e-9, paper_beta, 20.0) > DELTA
-    assert hb.smooth_beta(20.0, DELTA) == paper_beta / 2
+            alpha, beta = dn.noise_constants(eps, delta, 1)
+            assert dn.smooth_gaussian_delta(alpha, beta, eps) <= delta
+    assert dn.smooth_beta(1.0, DELTA) == dn.paper_alpha_beta(1.0, DELTA, 1)[1]
+    paper_beta = dn.paper_alpha_beta(20.0, DELTA, 1)[1]
+    assert dn.smooth_gaussian_delta(1e-9, paper_beta, 20.0) > DELTA
+    assert dn.smooth_beta(20.0, DELTA) == paper_beta / 2
 
 
 # --------------------------------------------------------------------------- U1: minimizer
@@ -335,7 +337,7 @@ def test_smooth_sensitivity_matches_definitions() -> None:
         z = float(rng.uniform(0, 1.2)) * t
         r_c = float(rng.choice([0.001, 0.05, 1.0, 10.0]))
         d = int(rng.choice([1, 3]))
-        beta = hb.noise_constants(float(rng.uniform(0.2, 3)), 10.0 ** -rng.uniform(3, 9), d)[1]
+        beta = dn.noise_constants(float(rng.uniform(0.2, 3)), 10.0 ** -rng.uniform(3, 9), d)[1]
         dlt = int(rng.integers(0, n))
         got = hb.smooth_sensitivity_balanced(n, z, t, r_c, beta, dlt)
         assert got.value == pytest.approx(def5(n, z, t, r_c, beta, dlt), rel=1e-12)
@@ -348,7 +350,7 @@ def test_smooth_sensitivity_matches_definitions() -> None:
         y = rng.standard_normal(n) / np.sqrt(m) * rng.choice([0.3, 1.0, 5.0])
         zi = np.abs(y - design.weights @ y)
         r_c = float(rng.choice([0.01, 1.0]))
-        beta = hb.noise_constants(EPS, DELTA, 1)[1]
+        beta = dn.noise_constants(EPS, DELTA, 1)[1]
         dlt = int(rng.integers(0, n + 1))
         got = hb.smooth_sensitivity_imbalanced(design, zi, r_c, beta, dlt)
         assert got.value == pytest.approx(def6(design, zi, r_c, beta, dlt), rel=1e-12)
@@ -406,7 +408,7 @@ def test_local_sensitivity_bound_u3(balanced: bool) -> None:
     G(D, 0) + 1e-9 (Lemmas 1–2 balanced, Lemmas 3–4 imbalanced; d = 1, n = 50)."""
     rng = np.random.default_rng(7)
     n, r_c = 50, 10.0
-    beta = hb.noise_constants(EPS, DELTA, 1)[1]
+    beta = dn.noise_constants(EPS, DELTA, 1)[1]
     seen = set()
     for trial in range(24):
         m = np.full(n, 4) if balanced else rng.integers(1, 30, n)
@@ -452,7 +454,7 @@ def test_smoothness_u4(variant: str) -> None:
     balanced = variant in ("exact-1d", "lattice-3d")
     d = {"exact-1d": 1, "lattice-3d": 3, "cover-1d": 1, "cover-lattice-2d": 2}[variant]
     pairs = 600 if d == 1 else 150
-    beta = hb.noise_constants(EPS, DELTA, d)[1]
+    beta = dn.noise_constants(EPS, DELTA, d)[1]
     for trial in range(pairs):
         n = int(rng.integers(8, 60))
         m = np.full(n, 1) if balanced else rng.integers(1, 12, n)
@@ -483,18 +485,18 @@ def test_wme_noise_law_and_interval() -> None:
     v = counts / counts.sum()
     c, tau = 0.37, 0.2
     y = np.full(counts.size, c)
-    lam = hb.wme_laplace_scale(tau, float(v.max()), EPS)
+    lam = wme.wme_laplace_scale(tau, float(v.max()), EPS)
     assert lam == pytest.approx(8 * tau * 10 / (counts.sum() * EPS))
     draws = 4000
     out = np.array(
-        [hb.wme_release(y, v, tau, BOUND, EPS, DELTA, rng).estimate[0] for _ in range(draws)]
+        [wme.wme_release(y, v, tau, BOUND, EPS, DELTA, rng).estimate[0] for _ in range(draws)]
     )
     noise = out - c
     var = 2 * lam**2
     assert abs(noise.mean()) <= 5 * math.sqrt(var / draws)
     # Var of the sample variance of a Laplace: (μ4 − σ⁴)/N = 20λ⁴/N
     assert abs(noise.var() - var) <= 5 * math.sqrt(20 * lam**4 / draws)
-    rel = hb.wme_release(y, v, tau, BOUND, EPS, DELTA, rng)
+    rel = wme.wme_release(y, v, tau, BOUND, EPS, DELTA, rng)
     assert float(rel.upper[0] - rel.lower[0]) == pytest.approx(4 * tau)
     assert rel.lower[0] <= c <= rel.upper[0]
 
@@ -508,9 +510,9 @@ def test_wme_hadamard_round_trip() -> None:
     y = rng.uniform(-0.5, 0.5, (n, 3))  # rotated coordinates stay within ±√3/2
     v = np.full(n, 1 / n)
     for rotate in (True, False):
-        rel = hb.wme_release(y, v, 1.0, BOUND, 1e6, DELTA, rng, rotate=rotate)
+        rel = wme.wme_release(y, v, 1.0, BOUND, 1e6, DELTA, rng, rotate=rotate)
         assert rel.padded_dim == (4 if rotate else 3)
-        sigma = hb.wme_gaussian_sigma(1.0, rel.padded_dim, 1 / n, 1e6, DELTA)
+        sigma = wme.wme_gaussian_sigma(1.0, rel.padded_dim, 1 / n, 1e6, DELTA)
         assert rel.noise_scale == sigma
         assert np.all(np.abs(rel.estimate - y.mean(axis=0)) <= 5 * sigma)
 
@@ -519,7 +521,7 @@ def test_private_range_finds_the_mode() -> None:
     """With little stage-1 noise the chosen interval covers the densest region."""
     rng = np.random.default_rng(12)
     z = np.concatenate((rng.normal(3.0, 0.05, (900, 2)), rng.uniform(-10, 10, (100, 2))))
-    lower, upper = hb.private_range(z, 0.1, BOUND, 50.0, rng)
+    lower, upper = wme.private_range(z, 0.1, BOUND, 50.0, rng)
     assert np.all(lower < 3.0)
     assert np.all(upper > 3.0)
     assert np.allclose(upper - lower, 0.4)
@@ -569,7 +571,7 @@ def test_gamma_scaling_u6() -> None:
     for g in (1, 5):
         m = imbalanced_counts(1000, 100_000, g)
         m = m[m > 0]
-        scale_wme.append(hb.wme_laplace_scale(0.1, float(m.max()) / m.sum(), EPS))
+        scale_wme.append(wme.wme_laplace_scale(0.1, float(m.max()) / m.sum(), EPS))
         design = hb.huber_design(m, 1.0, float(g))
         top_hlm.append(2 * float(np.max(design.weights * design.t)))
     assert (scale_wme[1] / scale_wme[0]) ** 2 == pytest.approx((499 / 100) ** 2, rel=1e-12)
@@ -641,8 +643,8 @@ def run_cell(
     mu = np.full(d, MEAN[dist])
     y = user_means(dist, counts, d, trials, rng)
     unit = sigma / math.sqrt(total / n)
-    a_dp, b_dp = hb.noise_constants(EPS, DELTA, d, "dp")
-    a_pp = hb.paper_alpha_beta(EPS, DELTA, d)[0]
+    a_dp, b_dp = dn.noise_constants(EPS, DELTA, d, "dp")
+    a_pp = dn.paper_alpha_beta(EPS, DELTA, d)[0]
     v = counts / total
     cell = Cell(curves={k: [] for k in methods})
 
@@ -651,7 +653,9 @@ def run_cell(
 
     for t in grid:
         if "wme" in methods:
-            rel = [hb.wme_release(y[i], v, t * unit, BOUND, EPS, DELTA, rng) for i in range(trials)]
+            rel = [
+                wme.wme_release(y[i], v, t * unit, BOUND, EPS, DELTA, rng) for i in range(trials)
+            ]
             cell.curves["wme"].append(mse(np.array([r.estimate for r in rel])))
         if not set(methods) - {"wme"}:
             continue
@@ -718,7 +722,7 @@ def test_e1_mse_level_c1_2(e1: dict[str, list[Cell]]) -> None:
     noise at the spec's typical T = 4σ/√m, (2T/(nα))² = (64/(nα²))·σ²/(nm) = 5.76·σ²/(nm), is
     larger than the statistical term, so the spec's upper bound 4 becomes 4·(1 + 64/(nα²)).
     """
-    alpha = hb.noise_constants(EPS, DELTA, 1)[0]
+    alpha = dn.noise_constants(EPS, DELTA, 1)[0]
     widen = 1 + 64 / (E1_N * alpha**2)
     for dist, cells in e1.items():
         for m, cell in zip(E1_M, cells, strict=True):
@@ -881,9 +885,9 @@ def reproduction_table(trials: int = 100, log: Callable[[str], None] = print) ->
 
 def report_only_items(log: Callable[[str], None] = print) -> None:
     """The report-only rows of docs/central-results.md: C1.5 companion and shares, C3.4, C4.5."""
-    alpha, beta = hb.paper_alpha_beta(EPS, DELTA, 1)
-    eps_at = optimize.brentq(lambda e: hb.smooth_gaussian_delta(alpha, beta, e) - DELTA, 1, 20)
-    worst = hb.smooth_gaussian_delta(alpha, beta, EPS)
+    alpha, beta = dn.paper_alpha_beta(EPS, DELTA, 1)
+    eps_at = optimize.brentq(lambda e: dn.smooth_gaussian_delta(alpha, beta, e) - DELTA, 1, 20)
+    worst = dn.smooth_gaussian_delta(alpha, beta, EPS)
     log(f"printed d=1 pair: δ(ε=1) = {worst:.3g}; ε at δ = 1e-5: {eps_at:.3f}")
     for m in E1_M:
         c = run_cell("gaussian", np.full(1000, m), 1, 100, 7000 + m, methods=METHODS[1:])
@@ -937,7 +941,7 @@ def test_real_data_slopes_and_levels_c5_1(e5: dict[str, list[Cell]]) -> None:
     """C5.1 [MUST]: m-slopes in [−1.25, −0.75] for WME and HLM (dp and proxy) on the standardised
     incomes (σ = 1, n = 1000, R_c = 2, 40 trials), and MSE <= 5·σ²/(nm); for dp HLM the bound is
     widened by the valid-α factor 1 + 64/(nα²) as in C1.2 [CORRECTION]."""
-    alpha = hb.noise_constants(EPS, DELTA, 1)[0]
+    alpha = dn.noise_constants(EPS, DELTA, 1)[0]
     widen = 1 + 64 / (E1_N * alpha**2)
     for name, cells in e5.items():
         for key in ("wme", "dp", "proxy"):
