@@ -40,8 +40,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from client.seeds import data_key, derive_seeds
 from protocol.base import JSON, BoolArray, DataKind, FloatArray, IntArray, UserData
-from protocol.partition import regression_tree
 from protocol.streams import UserStreams, stream_key
+from protocol.trees import regression_tree
 
 __all__ = [
     "DIABETES_ORDER",

@@ -42,17 +42,13 @@ from protocol.base import (
 )
 from protocol.partition import (
     MAX_CELLS,
-    MAX_DEPTH,
     MAX_PRIVATE_CELLS,
     Partition,
-    Tree,
     always_private,
-    cart_tree,
     feature_order,
     grr_debias,
     grr_offset,
     grr_report,
-    max_edge_tree,
     nth_member,
     tuned_structure,
     unary_rr_report,
@@ -69,6 +65,7 @@ from protocol.semi_feature import (
     semi_feature_block,
 )
 from protocol.streams import RandomSource
+from protocol.trees import MAX_DEPTH, Tree, cart_tree, max_edge_tree
 
 __all__ = [
     "PROTOCOLS",

@@ -4,7 +4,7 @@ HistOfTree (``protocol.histoftree``) side by side.
 ``hist-ldp`` (Hist: every feature and the label private, Laplace on two per-cell vectors),
 ``pardt`` (a tree on the public features with Laplace labels), ``labeldt`` (label LDP only: a tree
 on all features, sent in clear), ``krr-tree`` (k-ary GRR on each private coordinate, a tree on the
-result). Their trees are ``partition.regression_tree``, the numpy stand-in for scikit-learn's
+result). Their trees are ``trees.regression_tree``, the numpy stand-in for scikit-learn's
 DecisionTreeRegressor. The non-private DT reference of §3 is not a catalogue protocol (it is not
 private): ``client.features`` computes it. Data layout and label reports: ``protocol.semi_feature``.
 """
@@ -38,11 +38,8 @@ from protocol.base import (
     valid_payloads,
 )
 from protocol.partition import (
-    MAX_DEPTH,
-    Tree,
     grr_report,
     histogram_bins,
-    regression_tree,
 )
 from protocol.randomizers import laplace, laplace_scale
 from protocol.semi_feature import (
@@ -55,6 +52,7 @@ from protocol.semi_feature import (
     semi_feature_block,
 )
 from protocol.streams import RandomSource
+from protocol.trees import MAX_DEPTH, Tree, regression_tree
 
 __all__ = [
     "PROTOCOLS",

@@ -1,4 +1,4 @@
-"""Semi-feature LDP (protocol/histoftree.py and its tree math protocol/partition.py; spec
+"""Semi-feature LDP (protocol/histoftree.py, semi_baselines.py, partition.py, trees.py; spec
 public-features-ldp.md): the §6.1 unit tests with the spec's worked values, exact privacy of the
 label and cell mechanisms, the ledger, the server's V_i check, and the §6.2 E1/E1b acceptance
 experiments at CI size (slow)."""
@@ -30,16 +30,12 @@ from protocol.histoftree import HistOfTree, HistOfTreeTuned
 from protocol.ledger import TOLERANCE, check_plan_budget
 from protocol.partition import (
     Partition,
-    Tree,
-    cart_tree,
     feature_order,
     grr_debias,
     grr_keep_probability,
     grr_offset,
     grr_other_probability,
     grr_report,
-    max_edge_tree,
-    regression_tree,
     rule15_objective,
     tuned_structure,
     unary_rr_report,
@@ -48,6 +44,7 @@ from protocol.randomizers import laplace_log_density, rr_debias, rr_keep_probabi
 from protocol.semi_baselines import HistLdp, KrrTree, LabelDt, ParDt, krr_budgets
 from protocol.semi_feature import enrollment, label_report, split_features
 from protocol.streams import UserStreams, stream_key
+from protocol.trees import Tree, cart_tree, max_edge_tree, regression_tree
 
 SEED = 20
 K = 5.0  # k·σ: a two-sided normal tail beyond 5σ has probability 5.7e-7 per check
