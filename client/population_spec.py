@@ -18,7 +18,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import yaml
@@ -73,22 +73,7 @@ DistributionName = Literal[
     "gss-income",
     "cps-wage",
 ]
-DISTRIBUTIONS: tuple[str, ...] = (
-    "uniform",
-    "gaussian",
-    "two-point",
-    "lomax",
-    "bernoulli",
-    "categorical",
-    "sparse-linear",
-    "sparse-logistic",
-    "binned-classification",
-    "binned-regression",
-    "sin-sum",
-    "diabetes",
-    "gss-income",
-    "cps-wage",
-)
+DISTRIBUTIONS: tuple[str, ...] = get_args(DistributionName)
 LABELED_DISTRIBUTIONS = frozenset(
     {"sparse-linear", "sparse-logistic", "binned-classification", "binned-regression"}
 )
