@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import httpx
 import numpy as np
+import pytest
 from fastapi import FastAPI
 
 from client.features import synthetic_population
@@ -103,3 +104,11 @@ async def test_a_cell_outside_the_potential_set_is_refused(
         422,
         "invalid_request",
     )
+    rows = [[0.1, 0.9, 0.5, 0.3, 0.7], [0.8, 0.2, 0.4, 0.6, 0.1]]
+    answer = await client.post(f"/v1/studies/{study.id}/predict", json={"features": rows})
+    assert answer.status_code == 200, answer.text
+    outputs = [
+        r["output"] for r in (await client.get(f"/v1/studies/{study.id}/rounds")).json()["rounds"]
+    ]
+    local = proto.predict(params, plan, outputs, np.asarray(rows))
+    assert answer.json()["predictions"] == pytest.approx(local.tolist(), rel=1e-12)
