@@ -253,25 +253,26 @@ class Families:
 
 def gather_components(
     values: FloatArray, layout: Layout, group: IntArray
-) -> tuple[FloatArray, BoolArray]:
-    """Each user's own components from all C of them: (n, r_max) values and the mask of real
-    (non-padding) entries; ``group`` is each user's group."""
+) -> tuple[FloatArray, BoolArray, IntArray]:
+    """Each user's own components from all C of them: (n, r_max) values (0 in padding), the mask
+    of real entries and their component indices; ``group`` is each user's group."""
     g = np.asarray(group, dtype=np.int64)
     if np.any((g < 0) | (g >= layout.n_groups)):
         raise ValueError("group index out of range for this layout")
     if values.ndim != 2 or values.shape[1] != layout.n_components:
         raise ValueError(f"expected (n, {layout.n_components}) component values")
-    offsets = np.arange(layout.r_max, dtype=np.int64)
-    mask = offsets[None, :] < layout.counts[g][:, None]
-    index = np.minimum(layout.starts[g][:, None] + offsets[None, :], layout.n_components - 1)
+    index, mask = _component_index(layout, g)
     picked = np.take_along_axis(values, index, axis=1)
-    return np.where(mask, picked, 0.0), mask
+    return np.where(mask, picked, 0.0), mask, index
 
 
 def _component_index(layout: Layout, group: IntArray) -> tuple[IntArray, BoolArray]:
+    """Component index of each (user, slot) and the mask of real slots; a padding slot points at
+    a real component (the last), so every index is valid and the mask says what counts."""
     offsets = np.arange(layout.r_max, dtype=np.int64)
     mask = offsets[None, :] < layout.counts[group][:, None]
-    return layout.starts[group][:, None] + offsets[None, :], mask
+    index = np.minimum(layout.starts[group][:, None] + offsets[None, :], layout.n_components - 1)
+    return index, mask
 
 
 def _per_component_epsilon(charge: FloatArray, layout: Layout, group: IntArray) -> FloatArray:
@@ -289,11 +290,10 @@ def stage_one_reports(
 ) -> FloatArray:
     """Stage-I messages of a block (§1.4): for each of its r_g components, the one-hot bin of the
     clamped local average plus i.i.d. Lap(2/ε_c,i); shape (n, r_max, B), padding rows zero."""
-    own, mask = gather_components(values, layout, group)
-    index, _ = _component_index(layout, group)
+    own, mask, index = gather_components(values, layout, group)
     n, r = own.shape
     bins = np.zeros((n, r), dtype=np.int64)
-    fam = families.family[np.minimum(index, layout.n_components - 1)]
+    fam = families.family[index]
     for f, design in enumerate(families.designs):
         hit = mask & (fam == f)
         if np.any(hit):
@@ -317,9 +317,7 @@ def stage_two_reports(
 ) -> FloatArray:
     """Stage-II messages (§3.1 step 4): ``clip(Ȳ_c, lo_c, hi_c) + Lap((hi_c − lo_c)/ε_c,i)`` per
     component (heavy-tail families clamp to [−D_c, D_c] first); shape (n, r_max)."""
-    own, mask = gather_components(values, layout, group)
-    index, _ = _component_index(layout, group)
-    index = np.minimum(index, layout.n_components - 1)
+    own, mask, index = gather_components(values, layout, group)
     lo = np.asarray(interval["lo"], dtype=np.float64)[index]
     hi = np.asarray(interval["hi"], dtype=np.float64)[index]
     if not (np.all(np.isfinite(lo) & np.isfinite(hi)) and np.all(hi > lo)):
