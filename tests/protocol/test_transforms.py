@@ -395,7 +395,12 @@ def test_bound_and_ratio_prediction(frames: dict[int, KashinFrame]) -> None:
     arrays(
         np.float64,
         st.tuples(st.integers(1, 6), st.just(8)),
-        elements=st.floats(-1e6, 1e6, allow_subnormal=False),
+        # zero or normal inputs whose coefficients stay normal: a coefficient below 2.2e-308 is
+        # subnormal and rounds, so a(4x) = 4·a(x) to the bit cannot hold there (hypothesis found
+        # x = 2.2e-308·1, whose coefficients are ~1e-308)
+        elements=st.floats(-1e6, 1e6, allow_subnormal=False).filter(
+            lambda v: v == 0.0 or abs(v) >= 1e-290
+        ),
     )
 )
 def test_reconstruction_and_symmetry_hold_for_any_input(x: FloatArray) -> None:
