@@ -239,6 +239,30 @@ def _check_tree_inputs(
     return v, k, labels, sorted(cols)
 
 
+_Frontier = tuple[int, FloatArray, FloatArray, IntArray]  # node, box low, box high, its users
+
+
+def _children(
+    tree: _Builder,
+    parent: _Frontier,
+    v: FloatArray,
+    k: BoolArray,
+    cols: list[int],
+    c: int,
+    threshold: float,
+) -> list[_Frontier]:
+    """Split ``parent`` on tree dimension ``c`` at ``threshold``: its two children with their
+    boxes and users (those whose coordinate is public: Alg. 1 drops the others)."""
+    node, lo, hi, members = parent
+    f = cols[c]
+    sub = members[k[members, f]]
+    below = v[sub, f] < threshold
+    a, b = tree.split(node, f, threshold, True)
+    hi_a, lo_b = hi.copy(), lo.copy()
+    hi_a[c] = lo_b[c] = threshold
+    return [(a, lo, hi_a, sub[below]), (b, lo_b, hi, sub[~below])]
+
+
 def max_edge_tree(
     x: ArrayLike,
     known: ArrayLike,
@@ -257,11 +281,11 @@ def max_edge_tree(
     tree = _Builder()
     if not cols:
         return tree.build()
-    frontier: list[tuple[int, FloatArray, FloatArray, IntArray]] = [
+    frontier: list[_Frontier] = [
         (0, np.zeros(len(cols)), np.ones(len(cols)), np.arange(v.shape[0]))
     ]
     for _ in range(depth):
-        nxt: list[tuple[int, FloatArray, FloatArray, IntArray]] = []
+        nxt: list[_Frontier] = []
         for node, lo, hi, members in frontier:
             edge = hi - lo
             longest = np.flatnonzero(edge == edge.max()).tolist()  # exact: powers of 1/2
@@ -271,13 +295,8 @@ def max_edge_tree(
                 score = _split_score(labels[sub], v[sub, cols[c]] < (lo[c] + hi[c]) / 2, criterion)
                 if score > best_score:
                     best, best_score = c, score
-            f, mid = cols[best], (lo[best] + hi[best]) / 2.0
-            sub = members[k[members, f]]
-            below = v[sub, f] < mid
-            a, b = tree.split(node, f, mid, True)
-            hi_a, lo_b = hi.copy(), lo.copy()
-            hi_a[best] = lo_b[best] = mid
-            nxt += [(a, lo, hi_a, sub[below]), (b, lo_b, hi, sub[~below])]
+            mid = (lo[best] + hi[best]) / 2.0
+            nxt += _children(tree, (node, lo, hi, members), v, k, cols, best, mid)
         frontier = nxt
     return tree.build()
 
@@ -297,11 +316,11 @@ def cart_tree(
     Sample sets follow Algorithm 1 (users with the split coordinate private are dropped)."""
     v, k, labels, cols = _check_tree_inputs(x, known, y, dims, depth)
     tree = _Builder()
-    frontier: list[tuple[int, FloatArray, FloatArray, IntArray]] = [
+    frontier: list[_Frontier] = [
         (0, np.zeros(len(cols)), np.ones(len(cols)), np.arange(v.shape[0]))
     ]
     for _ in range(depth):
-        nxt: list[tuple[int, FloatArray, FloatArray, IntArray]] = []
+        nxt: list[_Frontier] = []
         for node, lo, hi, members in frontier:
             best: tuple[float, int, float] | None = None
             for c, f in enumerate(cols):
@@ -325,13 +344,7 @@ def cart_tree(
             if best is None:
                 continue
             _, c, theta = best
-            f = cols[c]
-            sub = members[k[members, f]]
-            below = v[sub, f] < theta
-            a, b = tree.split(node, f, theta, True)
-            hi_a, lo_b = hi.copy(), lo.copy()
-            hi_a[c] = lo_b[c] = theta
-            nxt += [(a, lo, hi_a, sub[below]), (b, lo_b, hi, sub[~below])]
+            nxt += _children(tree, (node, lo, hi, members), v, k, cols, c, theta)
         frontier = nxt
     return tree.build()
 
