@@ -8,7 +8,7 @@ Two studies (``--study``):
   sparse-linear data, ridge λ = 0.4, G = 1.4, γ = 0.9, D = 2, Kashin gradients by default),
   10^5 participants with 64 samples each, ε = 1: 40 HTTP rounds, each waiting for the last.
 
-Starts a real server (``python -m server``) on a temporary SQLite database, runs a swarm of
+Starts a real server (``python -m fedldp.server``) on a temporary SQLite database, runs a swarm of
 ``--users`` participants in batch mode against it, then simulates the same seed in process (the
 median of three runs). Prints both times, their ratio (target <= 10), where the HTTP time went
 (from the server's own timestamps: enrollment and start, each round from opening to closing) and
@@ -32,12 +32,12 @@ from typing import Any
 import httpx
 import numpy as np
 
-from client.population import PopulationSpec, build_population
-from client.server_process import ServerProcess, sqlite_url
-from client.simulate import fill_from_population, simulate
-from client.swarm import run_swarm
-from protocol.catalogue import get_protocol
-from protocol.wire import RoundsView
+from fedldp.client.http.server_process import ServerProcess, sqlite_url
+from fedldp.client.http.swarm import run_swarm
+from fedldp.client.population.build import PopulationSpec, build_population
+from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.core.wire import RoundsView
 
 RATIO_TARGET = 10.0
 IN_PROCESS_RUNS = 3

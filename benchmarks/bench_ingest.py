@@ -1,7 +1,7 @@
 """Benchmark: reports a real server accepts per second into SQLite, and its memory as they grow.
 
-Starts ``python -m server`` (uvicorn) on a temporary SQLite database and measures, with the load
-generator in this process on the same machine:
+Starts ``python -m fedldp.server`` (uvicorn) on a temporary SQLite database and measures, with the
+load generator in this process on the same machine:
 
 * the batch endpoint (``POST /v1/studies/{id}/reports/batch``): reports accepted per second, in
   stages, with the server's peak RSS after each stage, which must stay flat as the reports table
@@ -38,9 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from client.api import ApiClient
-from client.server_process import ServerProcess, sqlite_url
-from protocol.wire import (
+from fedldp.client.http.api import ApiClient
+from fedldp.client.http.server_process import ServerProcess, sqlite_url
+from fedldp.protocol.core.wire import (
     MAX_BATCH,
     BatchReceipt,
     EnrollBatch,

@@ -16,10 +16,10 @@ import resource
 import sys
 import time
 
-from client.population import PopulationSpec, build_population
-from client.seeds import derive_seeds
-from client.simulate import fill_from_population, simulate
-from protocol.catalogue import get_protocol
+from fedldp.client.population.build import PopulationSpec, build_population
+from fedldp.client.seeds import derive_seeds
+from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.protocol.catalogue import get_protocol
 
 RATIO_TARGET = 1.5
 MEMORY_TARGET_GIB = 2.0

@@ -1,3 +1,3 @@
 """fedldp client side: simulated users, populations, the in-process simulator, the swarm."""
 
-import protocol  # noqa: F401  (first: it caps BLAS threads before numpy loads)
+import fedldp.protocol  # noqa: F401  (first: it caps BLAS threads before numpy loads)

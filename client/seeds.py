@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from protocol.streams import StreamKey, stream_key
+from fedldp.protocol.core.streams import StreamKey, stream_key
 
 __all__ = [
     "DATA_PURPOSE",

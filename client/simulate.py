@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from client.features import SemiFeaturePopulation
-from client.learning import evaluate_summary
-from client.output import result_summary
-from client.population import AnyPopulation
-from client.seeds import derive_seeds, noise_seed, round_key
-from protocol.base import (
+from fedldp.client.cli.output import result_summary
+from fedldp.client.population.build import AnyPopulation
+from fedldp.client.population.features import SemiFeaturePopulation
+from fedldp.client.population.learning import evaluate_summary
+from fedldp.client.seeds import derive_seeds, noise_seed, round_key
+from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.core.base import (
     JSON,
     FloatArray,
     Params,
@@ -37,9 +38,8 @@ from protocol.base import (
     Result,
     RoundTask,
 )
-from protocol.catalogue import get_protocol
-from protocol.ledger import check_plan_budget
-from protocol.streams import UserStreams
+from fedldp.protocol.core.ledger import check_plan_budget
+from fedldp.protocol.core.streams import UserStreams
 
 __all__ = ["ProgressFn", "SimulationError", "SimulationResult", "fill_from_population", "simulate"]
 
@@ -73,7 +73,8 @@ class SimulationResult:
         return tuple(dict.fromkeys(every))
 
     def as_json(self) -> JSON:
-        """The result summary (client.output.result_summary) plus the population description."""
+        """The result summary (fedldp.client.cli.output.result_summary) plus the population
+        description."""
         summary = result_summary(
             protocol=self.protocol,
             params=self.params.model_dump(mode="json"),
@@ -186,7 +187,7 @@ def simulate(
             f"holds {population.data_kind} data"
         )
     started = time.perf_counter()
-    # a central-trust protocol's server draws its noise from a secret seed (client.seeds)
+    # a central-trust protocol's server draws its noise from a secret seed (fedldp.client.seeds)
     plan_seed = noise_seed(seed) if protocol.trust == "central" else study_seed
     plan = protocol.plan(params, population.epsilon, population.metadata, plan_seed)
     charges = check_plan_budget(plan, population.epsilon)

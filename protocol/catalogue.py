@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import central, hetero, histoftree, learning, multi_d, semi_baselines, user_level
-from protocol.base import Protocol
+from fedldp.protocol.central import protocols as central
+from fedldp.protocol.core.base import Protocol
+from fedldp.protocol.heterogeneous import protocols as hetero
+from fedldp.protocol.semi_feature import baselines as semi_baselines
+from fedldp.protocol.semi_feature import histoftree
+from fedldp.protocol.user_level import learning, multi_d
+from fedldp.protocol.user_level import means as user_level
 
 __all__ = ["CATALOGUE", "get_protocol"]
 

@@ -2,7 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-import protocol  # noqa: F401  (first: it caps BLAS threads before numpy loads)
+import fedldp.protocol  # noqa: F401  (first: it caps BLAS threads before numpy loads)
 
 try:
     __version__ = version("fedldp")

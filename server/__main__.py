@@ -1,7 +1,7 @@
-"""``python -m server [--host H] [--port P]``: run the aggregation server with uvicorn.
+"""``python -m fedldp.server [--host H] [--port P]``: run the aggregation server with uvicorn.
 
 Settings come from the environment (``FEDLDP_DATABASE_URL``, ``FEDLDP_ADMIN_KEY``,
-``FEDLDP_LOG_LEVEL``, …; see ``server.settings``); the flags override host and port.
+``FEDLDP_LOG_LEVEL``, …; see ``fedldp.server.settings``); the flags override host and port.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import logging
 
 import uvicorn
 
-from server.app import create_app
-from server.settings import Settings
+from fedldp.server.app import create_app
+from fedldp.server.settings import Settings
 
 GC_THRESHOLDS = (50_000, 10, 10)
 """The collector's generation thresholds. A batch request allocates a few hundred thousand
@@ -23,7 +23,7 @@ mostly tracing those live objects again and again. At 50,000 it runs a few times
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m server", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m fedldp.server", description=__doc__)
     parser.add_argument("--host", help="interface to bind (default $FEDLDP_HOST or 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default $FEDLDP_PORT or 8000)")
     args = parser.parse_args(argv)

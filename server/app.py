@@ -17,15 +17,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from server import __version__
-from server.bodies import add_body_schemas, validation_detail
-from server.context import Context
-from server.db import Database
-from server.errors import FedldpError
-from server.grouping import ReportGrouper
-from server.rounds import sweep
-from server.routes import router
-from server.settings import Settings
+from fedldp.server import __version__
+from fedldp.server.bodies import add_body_schemas, validation_detail
+from fedldp.server.context import Context
+from fedldp.server.db import Database
+from fedldp.server.errors import FedldpError
+from fedldp.server.grouping import ReportGrouper
+from fedldp.server.rounds import sweep
+from fedldp.server.routes import router
+from fedldp.server.settings import Settings
 
 __all__ = ["create_app"]
 
@@ -50,7 +50,7 @@ async def _sweeper(ctx: Context) -> None:
 
 def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> FastAPI:
     """The app for ``settings`` (default: from the environment). ``sweeper=False`` leaves the
-    deadline sweeper off (tests drive ``server.rounds.sweep`` themselves)."""
+    deadline sweeper off (tests drive ``fedldp.server.rounds.sweep`` themselves)."""
     settings = settings or Settings()
     ctx = Context(settings, Database(settings))
 

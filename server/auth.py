@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from server.errors import AdminKeyInvalid, AdminKeyRequired
+from fedldp.server.errors import AdminKeyInvalid, AdminKeyRequired
 
 __all__ = [
     "TokenCache",

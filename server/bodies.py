@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ValidationError
 
-from server.errors import InvalidRequest
+from fedldp.server.errors import InvalidRequest
 
 __all__ = ["add_body_schemas", "documented", "json_body", "validation_detail"]
 

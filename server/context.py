@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
-from server.auth import TokenCache
-from server.db import Database
-from server.plans import PlanCache
-from server.settings import Settings
+from fedldp.server.auth import TokenCache
+from fedldp.server.db import Database
+from fedldp.server.plans import PlanCache
+from fedldp.server.settings import Settings
 
 __all__ = ["Context"]
 

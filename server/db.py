@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from server.settings import Settings
-from server.tables import Base
+from fedldp.server.settings import Settings
+from fedldp.server.tables import Base
 
 __all__ = ["Database"]
 

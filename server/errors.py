@@ -1,7 +1,8 @@
 """The server's error tree (STYLE.md rule 4): a stable ``code`` and an HTTP status per error.
 
-Services raise these; one exception handler in ``server.app`` renders ``{"code", "detail"}``. The
-client maps the codes back to its own exceptions (``client.api``), so tests assert on codes.
+Services raise these; one exception handler in ``fedldp.server.app`` renders ``{"code", "detail"}``.
+The client maps the codes back to its own exceptions (``fedldp.client.http.api``), so tests assert
+on codes.
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from protocol.wire import Receipt, ReportSubmit
-from server.context import Context
-from server.errors import FedldpError
-from server.participants import submit_many
+from fedldp.protocol.core.wire import Receipt, ReportSubmit
+from fedldp.server.context import Context
+from fedldp.server.errors import FedldpError
+from fedldp.server.participants import submit_many
 
 __all__ = ["ReportGrouper"]
 

@@ -1,12 +1,12 @@
 """Participant services: tasks, report ingestion and the ε ledger.
 
 Batch requests prove who sent them with each participant's token or with block tokens, each of
-which stands for a block of consecutive participants (``server.auth``). Ingestion is columnar: a
-batch of reports for one round (payload rows as lists or one packed matrix) is checked as arrays
-(credentials, cohort membership, ledger, the protocol's payload check), then inserted in one
-statement that skips keys already stored. A report identical to the stored one is a duplicate
-(same receipt); a different one for the same (participant, round) is refused. Nothing of a
-refused report is stored.
+which stands for a block of consecutive participants (``fedldp.server.auth``). Ingestion is
+columnar: a batch of reports for one round (payload rows as lists or one packed matrix) is checked
+as arrays (credentials, cohort membership, ledger, the protocol's payload check), then inserted in
+one statement that skips keys already stored. A report identical to the stored one is a duplicate
+(same receipt); a different one for the same (participant, round) is refused. Nothing of a refused
+report is stored.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from datetime import datetime
 import numpy as np
 from sqlalchemy.orm import Session
 
-from protocol.base import BoolArray, FloatArray, IntArray, PayloadKind, RoundTask
-from protocol.ledger import TOLERANCE
-from protocol.wire import (
+from fedldp.protocol.core.base import BoolArray, FloatArray, IntArray, PayloadKind, RoundTask
+from fedldp.protocol.core.ledger import TOLERANCE
+from fedldp.protocol.core.wire import (
     BatchItemStatus,
     BatchReceipt,
     BudgetCharge,
@@ -38,10 +38,10 @@ from protocol.wire import (
     TaskDone,
     payload_row,
 )
-from server import repository as repo
-from server.auth import block_token_ok
-from server.context import Context
-from server.errors import (
+from fedldp.server import repository as repo
+from fedldp.server.auth import block_token_ok
+from fedldp.server.context import Context
+from fedldp.server.errors import (
     BudgetExceeded,
     DuplicateConflict,
     FedldpError,
@@ -54,10 +54,10 @@ from server.errors import (
     UnknownParticipant,
     WrongRound,
 )
-from server.plans import StudyPlan
-from server.rounds import advance
-from server.studies import require_study
-from server.tables import RoundRow, StudyRow, utcnow
+from fedldp.server.plans import StudyPlan
+from fedldp.server.rounds import advance
+from fedldp.server.studies import require_study
+from fedldp.server.tables import RoundRow, StudyRow, utcnow
 
 __all__ = ["budget", "submit_batch", "submit_many", "task", "tasks", "tasks_when_ready"]
 
@@ -446,8 +446,8 @@ def submit_many(
     ctx: Context, study_id: str, reports: list[ReportSubmit]
 ) -> list[Receipt | FedldpError]:
     """Single-participant reports of one round and kind, from different participants, stored
-    in one transaction (the grouping of concurrent requests, see server.grouping): a receipt or
-    the refusal of each. Whole-group refusals (the round closed, the study ended) fall back to
+    in one transaction (the grouping of concurrent requests, see fedldp.server.grouping): a receipt
+    or the refusal of each. Whole-group refusals (the round closed, the study ended) fall back to
     each report's stored receipt when it is an identical resend."""
     index, kind = reports[0].round, reports[0].payload.kind
     ids = [r.participant_id for r in reports]

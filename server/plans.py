@@ -17,10 +17,10 @@ import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy.orm import Session
 
-from protocol.base import FloatArray, IntArray, Params, Plan, Protocol
-from protocol.catalogue import get_protocol
-from server import repository as repo
-from server.tables import StudyRow
+from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.core.base import FloatArray, IntArray, Params, Plan, Protocol
+from fedldp.server import repository as repo
+from fedldp.server.tables import StudyRow
 
 __all__ = ["Membership", "PlanCache", "StudyPlan", "build_plan", "metadata_arrays"]
 

@@ -29,8 +29,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from protocol.base import FloatArray, IntArray
-from server.tables import ContributionRow, ParticipantRow, ReportRow, RoundRow, StudyRow
+from fedldp.protocol.core.base import FloatArray, IntArray
+from fedldp.server.tables import ContributionRow, ParticipantRow, ReportRow, RoundRow, StudyRow
 
 __all__ = [
     "INT_MAX",

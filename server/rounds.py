@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-from protocol.base import JSON, ReportChunk, jsonable
-from protocol.ledger import check_plan_budget
-from server import repository as repo
-from server.context import Context
-from server.plans import StudyPlan, build_plan
-from server.tables import RoundRow, StudyRow, utcnow
+from fedldp.protocol.core.base import JSON, ReportChunk, jsonable
+from fedldp.protocol.core.ledger import check_plan_budget
+from fedldp.server import repository as repo
+from fedldp.server.context import Context
+from fedldp.server.plans import StudyPlan, build_plan
+from fedldp.server.tables import RoundRow, StudyRow, utcnow
 
 __all__ = ["advance", "close_round", "fail_study", "start_study", "sweep"]
 

@@ -1,4 +1,5 @@
-"""HTTP routes (STYLE.md rule 2): parse, call a service, return. Bodies are protocol.wire models."""
+"""HTTP routes (STYLE.md rule 2): parse, call a service, return. Bodies are
+fedldp.protocol.core.wire models."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 
-from protocol import wire
-from protocol.catalogue import CATALOGUE
-from server import participants, studies
-from server.auth import check_admin
-from server.bodies import documented, json_body
-from server.context import Context
-from server.grouping import ReportGrouper
+from fedldp.protocol.catalogue import CATALOGUE
+from fedldp.protocol.core import wire
+from fedldp.server import participants, studies
+from fedldp.server.auth import check_admin
+from fedldp.server.bodies import documented, json_body
+from fedldp.server.context import Context
+from fedldp.server.grouping import ReportGrouper
 
 __all__ = ["router"]
 
@@ -56,7 +57,7 @@ def _bearer(value: str | None) -> str | None:
 
 @router.get("/health", tags=["service"])
 def health(ctx: Ctx) -> wire.Health:
-    from server import __version__
+    from fedldp.server import __version__
 
     return wire.Health(status="ok", version=__version__, database=ctx.db.dialect)
 
@@ -181,7 +182,7 @@ async def submit_report(
     study_id: str, body: wire.ReportSubmit, request: Request, response: Response
 ) -> wire.Receipt:
     """One privatized report (idempotent: resending it returns the same receipt). Concurrent
-    reports are stored together, one transaction per group (server.grouping)."""
+    reports are stored together, one transaction per group (fedldp.server.grouping)."""
     grouper: ReportGrouper = request.app.state.grouper
     receipt = await grouper.submit(study_id, body)
     response.status_code = status.HTTP_200_OK if receipt.duplicate else status.HTTP_201_CREATED

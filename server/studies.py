@@ -1,4 +1,5 @@
-"""Study services: create, inspect, enroll, start, cancel (no HTTP here; see server.routes)."""
+"""Study services: create, inspect, enroll, start, cancel (no HTTP here; see
+fedldp.server.routes)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from protocol.base import Predictor, jsonable
-from protocol.catalogue import CATALOGUE
-from protocol.wire import (
+from fedldp.protocol.catalogue import CATALOGUE
+from fedldp.protocol.core.base import Predictor, jsonable
+from fedldp.protocol.core.wire import (
     BlockToken,
     EnrollmentBatch,
     Lease,
@@ -25,10 +26,10 @@ from protocol.wire import (
     StudyCreate,
     StudyView,
 )
-from server import repository as repo
-from server.auth import block_token_for, new_secret, tokens_for
-from server.context import Context
-from server.errors import (
+from fedldp.server import repository as repo
+from fedldp.server.auth import block_token_for, new_secret, tokens_for
+from fedldp.server.context import Context
+from fedldp.server.errors import (
     EnrollmentFull,
     InvalidParams,
     InvalidRequest,
@@ -44,9 +45,9 @@ from server.errors import (
     UnknownRound,
     UnknownStudy,
 )
-from server.rounds import advance, start_study
-from server.tables import StudyRow, utcnow
-from server.views import result_view, round_view, study_view
+from fedldp.server.rounds import advance, start_study
+from fedldp.server.tables import StudyRow, utcnow
+from fedldp.server.views import result_view, round_view, study_view
 
 __all__ = [
     "cancel",

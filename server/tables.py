@@ -1,4 +1,5 @@
-"""Typed SQLAlchemy tables (STYLE.md rule 6). ORM rows never go on the wire (see server.views).
+"""Typed SQLAlchemy tables (STYLE.md rule 6). ORM rows never go on the wire (see
+fedldp.server.views).
 
 A study's plan is not stored: it is a pure function of the protocol, its parameters, the enrolled
 ε's and metadata, and the study seed, so any replica (or a restarted server) recomputes the same

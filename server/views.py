@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from protocol.catalogue import get_protocol
-from protocol.wire import (
+from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.core.wire import (
     EpsilonSummary,
     ErrorBarView,
     ResultView,
@@ -14,7 +14,7 @@ from protocol.wire import (
     RoundView,
     StudyView,
 )
-from server.tables import RoundRow, StudyRow
+from fedldp.server.tables import RoundRow, StudyRow
 
 __all__ = ["result_view", "round_view", "study_view"]
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from client.population import Population, PopulationSpec, build_population
-from client.seeds import derive_seeds
-from client.simulate import SimulationError, fill_from_population, simulate
-from protocol.base import Protocol, UserData
+from fedldp.client.population.build import Population, PopulationSpec, build_population
+from fedldp.client.seeds import derive_seeds
+from fedldp.client.simulate import SimulationError, fill_from_population, simulate
+from fedldp.protocol.core.base import Protocol, UserData
 from tests.client.toy_protocol import RejectingToy, ToyMean
 
 TOY = ToyMean()
@@ -178,14 +178,14 @@ LABELED_POPULATIONS = {  # the labeled law each learning protocol is made for
 
 
 def catalogue_names() -> list[str]:
-    from protocol.catalogue import CATALOGUE
+    from fedldp.protocol.catalogue import CATALOGUE
 
     return sorted(CATALOGUE)
 
 
 @pytest.mark.parametrize("name", catalogue_names())
 def test_catalogue_protocols_are_chunk_invariant_and_deterministic(name: str) -> None:
-    from protocol.catalogue import get_protocol
+    from fedldp.protocol.catalogue import get_protocol
 
     protocol = get_protocol(name)
     spec = LABELED_POPULATIONS.get(name) or CATALOGUE_POPULATIONS[protocol.data_kind]
@@ -203,7 +203,7 @@ def test_catalogue_protocols_are_chunk_invariant_and_deterministic(name: str) ->
 
 
 def test_each_warning_is_shown_once() -> None:
-    from protocol.catalogue import get_protocol
+    from fedldp.protocol.catalogue import get_protocol
 
     protocol = get_protocol("hetero-frequency")  # warns about ε > 1 in its plan and its result
     spec = PopulationSpec(users=3000, distribution="categorical", items=5, epsilon=2.0)
@@ -226,7 +226,7 @@ def test_the_population_fills_what_it_determines(
 ) -> None:
     """Duchi's mechanism projects onto the ball of ``radius``: a box population must not be
     cut down to the unit ball (that would bias the estimate), so its support radius is used."""
-    from protocol.catalogue import get_protocol
+    from fedldp.protocol.catalogue import get_protocol
 
     protocol = get_protocol("hetero-mean-duchi")
     pop = build_population(spec, 0)

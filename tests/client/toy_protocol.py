@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field
 
-from protocol.base import (
+from fedldp.protocol.core.base import (
     JSON,
     BoolArray,
     DataKind,
@@ -36,7 +36,7 @@ from protocol.base import (
     valid_payloads,
     z_quantile,
 )
-from protocol.streams import RandomSource
+from fedldp.protocol.core.streams import RandomSource
 
 
 class ToyParams(Params):

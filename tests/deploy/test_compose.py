@@ -33,13 +33,13 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from client.cli import build_parser
-from client.population import build_population, population_spec_from_args
-from client.server_process import free_port
-from client.simulate import fill_from_population, simulate
-from client.swarm import ENROLL_CHUNK
-from protocol.catalogue import get_protocol
-from protocol.wire import ResultView, StudyList, StudyView
+from fedldp.client.cli.main import build_parser
+from fedldp.client.http.server_process import free_port
+from fedldp.client.http.swarm import ENROLL_CHUNK
+from fedldp.client.population.build import build_population, population_spec_from_args
+from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.core.wire import ResultView, StudyList, StudyView
 
 pytestmark = pytest.mark.docker
 

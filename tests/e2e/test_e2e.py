@@ -1,4 +1,5 @@
-"""End to end: a real uvicorn server (``python -m server`` on an SQLite file) and a real swarm.
+"""End to end: a real uvicorn server (``python -m fedldp.server`` on an SQLite file) and a real
+swarm.
 
 What DESIGN.md and issue #3 ask the deployment path to show:
 
@@ -33,17 +34,17 @@ import httpx
 import numpy as np
 import pytest
 
-from client.api import ApiClient, PhaseError, RetryPolicy
-from client.population import AnyPopulation, PopulationSpec, build_population
-from client.progress import SwarmProgress
-from client.seeds import derive_seeds
-from client.server_process import ServerProcess, sqlite_url
-from client.simulate import SimulationResult, fill_from_population, simulate
-from client.swarm import SwarmResult, enroll, run_swarm_sync, start
-from client.user import Privatizer, UserBlock
-from protocol.base import FloatArray, PayloadKind, jsonable
-from protocol.catalogue import get_protocol
-from protocol.wire import (
+from fedldp.client.http.api import ApiClient, PhaseError, RetryPolicy
+from fedldp.client.http.progress import SwarmProgress
+from fedldp.client.http.server_process import ServerProcess, sqlite_url
+from fedldp.client.http.swarm import SwarmResult, enroll, run_swarm_sync, start
+from fedldp.client.http.user import Privatizer, UserBlock
+from fedldp.client.population.build import AnyPopulation, PopulationSpec, build_population
+from fedldp.client.seeds import derive_seeds
+from fedldp.client.simulate import SimulationResult, fill_from_population, simulate
+from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.core.base import FloatArray, PayloadKind, jsonable
+from fedldp.protocol.core.wire import (
     BatchReceipt,
     ErrorBody,
     ReportBatch,
@@ -76,8 +77,8 @@ class Server:
 
 
 def start_server(database: Path, log: Path, port: int | None = None) -> ServerProcess:
-    """``python -m server`` on the SQLite file ``database``, healthy (its log at info level: it
-    records every round transition)."""
+    """``python -m fedldp.server`` on the SQLite file ``database``, healthy (its log at info level:
+    it records every round transition)."""
     process = ServerProcess(
         port=port, database_url=sqlite_url(database), log=log, env={"FEDLDP_LOG_LEVEL": "info"}
     )

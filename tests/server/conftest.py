@@ -20,11 +20,11 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import create_engine
 
-from server.app import create_app
-from server.context import Context
-from server.db import Database
-from server.settings import Settings
-from server.tables import Base
+from fedldp.server.app import create_app
+from fedldp.server.context import Context
+from fedldp.server.db import Database
+from fedldp.server.settings import Settings
+from fedldp.server.tables import Base
 from tests.server.helpers import app_context
 
 SERVER_URL = os.environ.get(

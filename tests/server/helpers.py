@@ -10,7 +10,7 @@ import httpx
 from fastapi import FastAPI
 from sqlalchemy import func, select
 
-from protocol.wire import (
+from fedldp.protocol.core.wire import (
     BatchReceipt,
     Enrollment,
     EnrollmentBatch,
@@ -18,9 +18,9 @@ from protocol.wire import (
     RoundView,
     StudyView,
 )
-from server import repository as repo
-from server.context import Context
-from server.tables import ReportRow, utcnow
+from fedldp.server import repository as repo
+from fedldp.server.context import Context
+from fedldp.server.tables import ReportRow, utcnow
 
 __all__ = [
     "app_context",

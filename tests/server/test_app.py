@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from fastapi import FastAPI
 
-from client.population import PopulationSpec, build_population
-from client.seeds import derive_seeds, round_key
-from client.simulate import simulate
-from protocol.base import RoundTask
-from protocol.catalogue import CATALOGUE
-from protocol.streams import UserStreams
-from protocol.wire import (
+from fedldp.client.population.build import PopulationSpec, build_population
+from fedldp.client.seeds import derive_seeds, round_key
+from fedldp.client.simulate import simulate
+from fedldp.protocol.catalogue import CATALOGUE
+from fedldp.protocol.core.base import RoundTask
+from fedldp.protocol.core.streams import UserStreams
+from fedldp.protocol.core.wire import (
     BudgetView,
     EnrollmentBatch,
     ErrorBody,
@@ -73,7 +73,7 @@ async def test_full_study_over_http_matches_the_simulator(client: httpx.AsyncCli
         tasks = [t for _, t in reports]
         head = tasks[0]
         assert all(t.broadcast == head.broadcast for t in tasks)
-        # The client side, exactly as client/simulate.py and client/user.py privatize.
+        # The client side, exactly as client/simulate.py and client/http/user.py privatize.
         task = RoundTask(
             head.round,
             head.name,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import hmac
 
-from server.auth import (
+from fedldp.server.auth import (
     TokenCache,
     block_token_for,
     block_token_ok,

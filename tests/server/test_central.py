@@ -1,5 +1,5 @@
-"""Central-trust studies over HTTP (protocol/central.py): contributions kept in their own table,
-never returned, deleted when the study ends; the noise seed secret; paper-proxy only with the
+"""Central-trust studies over HTTP (protocol/central/protocols.py): contributions kept in their own
+table, never returned, deleted when the study ends; the noise seed secret; paper-proxy only with the
 explicit unsafe flag."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 from fastapi import FastAPI
 from sqlalchemy import func, select
 
-from protocol.wire import ProtocolList, ResultView, StudyView
-from server.tables import ContributionRow, ReportRow, StudyRow
+from fedldp.protocol.core.wire import ProtocolList, ResultView, StudyView
+from fedldp.server.tables import ContributionRow, ReportRow, StudyRow
 from tests.server.helpers import (
     app_context,
     create_study,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from server.db import Database
-from server.settings import Settings
+from fedldp.server.db import Database
+from fedldp.server.settings import Settings
 from tests.server.conftest import POSTGRES_URL, drop_all, postgres_unreachable
 
 

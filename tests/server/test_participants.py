@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from fastapi import FastAPI
 
-from protocol.wire import (
+from fedldp.protocol.core.wire import (
     MAX_BLOCKS,
     BatchReceipt,
     BlockToken,
@@ -30,7 +30,7 @@ from protocol.wire import (
     TaskReport,
     pack_rows,
 )
-from server.context import Context
+from fedldp.server.context import Context
 from tests.server.helpers import (
     app_context,
     create_study,
@@ -804,7 +804,7 @@ async def test_reports_after_the_deadline_are_refused_before_the_sweep(rr: Runni
 async def test_concurrent_single_reports_are_grouped_without_mixing_outcomes(
     client: httpx.AsyncClient, app: FastAPI
 ) -> None:
-    """Single reports sent at once are stored together (server.grouping); each still gets its
+    """Single reports sent at once are stored together (fedldp.server.grouping); each still gets its
     own outcome: a bad token, a wrong kind or a conflicting second report refuses only itself,
     and a participant's identical report sent twice at once is stored once."""
     study = await create_study(client, "hetero-mean-rr")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protocol.wire import EnrollBatch, ReportBatch, StudyCreate
-from server import participants, studies
-from server import repository as repo
-from server.context import Context
-from server.tables import utcnow
+from fedldp.protocol.core.wire import EnrollBatch, ReportBatch, StudyCreate
+from fedldp.server import participants, studies
+from fedldp.server import repository as repo
+from fedldp.server.context import Context
+from fedldp.server.tables import utcnow
 
 N = 40
 REPORTED = [3, 4, 5, 6, 20, 39]
@@ -66,7 +66,7 @@ def test_lookups_span_more_ids_than_one_in_list(ctx: Context, study_id: str) -> 
 
 
 def test_participants_sharing_metadata_store_each_their_own(ctx: Context) -> None:
-    """Runs of equal metadata are encoded once (server.repository._processed); every
+    """Runs of equal metadata are encoded once (fedldp.server.repository._processed); every
     participant still reads back its own, 0.0 and -0.0 included."""
     samples = [4.0, 4.0, 8.0, 8.0, 8.0, -0.0, 0.0, 0.0, 4.0]
     study = studies.create(ctx, StudyCreate(protocol="hetero-mean-rr", seed=3))

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 from fastapi import FastAPI
 
-from protocol.hetero_estimators import weights
-from protocol.wire import (
+from fedldp.protocol.core.wire import (
     BudgetView,
     Credentials,
     Enrollment,
@@ -25,9 +24,10 @@ from protocol.wire import (
     StudyCreate,
     StudyView,
 )
-from server import participants, studies
-from server.context import Context
-from server.rounds import close_round, sweep
+from fedldp.protocol.heterogeneous.estimators import weights
+from fedldp.server import participants, studies
+from fedldp.server.context import Context
+from fedldp.server.rounds import close_round, sweep
 from tests.server.helpers import (
     app_context,
     create_study,

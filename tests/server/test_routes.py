@@ -15,8 +15,8 @@ import pytest
 from fastapi import FastAPI
 from pydantic import TypeAdapter
 
-from protocol.catalogue import CATALOGUE
-from protocol.wire import (
+from fedldp.protocol.catalogue import CATALOGUE
+from fedldp.protocol.core.wire import (
     BudgetView,
     Enrollment,
     Health,
@@ -32,9 +32,9 @@ from protocol.wire import (
     TaskReport,
     TaskWait,
 )
-from server import __version__
-from server.app import create_app
-from server.settings import Settings
+from fedldp.server import __version__
+from fedldp.server.app import create_app
+from fedldp.server.settings import Settings
 from tests.server.helpers import (
     app_context,
     create_study,

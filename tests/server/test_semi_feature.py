@@ -1,6 +1,6 @@
-"""Semi-feature LDP over HTTP (protocol/histoftree.py): masks and public features enrolled as
-metadata, the ε split charged round by round, and a cell outside the sender's potential set
-refused with invalid_payload and not stored."""
+"""Semi-feature LDP over HTTP (protocol/semi_feature/histoftree.py): masks and public features
+enrolled as metadata, the ε split charged round by round, and a cell outside the sender's potential
+set refused with invalid_payload and not stored."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from fastapi import FastAPI
 
-from client.features import synthetic_population
-from protocol.base import RoundTask
-from protocol.histoftree import HistOfTree
-from protocol.partition import Partition
-from protocol.streams import UserStreams, stream_key
-from protocol.wire import BatchReceipt, BudgetView, EnrollmentBatch, TaskBatch
+from fedldp.client.population.features import synthetic_population
+from fedldp.protocol.core.base import RoundTask
+from fedldp.protocol.core.streams import UserStreams, stream_key
+from fedldp.protocol.core.wire import BatchReceipt, BudgetView, EnrollmentBatch, TaskBatch
+from fedldp.protocol.semi_feature.histoftree import HistOfTree
+from fedldp.protocol.semi_feature.partition import Partition
 from tests.server.helpers import (
     app_context,
     create_study,

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from pydantic import TypeAdapter
 
-from protocol.wire import (
+from fedldp.protocol.core.wire import (
     Enrollment,
     EnrollmentBatch,
     Lease,

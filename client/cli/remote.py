@@ -1,0 +1,355 @@
+"""``fedldp server | swarm | studies | run``: the deployment path on the command line.
+
+* ``server`` runs ``python -m fedldp.server`` as a child process (client/ never imports server/),
+  forwarding SIGINT/SIGTERM and exiting with its status;
+* ``swarm`` runs a simulated population against a server (``fedldp.client.http.swarm``) and prints
+the result
+  next to the ground truth, or with ``--json`` the object of ``fedldp simulate --json`` plus
+  ``study_id``;
+* ``studies list|show|result|watch`` reads studies from a server;
+* ``run`` is the first experience: a server on a temporary SQLite database, a batch-mode swarm
+  against it, the result, and the in-process simulation of the same seed beside it.
+
+Errors print one line ``error: <code>: <detail>`` and exit with 2 (the request) or 1 (the server,
+the network, a failed study), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fedldp.client.cli.output import render_table
+from fedldp.client.cli.params import parse_params
+from fedldp.client.cli.studies import add_server_option, add_studies_parser, remote
+from fedldp.client.http.server_process import ServerProcess, free_port, sqlite_url
+from fedldp.client.http.swarm import SwarmResult, run_swarm
+from fedldp.client.population.build import (
+    AnyPopulation,
+    add_population_arguments,
+    build_population,
+    population_spec_from_args,
+)
+from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.core.wire import MAX_BATCH
+
+__all__ = ["REMOTE_COMMANDS", "add_run_parser", "add_server_parser", "add_swarm_parser"]
+
+Subparsers = Any
+DEFAULT_BATCH = 10_000
+RUN_DEFAULTS: dict[str, Any] = {
+    "users": 20_000,
+    "samples": 256,
+    "distribution": "two-point",
+    "mean": 0.3,
+}
+
+
+def _add_param_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--param", action="append", metavar="KEY=VALUE", help="one protocol parameter (repeat)"
+    )
+    parser.add_argument("--params-json", metavar="JSON", help="protocol parameters as an object")
+
+
+def _add_swarm_options(parser: argparse.ArgumentParser, *, default_batch: int | None) -> None:
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        metavar="N",
+        help="requests in flight per process (default 64 per-user, 4 in batch mode)",
+    )
+    if default_batch is None:
+        parser.add_argument(
+            "--batch",
+            type=int,
+            nargs="?",
+            const=DEFAULT_BATCH,
+            metavar="SIZE",
+            help=f"batch mode: blocks of SIZE users on the batch endpoints (default size "
+            f"{DEFAULT_BATCH}); without it every user polls and reports on its own",
+        )
+    else:
+        parser.add_argument(
+            "--batch",
+            type=int,
+            default=default_batch,
+            metavar="SIZE",
+            help=f"users per batch request (default {default_batch})",
+        )
+    parser.add_argument(
+        "--processes", type=int, default=1, metavar="K", help="worker processes (default 1)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--progress", action="store_true", help="progress bars on stderr")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _progress(args: argparse.Namespace) -> bool | None:
+    return False if args.quiet else (True if args.progress else None)
+
+
+def _check_batch(batch: int | None) -> None:
+    if batch is not None and not 1 <= batch <= MAX_BATCH:
+        raise ValueError(f"--batch must lie in [1, {MAX_BATCH}], got {batch}")
+
+
+# --------------------------------------------------------------------------- fedldp server
+
+
+def _run_server(args: argparse.Namespace) -> int:
+    env = {"FEDLDP_ADMIN_KEY": args.admin_key} if args.admin_key else {}
+    server = ServerProcess(
+        host=args.host,
+        port=args.port,
+        database_url=args.database_url,
+        env=env,
+        new_session=True,  # the terminal's Ctrl-C reaches us only; we forward it once
+    )
+    server.start()
+
+    def forward(signum: int, frame: object) -> None:
+        server.signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = server.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return code if code >= 0 else 128 - code
+
+
+def add_server_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "server",
+        help="run the aggregation server",
+        description="Run the fedldp aggregation server in the foreground (python -m fedldp.server)",
+        epilog="examples:\n  fedldp server\n"
+        "  fedldp server --port 8080 --database-url sqlite:///studies.db\n"
+        "  fedldp server --database-url postgresql+psycopg://fedldp@db/fedldp",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="SQLAlchemy URL (default $FEDLDP_DATABASE_URL or the server's SQLite file)",
+    )
+    parser.add_argument(
+        "--admin-key",
+        default=None,
+        metavar="KEY",
+        help="require this X-Admin-Key for admin requests (default $FEDLDP_ADMIN_KEY)",
+    )
+    parser.set_defaults(handler=remote(_run_server))
+
+
+# --------------------------------------------------------------------------- fedldp swarm
+
+
+def _run_swarm(args: argparse.Namespace) -> int:
+    _check_batch(args.batch)
+    population = build_population(population_spec_from_args(args), args.seed)
+    create = None
+    if args.create is not None:
+        protocol = get_protocol(args.create)
+        params = fill_from_population(protocol, parse_params(args), population)
+        protocol.parse_params(params)  # a clear local error before anything is created
+        create = (args.create, params)
+    elif args.param or args.params_json:
+        raise ValueError("--param/--params-json go with --create (a study's are fixed)")
+    if args.lease and (create is None or not args.name):
+        raise ValueError("--lease needs --create PROTOCOL and --name NAME (the study to share)")
+    run = asyncio.run(
+        run_swarm(
+            args.server,
+            population=population,
+            study_id=args.study,
+            create=create,
+            concurrency=args.concurrency,
+            batch=args.batch,
+            processes=args.processes,
+            progress=_progress(args),
+            admin_key=args.admin_key,
+            name=args.name,
+            lease=args.lease,
+        )
+    )
+    _print_summary(run.summary(), args.json)
+    return 0
+
+
+def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        sys.stdout.write(render_table(summary))
+
+
+def add_swarm_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "swarm",
+        help="run a simulated population against a server",
+        description="Enroll a simulated population into a study on a fedldp server, let every "
+        "user privatize and report over HTTP, and print the result next to the ground truth.",
+        epilog="examples:\n"
+        "  fedldp swarm --server http://127.0.0.1:8000 --create user-mean --users 20000 \\\n"
+        "      --samples 256 --distribution two-point --mean 0.3 --seed 7 --batch\n"
+        "  fedldp swarm --create hetero-mean-rr --users 4000 --distribution two-point \\\n"
+        "      --mean 0.2 --epsilon-mix 0.1:0.5,1:0.5 --seed 3 --concurrency 200 --json\n"
+        "  fedldp swarm --study 6f1c... --users 5000 --samples 64 --seed 1 --processes 2 --batch",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_server_option(parser)
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--study", metavar="ID", help="join this (empty, enrolling) study")
+    target.add_argument("--create", metavar="PROTOCOL", help="create a study of this protocol")
+    _add_param_options(parser)
+    parser.add_argument("--name", help="study name (with --create); unique on the server")
+    parser.add_argument(
+        "--lease",
+        action="store_true",
+        help="share the study NAME with other swarms: the first creates it, the others join; "
+        "each leases disjoint blocks of participant ids and runs those users (for "
+        "docker compose --scale swarm=K; every swarm gets the same seed and population)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        required=True,
+        metavar="S",
+        help="run seed: the study seed is derived from it, the data and noise seed stays local",
+    )
+    parser.add_argument(
+        "--admin-key",
+        default=os.environ.get("FEDLDP_ADMIN_KEY"),
+        metavar="KEY",
+        help="X-Admin-Key for creating and starting studies (default $FEDLDP_ADMIN_KEY)",
+    )
+    _add_swarm_options(parser, default_batch=None)
+    add_population_arguments(parser)
+    parser.set_defaults(handler=remote(_run_swarm))
+
+
+# --------------------------------------------------------------------------- fedldp run
+
+
+def _run_population(args: argparse.Namespace) -> AnyPopulation:
+    given = {k for k, v in vars(args).items() if v is not None}
+    if not given & {"population", "csv"}:
+        if "users" not in given:
+            args.users = RUN_DEFAULTS["users"]
+        if not given & {"samples", "imbalance", "total_samples"}:
+            args.samples = RUN_DEFAULTS["samples"]
+        if "distribution" not in given:
+            args.distribution = RUN_DEFAULTS["distribution"]
+            if "mean" not in given:
+                args.mean = RUN_DEFAULTS["mean"]
+    return build_population(population_spec_from_args(args), args.seed)
+
+
+def _run_run(args: argparse.Namespace) -> int:
+    _check_batch(args.batch)
+    population = _run_population(args)
+    protocol = get_protocol(args.protocol)
+    params = fill_from_population(protocol, parse_params(args), population)
+    parsed = protocol.parse_params(params)
+    workdir = Path(tempfile.mkdtemp(prefix="fedldp-run-"))
+    database = workdir / "fedldp.db"
+    server = ServerProcess(
+        port=free_port(), database_url=sqlite_url(database), log=workdir / "server.log"
+    )
+    try:
+        with server:
+            server.wait_healthy()
+            run = asyncio.run(
+                run_swarm(
+                    server.url,
+                    population=population,
+                    create=(protocol.name, params),
+                    concurrency=args.concurrency,
+                    batch=args.batch,
+                    processes=args.processes,
+                    progress=_progress(args),
+                )
+            )
+    finally:
+        if args.keep_db:
+            sys.stderr.write(f"database and server log kept in {workdir}\n")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    local = simulate(protocol, parsed, population, args.seed)
+    summary = run.summary()
+    summary["simulation"] = simulation_comparison(run, local.result.estimate, local.elapsed_s)
+    if args.keep_db:
+        summary["database"] = str(database)
+    _print_summary(summary, args.json)
+    if not args.json:
+        sim = summary["simulation"]
+        print(
+            f"over HTTP: {run.elapsed_s:.3g} s; in process (same seed): estimate "
+            f"{sim['estimate']} in {sim['elapsed_s']:.3g} s; relative difference "
+            f"{sim['relative_difference']:.2g} ({'agree' if sim['agrees'] else 'DIFFER'})"
+        )
+    return 0
+
+
+def simulation_comparison(
+    run: SwarmResult, estimate: float | list[float], elapsed_s: float
+) -> dict[str, Any]:
+    """The in-process estimate beside the HTTP one: agree to 1e-9 relative (DESIGN.md)."""
+    import numpy as np
+
+    remote_estimate = np.asarray(run.result.estimate, dtype=np.float64)
+    local = np.asarray(estimate, dtype=np.float64)
+    scale = max(float(np.max(np.abs(local))), 1e-300)
+    diff = float(np.max(np.abs(remote_estimate - local))) / scale
+    return {
+        "estimate": local.tolist(),
+        "elapsed_s": elapsed_s,
+        "relative_difference": diff,
+        "agrees": diff <= 1e-9,
+    }
+
+
+def add_run_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="server + swarm + result in one go (start here)",
+        description="Start a server on a temporary SQLite database, run a simulated population "
+        "against it over HTTP (batch mode), print the result next to the ground truth and next "
+        "to the in-process simulation of the same seed, and stop the server. Defaults: "
+        "user-mean, 20000 users with 256 two-point samples of mean 0.3, ε = 1.",
+        epilog="examples:\n  fedldp run\n  fedldp run --users 2000 --samples 64 --json\n"
+        "  fedldp run --protocol hetero-mean-rr --epsilon-mix 0.1:0.5,1:0.5 --seed 3",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--protocol", default="user-mean", help="protocol (default user-mean)")
+    _add_param_options(parser)
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="run seed (default 0)")
+    parser.add_argument(
+        "--keep-db", action="store_true", help="keep the temporary database and server log"
+    )
+    _add_swarm_options(parser, default_batch=DEFAULT_BATCH)
+    add_population_arguments(parser)
+    parser.set_defaults(handler=remote(_run_run))
+
+
+REMOTE_COMMANDS: list[Callable[[Subparsers], None]] = [
+    add_server_parser,
+    add_swarm_parser,
+    add_studies_parser,
+    add_run_parser,
+]

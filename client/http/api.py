@@ -1,0 +1,492 @@
+"""Typed async client of the fedldp REST API (DESIGN.md "Flow of a study", STYLE.md rule 4).
+
+One ``ApiClient`` wraps ONE shared ``httpx.AsyncClient`` (a process runs one, however many users it
+simulates). Every method sends and returns the wire models of ``fedldp.protocol.core.wire``. Errors
+come back as the exception tree below, keyed by the server's stable ``code`` (never by message
+text).
+
+Retries (exponential backoff with jitter, ``RetryPolicy``):
+
+* always, for failures where the server cannot have acted: connection refused or timed out while
+  connecting, no free pooled connection, and the 429 and 503 answers (``Retry-After`` honoured);
+* for idempotent requests also on read/write errors and timeouts, where the request may or may not
+  have reached the server. GETs are idempotent, and so are the task batch and both report
+  submissions: a report resent after a lost answer is stored once and comes back as a duplicate.
+
+A 4xx answer is never retried: it would fail the same way again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from fedldp.protocol.core.wire import (
+    BatchReceipt,
+    BudgetView,
+    EnrollBatch,
+    Enrollment,
+    EnrollmentBatch,
+    EnrollRequest,
+    ErrorBody,
+    Health,
+    Lease,
+    LeaseRequest,
+    PredictRequest,
+    PredictView,
+    ProtocolList,
+    Receipt,
+    ReportBatch,
+    ReportSubmit,
+    ResultView,
+    RoundsView,
+    RoundView,
+    StudyCreate,
+    StudyList,
+    StudyView,
+    Task,
+    TaskBatch,
+    TaskBatchRequest,
+)
+
+__all__ = [
+    "ApiClient",
+    "ApiError",
+    "AuthError",
+    "InvalidRequestError",
+    "NotFoundError",
+    "PhaseError",
+    "ReportRejectedError",
+    "RetryPolicy",
+    "ServerError",
+    "StudyConfigError",
+    "UnavailableError",
+    "error_for",
+    "parse_retry_after",
+]
+
+M = TypeVar("M", bound=BaseModel)
+_TASK: TypeAdapter[Task] = TypeAdapter(Task)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ApiError(Exception):
+    """An error answer of the server (or the failure to get one): a stable ``code`` and a status."""
+
+    server_side = False
+    """True when the fault lies with the server (or the network), not with the request."""
+
+    def __init__(self, code: str, detail: str, status: int) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+        self.status = status
+
+    def __reduce__(self) -> tuple[type[ApiError], tuple[str, str, int]]:
+        return (type(self), (self.code, self.detail, self.status))  # crosses processes
+
+
+class NotFoundError(ApiError):
+    """unknown_study, unknown_participant."""
+
+
+class AuthError(ApiError):
+    """invalid_token, admin_key_required, admin_key_invalid."""
+
+
+class PhaseError(ApiError):
+    """The study or round is not in a state that allows the request: study_not_enrolling,
+    study_not_running, round_closed, wrong_round, not_finished."""
+
+
+class InvalidRequestError(ApiError):
+    """invalid_request: a body or query the server could not parse."""
+
+
+class ReportRejectedError(InvalidRequestError):
+    """invalid_payload, invalid_epsilon, budget_exceeded, duplicate_conflict."""
+
+
+class StudyConfigError(InvalidRequestError):
+    """unknown_protocol, invalid_params, plan_infeasible."""
+
+
+class ServerError(ApiError):
+    """internal_error, and any 5xx answer without a known code."""
+
+    server_side = True
+
+
+class UnavailableError(ServerError):
+    """No usable answer after every retry: code ``unreachable`` (network) or the last 429/503's."""
+
+
+_FAMILIES: dict[str, type[ApiError]] = {
+    **dict.fromkeys(("unknown_study", "unknown_participant"), NotFoundError),
+    **dict.fromkeys(("invalid_token", "admin_key_required", "admin_key_invalid"), AuthError),
+    **dict.fromkeys(
+        (
+            "study_not_enrolling",
+            "study_not_running",
+            "study_ended",
+            "round_closed",
+            "wrong_round",
+            "not_finished",
+            "study_exists",
+            "nothing_to_lease",
+            "participant_exists",
+            "enrollment_full",
+        ),
+        PhaseError,
+    ),
+    **dict.fromkeys(
+        ("invalid_payload", "invalid_epsilon", "budget_exceeded", "duplicate_conflict"),
+        ReportRejectedError,
+    ),
+    **dict.fromkeys(("unknown_protocol", "invalid_params", "plan_infeasible"), StudyConfigError),
+    "invalid_request": InvalidRequestError,
+    "internal_error": ServerError,
+}
+
+
+def error_for(code: str, detail: str, status: int) -> ApiError:
+    """The exception for an error answer: by code, else by the status's family."""
+    cls = _FAMILIES.get(code)
+    if cls is None:
+        if status >= 500:
+            cls = ServerError
+        elif status == 404:
+            cls = NotFoundError
+        elif status in (401, 403):
+            cls = AuthError
+        elif status == 409:
+            cls = PhaseError
+        elif status in (400, 422):
+            cls = InvalidRequestError
+        else:
+            cls = ApiError
+    return cls(code, detail, status)
+
+
+def _error_from_response(response: httpx.Response) -> ApiError:
+    try:
+        body = ErrorBody.model_validate_json(response.content)
+    except ValidationError:
+        text = response.text.strip().replace("\n", " ")[:300] or response.reason_phrase
+        return error_for(f"http_{response.status_code}", text, response.status_code)
+    return error_for(body.code, body.detail, response.status_code)
+
+
+# --------------------------------------------------------------------------- retries
+
+_ALWAYS_RETRIED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_IDEMPOTENT_RETRIED = (
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.CloseError,
+    httpx.RemoteProtocolError,
+    httpx.ReadTimeout,
+    httpx.WriteTimeout,
+)
+_RETRIED_STATUSES = frozenset({429, 503})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long to retry (the defaults ride out a server restart of ~20 s)."""
+
+    attempts: int = 10
+    """Total tries of one request, the first included."""
+    base_delay: float = 0.1
+    max_delay: float = 5.0
+    max_retry_after: float = 60.0
+    """Upper bound on a server-sent ``Retry-After``."""
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("attempts must be >= 1")
+        if not 0 <= self.base_delay <= self.max_delay:
+            raise ValueError("need 0 <= base_delay <= max_delay")
+
+    def backoff(self, retry: int, rng: random.Random) -> float:
+        """Delay before retry number ``retry`` (1, 2, ...): doubling, capped, "equal jitter"
+        (uniform in [½, 1] of the step) so that a crowd of clients does not retry in lockstep."""
+        step = min(self.max_delay, self.base_delay * 2.0 ** (retry - 1))
+        return step * (0.5 + 0.5 * rng.random())
+
+    def delay(self, retry: int, rng: random.Random, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_retry_after)
+        return self.backoff(retry, rng)
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+# --------------------------------------------------------------------------- the client
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class ApiClient:
+    """The fedldp API over one shared ``httpx.AsyncClient`` (see the module docstring).
+
+    ``transport`` (e.g. ``httpx.ASGITransport`` or ``httpx.MockTransport`` in tests) and ``sleep``
+    are injectable; ``retries`` counts the retries made so far.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        admin_key: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_connections: int = 100,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.admin_key = admin_key
+        self.retry = retry or RetryPolicy()
+        self.retries = 0
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            limits=limits,
+            transport=transport,
+            headers={"accept": "application/json"},
+        )
+
+    async def __aenter__(self) -> ApiClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # ------------------------------------------------------------------- transport
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: BaseModel | None = None,
+        token: str | None = None,
+        admin: bool = False,
+        idempotent: bool | None = None,
+    ) -> httpx.Response:
+        """Send one request with the retry policy; the 2xx response, or raise an ``ApiError``."""
+        if idempotent is None:
+            idempotent = method in ("GET", "HEAD")
+        headers: dict[str, str] = {}
+        content: bytes | None = None
+        if body is not None:
+            content = body.model_dump_json().encode()
+            headers["content-type"] = "application/json"
+        if token is not None:
+            headers["authorization"] = f"Bearer {token}"
+        if admin and self.admin_key is not None:
+            headers["x-admin-key"] = self.admin_key
+        retryable = _ALWAYS_RETRIED + _IDEMPOTENT_RETRIED if idempotent else _ALWAYS_RETRIED
+        attempt = 1
+        while True:
+            retry_after: float | None = None
+            try:
+                response = await self._http.request(method, path, content=content, headers=headers)
+            except retryable as exc:
+                if attempt >= self.retry.attempts:
+                    raise UnavailableError(
+                        "unreachable",
+                        f"{method} {self.base_url}{path} failed {attempt} times, last: "
+                        f"{type(exc).__name__}: {exc}".rstrip(": "),
+                        0,
+                    ) from exc
+            except httpx.TransportError as exc:
+                raise UnavailableError(
+                    "unreachable", f"{method} {self.base_url}{path}: {exc}", 0
+                ) from exc
+            else:
+                if response.is_success:
+                    return response
+                error = _error_from_response(response)
+                if response.status_code not in _RETRIED_STATUSES:
+                    raise error
+                if attempt >= self.retry.attempts:
+                    raise UnavailableError(error.code, error.detail, error.status)
+                retry_after = parse_retry_after(response.headers.get("retry-after"))
+            await self._sleep(self.retry.delay(attempt, self._rng, retry_after))
+            self.retries += 1
+            attempt += 1
+
+    async def _call(
+        self,
+        model: type[M],
+        method: str,
+        path: str,
+        *,
+        body: BaseModel | None = None,
+        token: str | None = None,
+        admin: bool = False,
+        idempotent: bool | None = None,
+    ) -> M:
+        response = await self.request(
+            method, path, body=body, token=token, admin=admin, idempotent=idempotent
+        )
+        return _decode(model, response)
+
+    # ------------------------------------------------------------------- endpoints
+
+    async def health(self) -> Health:
+        return await self._call(Health, "GET", "/health")
+
+    async def protocols(self) -> ProtocolList:
+        return await self._call(ProtocolList, "GET", "/v1/protocols")
+
+    async def create_study(self, create: StudyCreate) -> StudyView:
+        return await self._call(StudyView, "POST", "/v1/studies", body=create, admin=True)
+
+    async def list_studies(self) -> StudyList:
+        return await self._call(StudyList, "GET", "/v1/studies")
+
+    async def study(self, study_id: str) -> StudyView:
+        return await self._call(StudyView, "GET", f"/v1/studies/{study_id}")
+
+    async def start_study(self, study_id: str) -> StudyView:
+        return await self._call(StudyView, "POST", f"/v1/studies/{study_id}/start", admin=True)
+
+    async def cancel_study(self, study_id: str) -> StudyView:
+        return await self._call(StudyView, "POST", f"/v1/studies/{study_id}/cancel", admin=True)
+
+    async def enroll(self, study_id: str, request: EnrollRequest) -> Enrollment:
+        return await self._call(
+            Enrollment, "POST", f"/v1/studies/{study_id}/participants", body=request
+        )
+
+    async def enroll_batch(self, study_id: str, batch: EnrollBatch) -> EnrollmentBatch:
+        return await self._call(
+            EnrollmentBatch, "POST", f"/v1/studies/{study_id}/participants/batch", body=batch
+        )
+
+    async def lease(self, study_id: str, size: int) -> Lease:
+        """Reserve the next block of participant ids (not retried once it may have reached the
+        server: a lost lease would leave its ids unenrolled)."""
+        return await self._call(
+            Lease,
+            "POST",
+            f"/v1/studies/{study_id}/leases",
+            body=LeaseRequest(size=size),
+            admin=True,
+        )
+
+    async def task(self, study_id: str, participant_id: int, token: str) -> Task:
+        response = await self.request(
+            "GET", f"/v1/studies/{study_id}/participants/{participant_id}/task", token=token
+        )
+        try:
+            return _TASK.validate_json(response.content)
+        except ValidationError as exc:
+            raise _bad_answer(response, exc) from exc
+
+    async def tasks(self, study_id: str, request: TaskBatchRequest, hold: float = 0.0) -> TaskBatch:
+        """The tasks of many participants; ``hold`` > 0 lets the server keep the answer up to
+        that many seconds while they would all only wait (a long poll)."""
+        path = f"/v1/studies/{study_id}/tasks" + (f"?hold={hold:g}" if hold > 0 else "")
+        return await self._call(TaskBatch, "POST", path, body=request, idempotent=True)
+
+    async def submit_report(self, study_id: str, report: ReportSubmit) -> Receipt:
+        return await self._call(
+            Receipt, "POST", f"/v1/studies/{study_id}/reports", body=report, idempotent=True
+        )
+
+    async def submit_reports(self, study_id: str, batch: ReportBatch) -> BatchReceipt:
+        return await self._call(
+            BatchReceipt,
+            "POST",
+            f"/v1/studies/{study_id}/reports/batch",
+            body=batch,
+            idempotent=True,
+        )
+
+    async def rounds(self, study_id: str) -> RoundsView:
+        return await self._call(RoundsView, "GET", f"/v1/studies/{study_id}/rounds")
+
+    async def round(self, study_id: str, index: int) -> RoundView:
+        return await self._call(RoundView, "GET", f"/v1/studies/{study_id}/rounds/{index}")
+
+    async def result(self, study_id: str) -> ResultView:
+        return await self._call(ResultView, "GET", f"/v1/studies/{study_id}/result")
+
+    async def predict(self, study_id: str, features: Sequence[Sequence[float]]) -> PredictView:
+        """Predictions of a finished user-classify or user-regress study for feature rows."""
+        body = PredictRequest(features=[list(map(float, row)) for row in features])
+        return await self._call(
+            PredictView, "POST", f"/v1/studies/{study_id}/predict", body=body, idempotent=True
+        )
+
+    async def budget(self, study_id: str, participant_id: int, token: str) -> BudgetView:
+        return await self._call(
+            BudgetView,
+            "GET",
+            f"/v1/studies/{study_id}/participants/{participant_id}/budget",
+            token=token,
+        )
+
+
+def _decode(model: type[M], response: httpx.Response) -> M:
+    try:
+        return model.model_validate_json(response.content)
+    except ValidationError as exc:
+        raise _bad_answer(response, exc) from exc
+
+
+def _bad_answer(response: httpx.Response, exc: ValidationError) -> ServerError:
+    """A 2xx answer that is not the documented body: the server (or a proxy) is at fault."""
+    first = exc.errors()[0] if exc.errors() else {"msg": str(exc), "loc": ()}
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return ServerError(
+        "invalid_response",
+        f"{response.request.method} {response.request.url.path} answered {response.status_code} "
+        f"with an unexpected body ({where}: {first.get('msg')})",
+        response.status_code,
+    )

@@ -1,0 +1,600 @@
+"""Central (trusted-aggregator) user-level DP means of Zhao et al., NeurIPS 2024 ("A Huber Loss
+Minimization Approach to Mean Estimation under User-level Differential Privacy"), as catalogue
+protocols. The math is ``fedldp.protocol.central.wme`` (WME), ``fedldp.protocol.central.huber``
+(HLM) and ``fedldp.protocol.mechanisms.dp_noise`` (the noise constants); spec
+huber-user-level-dp.md.
+
+**Trust model.** Unlike every local protocol of the catalogue, nothing is privatized on the client:
+each participant sends its user-wise statistic, [its local mean (d values), its sample count m_i]
+(spec §1.3, §9.1), in the clear, and the trusted server releases one user-level (ε, δ)-DP
+estimate. The server keeps the n statistics in memory for the one aggregation call (the server
+keeps contributions in their own table, never returned by any endpoint, and deletes them when
+the study ends); a round's output, which is
+public, holds only the DP release and aggregate, public constants (n, N, the noise constants), never
+a participant's statistic. The m_i are public information in the paper (§1.1); they enter the noise
+of WME through max_i m_i/N.
+
+**Rounds.** One upload round ("statistic", shape (d + 1,)) for both estimators: the WME's two
+stages use the same users (no split into halves, §3.2) and run on the server (§9.1, the one-round
+option); HLM is single-round (§9.1).
+
+**Noise randomness.** Drawn on the server from
+``default_rng(SeedSequence(seed, spawn_key=(0xCE, round)))`` where ``seed`` (the one ``plan``
+receives) is the study's *secret noise seed*, not its public seed: the server draws it at random,
+or takes the creator's ``noise_seed`` (which the swarm derives from its private seed, so that
+``fedldp simulate`` reproduces the release), stores it apart and never shows it. Whoever knew it
+could regenerate and remove the noise.
+
+**Protocols.** ``central-wme`` / ``central-huber`` take scalar data (d = 1); ``central-wme-vector``
+/ ``central-huber-vector`` take vector data with a ``dimension`` parameter (d = 1 accepted, with
+(total,) or (total, 1) samples). ``central-huber`` has two calibrations: ``dp`` (default, (ε, δ)-DP
+by the smooth-sensitivity argument, with the d = 1 correction of
+``fedldp.protocol.mechanisms.dp_noise``: α checked against the exact privacy-loss divergence) and
+``paper-proxy`` (§4.9, NOT differentially private, refused unless ``unsafe_non_private`` is set).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Literal, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import ConfigDict, Field, model_validator
+
+from fedldp.protocol.central import huber as hb
+from fedldp.protocol.central import wme
+from fedldp.protocol.core.base import (
+    JSON,
+    BoolArray,
+    DataKind,
+    FloatArray,
+    IntArray,
+    Params,
+    Plan,
+    Protocol,
+    ReportChunk,
+    Result,
+    RoundPlan,
+    RoundTask,
+    Trust,
+    UserData,
+    check_epsilons,
+    jsonable,
+    valid_payloads,
+)
+from fedldp.protocol.core.streams import RandomSource
+from fedldp.protocol.mechanisms import dp_noise as dn
+from fedldp.protocol.mechanisms.transforms import next_power_of_two
+
+__all__ = [
+    "HETEROGENEITY",
+    "MAX_ABS_MEAN",
+    "MAX_COUNT",
+    "MAX_HISTOGRAM_DRAWS",
+    "NOISE_KEY",
+    "PROTOCOLS",
+    "CentralHuber",
+    "CentralHuberVector",
+    "CentralParams",
+    "CentralWME",
+    "CentralWMEVector",
+    "HuberParams",
+    "HuberVectorParams",
+    "WMEParams",
+    "WMEVectorParams",
+    "release_epsilon",
+    "server_rng",
+]
+
+NOISE_KEY = 0xCE
+"""Spawn-key word of the server's noise stream: (NOISE_KEY, round index) under the study seed."""
+
+MAX_ABS_MEAN = 1e12
+"""Numerical sanity bound on a reported mean (not a privacy bound: neither estimator needs one)."""
+
+MAX_COUNT = 1e12
+"""Largest admissible sample count m_i."""
+
+MAX_HISTOGRAM_DRAWS = 1 << 22
+"""Most stage-one Laplace draws (bins × coordinates) a WME study may need."""
+
+HETEROGENEITY = (
+    "Central DP releases one (ε, δ) for everyone: the release uses ε = min_i ε_i over the "
+    "enrolled participants and charges every participant that ε, so each gets at least its "
+    "declared protection (spec §9.1 [PROPOSAL]); δ is the study parameter."
+)
+
+_TRUST_WARNING = (
+    "central trust: every participant sends its local mean and sample count in the clear to the "
+    "server, which must be trusted; only the released estimate is user-level (ε, δ)-DP, and the "
+    "sample counts m_i are treated as public (spec §1.1, §9.1)"
+)
+_PROXY_WARNING = (
+    "NOT DIFFERENTIALLY PRIVATE: calibration 'paper-proxy' (spec §4.9) scales the noise by the "
+    "leading term of the sensitivity and ignores the rest; use it only to test whether the "
+    "paper's figures can be reproduced, never for a privacy claim"
+)
+
+
+def server_rng(seed: int, round_index: int) -> np.random.Generator:
+    """The server's noise stream for a round, reproducible from the study seed."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(NOISE_KEY, round_index)))
+
+
+def release_epsilon(epsilon: FloatArray) -> float:
+    """The release's ε: the smallest declared ε_i (``HETEROGENEITY``)."""
+    eps = check_epsilons(epsilon)
+    if eps.ndim != 1 or eps.size < 2:
+        raise ValueError(f"a central release needs at least 2 participants, got {eps.size}")
+    return float(eps.min())
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+class CentralParams(Params):
+    """Parameters shared by the central protocols."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    delta: float = Field(
+        1e-5, gt=0, le=0.1, description="δ of the release's user-level (ε, δ)-DP guarantee"
+    )
+
+
+class WMEParams(CentralParams):
+    """Parameters of ``central-wme`` (spec §3.2)."""
+
+    tau_scale: float = Field(
+        2.0,
+        gt=0,
+        le=1e9,
+        description="t·σ: τ = tau_scale/√(N/n), so τ = t·σ/√m for balanced users; stage-one "
+        "bins have width 2τ, the clipping interval 4τ (spec §7.0; the paper tunes t, ≈ 1.4–2.8)",
+    )
+    histogram_bound: float = Field(
+        10.0, gt=0, le=1e9, description="B: the stage-one histogram covers [−B, B] (spec §3.2)"
+    )
+
+    def padded_dimension(self) -> int:
+        return 1
+
+    def tau(self, n: int, total: int) -> tuple[float, bool]:
+        """(τ, raised): τ = tau_scale/√(N/n), raised when needed so that stage one draws at most
+        ``MAX_HISTOGRAM_DRAWS`` noisy bins (from public n, N, B and d′ only)."""
+        tau = self.tau_scale / math.sqrt(total / n)
+        max_bins = MAX_HISTOGRAM_DRAWS // self.padded_dimension()
+        smallest = self.histogram_bound / (max_bins - 2)
+        return (tau, False) if tau >= smallest else (smallest, True)
+
+
+class WMEVectorParams(WMEParams):
+    """Parameters of ``central-wme-vector`` (spec §3.3)."""
+
+    dimension: int = Field(ge=1, le=4096, description="d: dimension of every sample")
+    hadamard: bool = Field(
+        True, description="random Hadamard rotation before the per-coordinate ranges (spec §3.3)"
+    )
+
+    def padded_dimension(self) -> int:
+        if self.dimension == 1:
+            return 1
+        return next_power_of_two(self.dimension) if self.hadamard else self.dimension
+
+
+class HuberParams(CentralParams):
+    """Parameters of ``central-huber`` (spec §4)."""
+
+    huber_scale: float = Field(
+        4.0,
+        gt=0,
+        le=1e9,
+        description="A = t·σ: connecting points T_i = A/√(m_i ∧ m_c), balanced users T = A/√m "
+        "(the paper tunes it; spec §7.0: t ≈ 4 for d = 1 dp, 11–32 for d = 3)",
+    )
+    clip_radius: float = Field(
+        1.0, gt=0, le=1e9, description="R_c: the estimate is clipped to the ball B(0, R_c)"
+    )
+    gamma: float = Field(
+        1.0, ge=1, le=1e6, description="γ (imbalanced users): m_c = γN/n, k₀ = ⌊n/(8γ)⌋"
+    )
+    tolerance: float = Field(
+        1e-10, gt=0, le=1e-3, description="IRLS stops when a step is below tolerance·min_i T_i"
+    )
+    max_iterations: int = Field(20_000, ge=1, le=1_000_000, description="IRLS step cap")
+    calibration: Literal["dp", "paper-proxy"] = Field(
+        "dp",
+        description="'dp': smooth-sensitivity noise, (ε, δ)-DP; 'paper-proxy': NOT "
+        "differentially private (spec §4.9), needs unsafe_non_private",
+    )
+    unsafe_non_private: bool = Field(
+        False, description="must be true to select calibration 'paper-proxy' (not DP)"
+    )
+
+    def dimension_value(self) -> int:
+        return 1
+
+    @model_validator(mode="after")
+    def _proxy_needs_unsafe(self) -> HuberParams:
+        if self.calibration == "paper-proxy" and not self.unsafe_non_private:
+            raise ValueError(
+                "calibration 'paper-proxy' is NOT differentially private; it is refused unless "
+                "unsafe_non_private is true"
+            )
+        if self.unsafe_non_private and self.calibration != "paper-proxy":
+            raise ValueError("unsafe_non_private only goes with calibration 'paper-proxy'")
+        return self
+
+
+class HuberVectorParams(HuberParams):
+    """Parameters of ``central-huber-vector``: d <= 8, the lattice Δ̃ search grows like 5^d."""
+
+    dimension: int = Field(ge=1, le=8, description="d: dimension of every sample")
+
+    def dimension_value(self) -> int:
+        return self.dimension
+
+
+P = TypeVar("P", bound=CentralParams)
+
+
+# --------------------------------------------------------------------------- shared flow
+
+
+class _Central(Protocol[P]):
+    """One upload round of user-wise statistics; the server releases in ``aggregate``."""
+
+    trust: ClassVar[Trust] = "central"
+    heterogeneity: ClassVar[str] = HETEROGENEITY
+
+    def dimension(self, params: P) -> int:
+        return 1
+
+    def extra_warnings(self, params: P) -> tuple[str, ...]:
+        return ()
+
+    def extra_public(self, params: P, epsilon: float) -> JSON:
+        """Public constants of the release known at plan time."""
+        return {}
+
+    def plan(
+        self, params: P, epsilon: FloatArray, metadata: Mapping[str, NDArray[Any]], seed: int
+    ) -> Plan:
+        eps = check_epsilons(epsilon)
+        release = release_epsilon(eps)
+        n, d = int(eps.size), self.dimension(params)
+        warnings = [_TRUST_WARNING, *self.extra_warnings(params)]
+        if float(eps.max()) > release:
+            warnings.append(
+                f"participants declared ε from {release:g} to {float(eps.max()):g}; the release "
+                f"uses ε = {release:g} and charges it to everyone"
+            )
+        if params.delta >= 1.0 / n:
+            warnings.append(f"δ = {params.delta:g} is not below 1/n = {1.0 / n:g}")
+        cohort = np.arange(n, dtype=np.int64)
+        rounds = (RoundPlan(0, "statistic", cohort, np.full(n, release), "statistic", (d + 1,)),)
+        public: JSON = {
+            "trust": "central",
+            "seed": int(seed),
+            "epsilon": release,
+            "delta": params.delta,
+            "d": d,
+            "n": n,
+        } | self.extra_public(params, release)
+        return Plan(n, rounds, public, tuple(warnings))
+
+    def broadcast(self, params: P, plan: Plan, round_index: int, outputs: Sequence[JSON]) -> JSON:
+        if round_index != 0:
+            raise ValueError(f"{self.name} has a single round 0, not {round_index}")
+        return {
+            "trust": "central",
+            "statistic": "local mean of all samples, then the sample count",
+            "d": plan.public["d"],
+        }
+
+    def privatize(
+        self,
+        params: P,
+        task: RoundTask,
+        data: UserData,
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        """NOT a privatization: the user-wise statistic [local mean, m_i] sent in the clear."""
+        d = self.dimension(params)
+        values = np.asarray(data.values, dtype=np.float64)
+        if values.ndim == 1 and d == 1:
+            values = values[:, None]
+        if values.ndim != 2 or values.shape[1] != d:
+            raise ValueError(f"{self.name} needs samples of dimension {d}, got {values.shape[1:]}")
+        means = data.user_means(values)
+        counts = data.counts.astype(np.float64)[:, None]
+        return np.asarray(np.concatenate((means, counts), axis=1), dtype=np.float64)
+
+    def check(
+        self, params: P, task: RoundTask, epsilon: FloatArray, payloads: FloatArray
+    ) -> BoolArray:
+        ok = valid_payloads(task, payloads)
+        p = np.asarray(payloads, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            means_ok = np.all(np.abs(p[:, :-1]) <= MAX_ABS_MEAN, axis=1)
+            m = p[:, -1]
+            count_ok = (m >= 1) & (m <= MAX_COUNT) & (m == np.floor(m))
+        return np.asarray(ok & means_ok & count_ok, dtype=np.bool_)
+
+    def collect(self, params: P, chunks: Iterable[ReportChunk]) -> tuple[FloatArray, FloatArray]:
+        """Every report's (means (n, d), counts (n,)), in slot order (held in memory only)."""
+        d = self.dimension(params)
+        slots: list[IntArray] = []
+        rows: list[FloatArray] = []
+        for chunk in chunks:
+            slots.append(np.asarray(chunk.slots, dtype=np.int64))
+            rows.append(np.asarray(chunk.payloads, dtype=np.float64).reshape(-1, d + 1))
+        if not rows:
+            raise ValueError("no reports to aggregate")
+        order = np.argsort(np.concatenate(slots), kind="stable")
+        table = np.concatenate(rows)[order]
+        if table.shape[0] < 2:
+            raise ValueError("a central release needs at least 2 reports")
+        return table[:, :d], table[:, d]
+
+    def aggregate(
+        self,
+        params: P,
+        plan: Plan,
+        round_index: int,
+        broadcast: JSON,
+        chunks: Iterable[ReportChunk],
+    ) -> JSON:
+        if round_index != 0:
+            raise ValueError(f"{self.name} has a single round 0, not {round_index}")
+        means, counts = self.collect(params, chunks)
+        rng = server_rng(int(plan.public["seed"]), round_index)
+        out = self.release(params, plan, means, counts, rng)
+        n, total = int(counts.size), int(counts.sum())
+        common: JSON = {
+            "n": n,
+            "N": total,
+            "balanced": bool(np.all(counts == counts[0])),
+            "epsilon": float(plan.public["epsilon"]),
+            "delta": params.delta,
+            "d": self.dimension(params),
+        }
+        public: JSON = jsonable(common | out)
+        return public
+
+    @abstractmethod
+    def release(
+        self,
+        params: P,
+        plan: Plan,
+        means: FloatArray,
+        counts: FloatArray,
+        rng: np.random.Generator,
+    ) -> JSON:
+        """The round's public output from every user's (mean, count), with the server's noise."""
+
+    def finalize(self, params: P, plan: Plan, outputs: Sequence[JSON]) -> Result:
+        if len(outputs) != 1:
+            raise ValueError(f"{self.name} finalizes after its single round")
+        out = dict(outputs[0])
+        raw = out.pop("estimate")
+        extra = tuple(str(w) for w in out.pop("warnings", []))
+        estimate: float | list[float] = (
+            float(raw[0]) if self.data_kind == "scalar" else [float(v) for v in raw]
+        )
+        diagnostics: JSON = out | {"trust": "central"}
+        warnings = tuple(dict.fromkeys(plan.warnings + extra))  # each warning once, in order
+        return Result(estimate, None, diagnostics, warnings)
+
+
+# --------------------------------------------------------------------------- WME
+
+
+class CentralWME(_Central[WMEParams]):
+    """WME (spec §3.2, the paper's baseline [28]): a private histogram of the user means finds
+    [a, b] with b − a = 4τ (ε/2), then the m_i/N-weighted mean of the clipped means plus
+    Lap(8τ·max_i m_i/(Nε)) (ε/2). Pure ε-DP (δ unused). No error bar: the error depends on the
+    data's spread and on the clipping bias, which are not released."""
+
+    name: ClassVar[str] = "central-wme"
+    summary: ClassVar[str] = (
+        "Central user-level DP winsorized mean of scalars (trusted server): a private histogram "
+        "finds an interval, the clipped user means are averaged with Laplace noise."
+    )
+    source: ClassVar[str] = (
+        "Zhao et al., NeurIPS 2024 (Huber loss user-level DP), baseline WME of Levy et al. 2021 "
+        "as reconstructed in spec §3.2 (App. G (115) weights m_i/N)"
+    )
+    data_kind: ClassVar[DataKind] = "scalar"
+    params_model = WMEParams
+
+    def dimension(self, params: WMEParams) -> int:
+        return 1
+
+    def rotate(self, params: WMEParams) -> bool:
+        return True
+
+    def release(
+        self,
+        params: WMEParams,
+        plan: Plan,
+        means: FloatArray,
+        counts: FloatArray,
+        rng: np.random.Generator,
+    ) -> JSON:
+        eps, d = float(plan.public["epsilon"]), self.dimension(params)
+        weights = counts / counts.sum()
+        tau, raised = params.tau(int(counts.size), int(counts.sum()))
+        rel = wme.wme_release(
+            means, weights, tau, params.histogram_bound, eps, params.delta, rng,
+            rotate=self.rotate(params),
+        )  # fmt: skip
+        warnings = [
+            f"τ = tau_scale/√(N/n) was raised to {tau:.3g} to keep stage one within "
+            f"{MAX_HISTOGRAM_DRAWS} noisy bins"
+        ] if raised else []  # fmt: skip
+        std = rel.noise_scale * (math.sqrt(2.0) if rel.noise == "laplace" else 1.0)
+        out: JSON = {
+            "estimate": rel.estimate,
+            "estimator": "wme",
+            "differentially_private": True,
+            "guarantee": "pure ε-DP" if d == 1 else "(ε, δ)-DP",
+            "tau": tau,
+            "tau_scale": params.tau_scale,
+            "histogram_bound": params.histogram_bound,
+            "interval_width": 4.0 * tau,
+            "max_weight": float(weights.max()),
+            "noise": rel.noise,
+            "noise_scale": rel.noise_scale,
+            "noise_std": std,
+            "padded_dimension": rel.padded_dim,
+            "epsilon_stage1": rel.epsilon1,
+            "epsilon_stage2": rel.epsilon2,
+            "warnings": warnings,
+        }
+        if d == 1:
+            out["interval"] = [float(rel.lower[0]), float(rel.upper[0])]
+        return out
+
+
+class CentralWMEVector(CentralWME):
+    """WME-HD (spec §3.3): random Hadamard rotation (padded to d′ = 2^⌈log₂ d⌉), per-coordinate
+    ranges at ε/(2d′), Gaussian noise with Δ₂ = 4τ√d′·max_i m_i/N at min(ε/2, 1) (the classical
+    Gaussian mechanism needs ε′ <= 1); ``hadamard=False`` is the coordinate-wise ablation. For
+    dimension 1 it is ``central-wme``."""
+
+    name: ClassVar[str] = "central-wme-vector"
+    summary: ClassVar[str] = (
+        "Central user-level DP winsorized mean of vectors (trusted server): Hadamard rotation, "
+        "per-coordinate private ranges, clipped means with Gaussian noise."
+    )
+    source: ClassVar[str] = (
+        "Zhao et al., NeurIPS 2024 (Huber loss user-level DP) §1, baseline WME with the Hadamard "
+        "transform, as reconstructed in spec §3.3"
+    )
+    data_kind: ClassVar[DataKind] = "vector"
+    params_model = WMEVectorParams  # type: ignore[assignment]  # a subclass of WMEParams
+
+    def dimension(self, params: WMEParams) -> int:
+        return params.dimension if isinstance(params, WMEVectorParams) else 1
+
+    def rotate(self, params: WMEParams) -> bool:
+        return not isinstance(params, WMEVectorParams) or params.hadamard
+
+
+# --------------------------------------------------------------------------- HLM
+
+
+class CentralHuber(_Central[HuberParams]):
+    """HLM (spec §4, the paper's method): Clip(argmin Σ w_i φ_{T_i}(s, y_i), R_c) + N(0, (S/α)²I)
+    with the β-smooth sensitivity S of Def. 5 (every m_i equal) or Def. 6 (w_i ∝ m_i ∧ m_c,
+    T_i = A/√(m_i ∧ m_c), m_c = γN/n), Δ̃ per spec §4.4/§4.7. The round output holds the public
+    constants only: S, Δ̃, Z, μ̂₀ and the noise scale S/α are data-dependent and NOT covered by the
+    guarantee, so they are never published (spec §1.3); no error bar for the same reason."""
+
+    name: ClassVar[str] = "central-huber"
+    summary: ClassVar[str] = (
+        "Central user-level DP Huber-loss mean of scalars (trusted server): Huber minimizer of "
+        "the user means plus smooth-sensitivity Gaussian noise."
+    )
+    source: ClassVar[str] = (
+        "Zhao et al., NeurIPS 2024, A Huber Loss Minimization Approach to Mean Estimation under "
+        "User-level DP: (8), (11), (12), Def. 5–6, Thm 1 and 4, App. A (spec §4)"
+    )
+    data_kind: ClassVar[DataKind] = "scalar"
+    params_model = HuberParams
+
+    def dimension(self, params: HuberParams) -> int:
+        return params.dimension_value()
+
+    def extra_warnings(self, params: HuberParams) -> tuple[str, ...]:
+        return (_PROXY_WARNING,) if params.calibration == "paper-proxy" else ()
+
+    def extra_public(self, params: HuberParams, epsilon: float) -> JSON:
+        d = self.dimension(params)
+        alpha, beta = dn.noise_constants(epsilon, params.delta, d, params.calibration)
+        return {"alpha": alpha, "beta": beta, "calibration": params.calibration}
+
+    def release(
+        self,
+        params: HuberParams,
+        plan: Plan,
+        means: FloatArray,
+        counts: FloatArray,
+        rng: np.random.Generator,
+    ) -> JSON:
+        eps = float(plan.public["epsilon"])
+        rel = hb.hlm_release(
+            means,
+            counts,
+            epsilon=eps,
+            delta=params.delta,
+            scale_a=params.huber_scale,
+            r_c=params.clip_radius,
+            rng=rng,
+            gamma=params.gamma,
+            calibration=params.calibration,
+            tolerance=params.tolerance,
+            max_iter=params.max_iterations,
+        )
+        design = rel.design
+        private = params.calibration == "dp"
+        warnings: list[str] = [] if private else [_PROXY_WARNING]
+        out: JSON = {
+            "estimate": rel.estimate,
+            "estimator": "huber",
+            "calibration": params.calibration,
+            "differentially_private": private,
+            "guarantee": "(ε, δ)-DP" if private else "none (NOT differentially private)",
+            "alpha": rel.alpha,
+            "beta": rel.beta,
+            "huber_scale": params.huber_scale,
+            "clip_radius": params.clip_radius,
+            "users": "balanced" if design.balanced else "imbalanced",
+        }
+        if design.balanced:
+            t = float(design.t[0])
+            need = hb.balanced_n_condition(design.n, params.clip_radius, t, rel.beta)
+            out |= {"connecting_point": t, "k_last_max": design.n // 4 - 1}
+        else:
+            need = hb.imbalanced_n_condition(design.n, design.total, design.gamma, rel.beta)
+            out |= {"gamma": design.gamma, "m_cap": design.m_cap, "k0": design.k0}
+            out["cover_fraction"] = design.theta
+            if design.theta is None and private:
+                warnings.append(
+                    "configuration infeasible (spec §4.7): no cover set fits these m_i, A and γ, "
+                    "so the noise is at its worst-case scale ≈ 2R_c/α"
+                )
+        out["n_condition"] = {"required_n_above": need, "holds": design.n > need}
+        if private and design.n <= need:
+            warnings.append(
+                f"n = {design.n} does not exceed the theory's {need:.0f} (spec §4.6, §9.1): the "
+                "case-(c) term 2R_c·e^(−βk) can dominate and the release be mostly noise"
+            )
+        out["warnings"] = warnings
+        return out
+
+
+class CentralHuberVector(CentralHuber):
+    """HLM for vectors (d <= 8): d > 1 constants of (7), lattice Δ̃ (spec §4.4 (ii), §4.7)."""
+
+    name: ClassVar[str] = "central-huber-vector"
+    summary: ClassVar[str] = (
+        "Central user-level DP Huber-loss mean of vectors (trusted server): Huber minimizer of "
+        "the user means plus smooth-sensitivity Gaussian noise."
+    )
+    data_kind: ClassVar[DataKind] = "vector"
+    params_model = HuberVectorParams  # type: ignore[assignment]  # a subclass of HuberParams
+
+
+PROTOCOLS: tuple[Protocol[Any], ...] = (
+    CentralWME(),
+    CentralWMEVector(),
+    CentralHuber(),
+    CentralHuberVector(),
+)

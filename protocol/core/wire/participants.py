@@ -1,0 +1,276 @@
+"""Enrollment, leases, credentials and tasks: what a participant sends and is told."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from fedldp.protocol.core.base import PayloadKind
+from fedldp.protocol.core.wire.common import MAX_BATCH, MAX_ID, Model, NonNegInt, PositiveFloat
+from fedldp.protocol.core.wire.studies import StudyPhase
+
+# --------------------------------------------------------------------------- participants
+
+
+class EnrollRequest(Model):
+    epsilon: PositiveFloat
+    metadata: dict[str, float | list[float]] = Field(default_factory=dict)
+    participant_id: NonNegInt | None = Field(
+        default=None,
+        description="an id from this swarm's lease (leased enrollment); omitted: the server "
+        "numbers participants in arrival order",
+    )
+
+
+class EnrollBatch(Model):
+    """Many participants at once: a list of ``participants``, or the same as columns (one ε per
+    participant in ``epsilons``, each metadata key with one value per participant, optional
+    ``participant_ids``), which spares large batches one object per participant."""
+
+    participants: (
+        Annotated[list[EnrollRequest], Field(min_length=1, max_length=MAX_BATCH)] | None
+    ) = None
+    epsilons: Annotated[list[PositiveFloat], Field(min_length=1, max_length=MAX_BATCH)] | None = (
+        None
+    )
+    metadata: dict[str, list[float] | list[list[float]]] = Field(default_factory=dict)
+    participant_ids: list[NonNegInt] | None = None
+    block_only: bool = Field(
+        default=False,
+        description="answer with the block token only, not with every participant's token (a "
+        "client of the batch endpoints alone needs no more); the ids must then be consecutive",
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> EnrollBatch:
+        if (self.participants is None) == (self.epsilons is None):
+            raise ValueError("give either participants or epsilons (the columnar form)")
+        if self.epsilons is not None:
+            n = len(self.epsilons)
+            if any(len(column) != n for column in self.metadata.values()):
+                raise ValueError("every metadata column needs one value per epsilon")
+            if self.participant_ids is not None and len(self.participant_ids) != n:
+                raise ValueError("participant_ids needs one id per epsilon")
+        elif self.metadata or self.participant_ids is not None:
+            raise ValueError("metadata and participant_ids columns go with epsilons")
+        return self
+
+    def rows(self) -> tuple[list[float], list[dict[str, Any]], list[int | None]]:
+        """Each participant's ε, metadata and requested id (None: numbered by the server). In
+        the columnar form, a participant whose metadata equal the previous one's, bit for bit,
+        shares its dict (read-only): the server then stores one JSON text for the run of them."""
+        if self.participants is not None:
+            return (
+                [p.epsilon for p in self.participants],
+                [dict(p.metadata) for p in self.participants],
+                [p.participant_id for p in self.participants],
+            )
+        assert self.epsilons is not None
+        n = len(self.epsilons)
+        keys = list(self.metadata)
+        columns = [self.metadata[k] for k in keys]
+        metadata: list[dict[str, Any]] = [{}] * n
+        if keys:
+            rows = zip(zip(*columns, strict=True), _repeats(columns), strict=True)
+            for i, (values, repeat) in enumerate(rows):
+                metadata[i] = metadata[i - 1] if repeat else dict(zip(keys, values, strict=True))
+        ids: list[int | None] = (
+            list(self.participant_ids) if self.participant_ids is not None else [None] * n
+        )
+        return list(self.epsilons), metadata, ids
+
+
+def _repeats(columns: list[list[float] | list[list[float]]]) -> list[bool]:
+    """Whether each row of the columns holds the previous row's values, bit for bit (so that
+    0.0 and -0.0 differ); the first row repeats nothing, and rows of ragged vectors neither."""
+    n = len(columns[0])
+    same = np.ones(n, dtype=np.bool_)
+    same[:1] = False
+    for column in columns:
+        try:
+            bits = np.asarray(column, dtype=np.float64).view(np.int64).reshape(n, -1)
+        except ValueError:  # vectors of different lengths
+            return [False] * n
+        same[1:] &= (bits[1:] == bits[:-1]).all(axis=1)
+    return same.tolist()
+
+
+class Enrollment(Model):
+    participant_id: int
+    token: str
+
+
+MAX_BLOCKS = 1000
+"""Most block tokens one request may carry."""
+
+
+class BlockToken(Model):
+    """The secret token of a block of participants: ids ``start`` to ``stop - 1`` of one study,
+    enrolled by one batch request, which returned it. A batch of task requests or reports may
+    carry block tokens instead of one token per participant: each authorises exactly the
+    participants of its block."""
+
+    start: NonNegInt
+    stop: Annotated[int, Field(ge=1, le=MAX_ID + 1)]
+    token: str
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> BlockToken:
+        if self.stop <= self.start:
+            raise ValueError("a block needs stop > start")
+        return self
+
+
+BlockTokens = Annotated[list[BlockToken], Field(min_length=1, max_length=MAX_BLOCKS)]
+
+
+class EnrollmentBatch(Model):
+    """Ids and secret tokens of a batch of enrolled participants, in request order (columnar),
+    and the block token of them all when their ids are consecutive. ``tokens`` is empty when
+    the request asked for the block token only."""
+
+    participant_ids: list[int]
+    tokens: list[str]
+    block: BlockToken | None = None
+
+    @property
+    def enrollments(self) -> list[Enrollment]:
+        if len(self.tokens) != len(self.participant_ids):
+            raise ValueError("this batch was enrolled with a block token only")
+        return [
+            Enrollment(participant_id=p, token=t)
+            for p, t in zip(self.participant_ids, self.tokens, strict=True)
+        ]
+
+
+class LeaseRequest(Model):
+    size: Annotated[int, Field(ge=1, le=MAX_BATCH)]
+
+
+class Lease(Model):
+    """A block [start, stop) of participant ids reserved for one swarm (stop > start)."""
+
+    study_id: str
+    start: int
+    stop: int
+
+
+class TaskWait(Model):
+    kind: Literal["wait"] = "wait"
+    reason: str
+    retry_after_s: float
+
+
+class TaskReport(Model):
+    kind: Literal["report"] = "report"
+    round: int
+    name: str
+    broadcast: dict[str, Any]
+    payload_kind: PayloadKind
+    payload_shape: list[int]
+    group: int
+    epsilon: float
+    deadline: datetime | None
+
+
+class TaskDone(Model):
+    kind: Literal["done"] = "done"
+    phase: StudyPhase
+    reported_rounds: list[int]
+
+
+Task = Annotated[TaskWait | TaskReport | TaskDone, Field(discriminator="kind")]
+
+
+class Credentials(Model):
+    """A batch request's proof that its participants sent it: one token per participant
+    (``tokens``, in the order of ``participant_ids``), or the block tokens that cover them
+    (``blocks``), which spares a batch of tens of thousands their tokens."""
+
+    tokens: list[str] | None = Field(
+        default=None, description="each participant's token (give this or blocks)"
+    )
+    blocks: BlockTokens | None = Field(
+        default=None, description="block tokens covering every participant (or tokens)"
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Credentials:
+        if (self.tokens is None) == (self.blocks is None):
+            raise ValueError("give either tokens (one per participant) or blocks")
+        return self
+
+    def _one_token_each(self, participants: int) -> None:
+        if self.tokens is not None and len(self.tokens) != participants:
+            raise ValueError(f"{participants} participant ids but {len(self.tokens)} tokens")
+
+
+class TaskBatchRequest(Credentials):
+    participant_ids: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_BATCH)]
+
+    @model_validator(mode="after")
+    def _one_token_per_participant(self) -> TaskBatchRequest:
+        self._one_token_each(len(self.participant_ids))
+        return self
+
+
+class TaskBatchItem(Model):
+    participant_id: int
+    task: Task
+
+
+class RoundTasks(Model):
+    """One round's report task for many participants, columnar: what they share once, then
+    each participant's sub-task group and ε charge."""
+
+    round: int
+    name: str
+    broadcast: dict[str, Any]
+    payload_kind: PayloadKind
+    payload_shape: list[int]
+    deadline: datetime | None
+    participant_ids: list[int]
+    groups: list[int]
+    epsilons: list[float]
+
+    def task(self, i: int) -> TaskReport:
+        """The task of the i-th participant listed."""
+        return TaskReport(
+            round=self.round,
+            name=self.name,
+            broadcast=self.broadcast,
+            payload_kind=self.payload_kind,
+            payload_shape=self.payload_shape,
+            group=self.groups[i],
+            epsilon=self.epsilons[i],
+            deadline=self.deadline,
+        )
+
+
+class TaskBatch(Model):
+    """The tasks of many participants: report tasks by round (columnar, as they are tens of
+    thousands per answer), then who should ask again later and who has nothing left to do."""
+
+    phase: StudyPhase
+    reports: list[RoundTasks] = Field(default_factory=list)
+    waiting: list[int] = Field(default_factory=list)
+    wait_reason: str = ""
+    retry_after_s: float = 0.0
+    done: list[int] = Field(default_factory=list)
+
+    def items(self) -> list[TaskBatchItem]:
+        """One (participant, task) item each, by participant id: the form of the single-task
+        endpoint (a done participant's reported rounds are not listed here)."""
+        out = [
+            TaskBatchItem(participant_id=pid, task=rt.task(i))
+            for rt in self.reports
+            for i, pid in enumerate(rt.participant_ids)
+        ]
+        wait = TaskWait(reason=self.wait_reason, retry_after_s=self.retry_after_s)
+        out += [TaskBatchItem(participant_id=pid, task=wait) for pid in self.waiting]
+        done = TaskDone(phase=self.phase, reported_rounds=[])
+        out += [TaskBatchItem(participant_id=pid, task=done) for pid in self.done]
+        return sorted(out, key=lambda item: item.participant_id)

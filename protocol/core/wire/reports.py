@@ -1,0 +1,100 @@
+"""Reports, single and batched (columnar, optionally packed), and their receipts."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from fedldp.protocol.core.base import FloatArray, PayloadKind
+from fedldp.protocol.core.wire.common import MAX_BATCH, Model, NonNegInt
+from fedldp.protocol.core.wire.participants import Credentials
+from fedldp.protocol.core.wire.payloads import Payload
+
+# --------------------------------------------------------------------------- reports
+
+
+class ReportSubmit(Model):
+    participant_id: NonNegInt
+    token: str
+    round: NonNegInt
+    payload: Payload
+
+
+class Receipt(Model):
+    participant_id: int
+    round: int
+    digest: str
+    received_at: datetime
+    duplicate: bool
+
+
+class ReportBatch(Credentials):
+    """Many participants' already-privatized reports for one round (columnar). The payload rows
+    come as JSON lists (``payloads``) or packed into one string (``packed``, see ``pack_rows``),
+    which spares both sides formatting and parsing tens of thousands of numbers."""
+
+    round: NonNegInt
+    kind: PayloadKind
+    participant_ids: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_BATCH)]
+    payloads: list[list[float]] | None = Field(
+        default=None, description="each participant's payload row (give this or packed)"
+    )
+    packed: str | None = Field(
+        default=None,
+        description="the payload rows as one base64 string of little-endian float64 numbers, "
+        "row after row, the same number of them for each participant (or payloads)",
+    )
+
+    @model_validator(mode="after")
+    def _one_payload_form(self) -> ReportBatch:
+        self._one_token_each(len(self.participant_ids))
+        if (self.payloads is None) == (self.packed is None):
+            raise ValueError("give either payloads or packed")
+        if self.payloads is not None and len(self.payloads) != len(self.participant_ids):
+            n = len(self.participant_ids)
+            raise ValueError(f"{n} participant ids but {len(self.payloads)} payloads")
+        if self.packed is not None:
+            self.packed_rows()  # decodable, one row per participant, finite
+        return self
+
+    def packed_rows(self) -> FloatArray:
+        """The ``packed`` rows as an (n participants, k) matrix; ValueError if they are not
+        base64 of finite float64 numbers that make one row per participant."""
+        assert self.packed is not None
+        try:
+            raw = binascii.a2b_base64(self.packed, strict_mode=True)
+        except (binascii.Error, ValueError):  # ValueError: non-ASCII characters
+            raise ValueError("packed is not base64") from None
+        n = len(self.participant_ids)
+        if len(raw) % (8 * n):
+            raise ValueError(f"packed holds {len(raw)} bytes: not {n} rows of float64 numbers")
+        rows = np.frombuffer(raw, dtype="<f8").astype(np.float64).reshape((n, -1))
+        if not np.isfinite(rows).all():
+            raise ValueError("packed holds a number that is not finite")
+        return rows
+
+
+def pack_rows(rows: FloatArray) -> str:
+    """The ``packed`` form of payload rows (one row per participant)."""
+    return base64.b64encode(np.ascontiguousarray(rows, dtype="<f8").tobytes()).decode("ascii")
+
+
+class BatchItemStatus(Model):
+    participant_id: int
+    status: Literal["accepted", "duplicate", "rejected"]
+    code: str | None = None
+    detail: str | None = None
+
+
+class BatchReceipt(Model):
+    round: int
+    accepted: int
+    duplicates: int
+    rejected: int
+    items: list[BatchItemStatus]
+    """Only the rejected items (an accepted or duplicate report needs no line)."""

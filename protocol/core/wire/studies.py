@@ -1,0 +1,177 @@
+"""Catalogue, studies, rounds, results, predictions and budgets: what the API shows."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from fedldp.protocol.core.wire.common import MAX_ID, Deadline, Model, Seed
+
+# --------------------------------------------------------------------------- catalogue
+
+
+class ProtocolInfo(Model):
+    name: str
+    version: str
+    summary: str
+    source: str
+    heterogeneity: str
+    trust: Literal["local", "central"]
+    data_kind: str
+    parameters: dict[str, Any]
+
+
+class ProtocolList(Model):
+    protocols: list[ProtocolInfo]
+
+
+class Health(Model):
+    status: Literal["ok"]
+    version: str
+    database: str
+
+
+class ErrorBody(Model):
+    code: str
+    detail: str
+
+
+# --------------------------------------------------------------------------- studies
+
+StudyPhase = Literal["enrolling", "running", "finished", "failed", "cancelled"]
+
+
+class StudyCreate(Model):
+    protocol: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    seed: Seed
+    name: str | None = Field(default=None, max_length=200, pattern=r"^[^\x00]*$")
+    enrollment_target: Annotated[int, Field(ge=1, le=MAX_ID)] | None = None
+    enrollment_deadline_s: Deadline | None = None
+    round_deadline_s: Deadline = 600.0
+    quorum: Annotated[float, Field(gt=0, le=1)] = 1.0
+    noise_seed: Seed | None = Field(
+        None,
+        description="central-trust protocols only: the seed of the server's noise, kept secret "
+        "(never shown); default a random one. Give it only to reproduce a run in process.",
+    )
+
+
+class RoundProgress(Model):
+    index: int
+    name: str
+    status: Literal["pending", "open", "closed"]
+    expected: int
+    received: int
+    deadline: datetime | None
+    seconds_left: float | None
+
+
+class StudyView(Model):
+    id: str
+    name: str | None
+    protocol: str
+    trust: Literal["local", "central"]
+    params: dict[str, Any]
+    seed: int
+    phase: StudyPhase
+    created_at: datetime
+    n_participants: int
+    enrollment_target: int | None
+    enrollment_deadline: datetime | None
+    round_deadline_s: float
+    quorum: float
+    current_round: int | None
+    rounds: list[RoundProgress]
+    failure_reason: str | None
+    warnings: list[str]
+
+
+class StudyList(Model):
+    studies: list[StudyView]
+
+
+# --------------------------------------------------------------------------- rounds and results
+
+
+class RoundView(Model):
+    index: int
+    name: str
+    status: Literal["pending", "open", "closed"]
+    expected: int
+    received: int
+    opened_at: datetime | None
+    closed_at: datetime | None
+    broadcast: dict[str, Any] | None
+    output: dict[str, Any] | None
+
+
+class RoundsView(Model):
+    rounds: list[RoundView]
+
+
+class ErrorBarView(Model):
+    half_width: float
+    level: float
+    kind: str
+    approximate: bool
+    norm: str
+
+
+class EpsilonSummary(Model):
+    participants: int
+    charged: int
+    max: float
+    median: float
+    mean: float
+
+
+class ResultView(Model):
+    study_id: str
+    protocol: str
+    trust: Literal["local", "central"]
+    phase: StudyPhase
+    estimate: float | list[float] | None
+    error_bar: ErrorBarView | None
+    diagnostics: dict[str, Any]
+    epsilon_spent: EpsilonSummary
+    warnings: list[str]
+    failure_reason: str | None
+
+
+MAX_PREDICT_ROWS = 10_000
+"""Feature rows one prediction request may carry."""
+
+
+class PredictRequest(Model):
+    """Feature rows to predict from a finished nonparametric study (user-classify,
+    user-regress); each row has the study's feature dimension."""
+
+    features: list[list[float]] = Field(min_length=1, max_length=MAX_PREDICT_ROWS)
+
+
+class PredictView(Model):
+    study_id: str
+    protocol: str
+    predictions: list[float]
+
+
+class BudgetCharge(Model):
+    """One planned charge: ``messages`` Laplace messages of ``epsilon / messages`` each (e.g. one
+    per coordinate its group estimates, user-level-ldp §4.1), composed to ``epsilon``."""
+
+    round: int
+    name: str
+    epsilon: float
+    messages: int = 1
+    reported: bool
+
+
+class BudgetView(Model):
+    participant_id: int
+    declared_epsilon: float
+    planned: list[BudgetCharge]
+    spent: float
+    remaining: float

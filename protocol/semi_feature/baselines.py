@@ -1,0 +1,536 @@
+"""The baselines of semi-feature LDP (spec public-features-ldp.md §3, §3.1), compared with
+HistOfTree (``fedldp.protocol.semi_feature.histoftree``) side by side.
+
+``hist-ldp`` (Hist: every feature and the label private, Laplace on two per-cell vectors),
+``pardt`` (a tree on the public features with Laplace labels), ``labeldt`` (label LDP only: a tree
+on all features, sent in clear), ``krr-tree`` (k-ary GRR on each private coordinate, a tree on the
+result). Their trees are ``trees.regression_tree``, the numpy stand-in for scikit-learn's
+DecisionTreeRegressor. The non-private DT reference of §3 is not a catalogue protocol (it is not
+private): ``fedldp.client.population.features`` computes it. Data layout and label reports:
+``fedldp.protocol.semi_feature.common``.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Literal, TypeVar
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from pydantic import Field
+
+from fedldp.protocol.core.base import (
+    JSON,
+    BoolArray,
+    DataKind,
+    FloatArray,
+    IntArray,
+    PayloadKind,
+    Plan,
+    Predictor,
+    Protocol,
+    ReportChunk,
+    Result,
+    RoundPlan,
+    RoundTask,
+    UserData,
+    check_epsilons,
+    valid_payloads,
+)
+from fedldp.protocol.core.streams import RandomSource
+from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
+from fedldp.protocol.semi_feature.common import (
+    MAX_HIST_CELLS,
+    SemiParams,
+    enrollment,
+    features_of,
+    label_report,
+    plan_epsilons,
+    semi_feature_block,
+)
+from fedldp.protocol.semi_feature.partition import grr_report, histogram_bins
+from fedldp.protocol.semi_feature.trees import MAX_DEPTH, Tree, regression_tree
+
+__all__ = [
+    "PROTOCOLS",
+    "HistLdp",
+    "HistParams",
+    "KrrParams",
+    "KrrTree",
+    "LabelDt",
+    "ParDt",
+    "ParDtParams",
+    "TreeParams",
+    "grid_cells",
+    "krr_budgets",
+]
+
+
+# --------------------------------------------------------------------------- Hist
+
+
+class HistParams(SemiParams):
+    bins: int = Field(2, ge=1, le=64, description="t: bins per feature (t^d cells)")
+    truncation: float = Field(
+        0.05, ge=0, le=1, description="ζ: a cell with estimated mass p̂_k < ζ is truncated"
+    )
+    truncate_to: Literal["centre", "zero"] = Field(
+        "centre",
+        description="truncated cells predict the label centre m (default) or the raw 0 (the "
+        "literal 'truncated to 0', spec #21)",
+    )
+
+
+def grid_cells(x: FloatArray, t: int) -> IntArray:
+    """C-order flat index of the t^d equal-width cell of each row (§2.3 bins on every axis)."""
+    bins = histogram_bins(x, t)
+    weights = t ** np.arange(x.shape[1] - 1, -1, -1, dtype=np.int64)
+    return np.asarray(bins @ weights, dtype=np.int64)
+
+
+class HistLdp(Protocol[HistParams], Predictor[HistParams]):
+    """Hist (§3, App. C.1; Berrett et al. 2021, Györfi & Kroll 2022): classical LDP, every feature
+    and the label private. Each user sends Z̃ = Y_c·1{X ∈ C_k} + Lap(4M/ε_i) and W̃ = 1{X ∈ C_k} +
+    Lap(4/ε_i) over the K = t^d cells (ε_i/2 each: two messages). Cell value ΣZ̃/ΣW̃ when
+    p̂_k = ΣW̃/n >= ζ, else the truncation value; clipped to [y_lo, y_hi]."""
+
+    name: ClassVar[str] = "hist-ldp"
+    summary: ClassVar[str] = (
+        "Classical-LDP histogram regression: Laplace-noised per-cell label sums and counts on an "
+        "equal-width grid over all features, truncated where the estimated mass is small."
+    )
+    source: ClassVar[str] = (
+        "Ma, Jia, Yang (baseline Hist, App. C.1); Berrett et al. 2021; Györfi & Kroll 2022; "
+        "spec public-features-ldp.md §3"
+    )
+    heterogeneity: ClassVar[str] = (
+        "Non-paper extension: per-user Laplace scales 4M/ε_i and 4/ε_i; the server sums the "
+        "vectors with equal weights (the paper's estimator when every ε_i is equal)."
+    )
+    data_kind: ClassVar[DataKind] = "labeled"
+    params_model = HistParams
+
+    def _cells(self, params: HistParams) -> int:
+        cells = params.bins**params.dimension
+        if cells > MAX_HIST_CELLS:
+            raise ValueError(
+                f"Hist with t = {params.bins} in d = {params.dimension} needs {cells} cells; at "
+                f"most {MAX_HIST_CELLS} are supported (spec §3: infeasible)"
+            )
+        return int(cells)
+
+    def plan(
+        self,
+        params: HistParams,
+        epsilon: FloatArray,
+        metadata: Mapping[str, NDArray[Any]],
+        seed: int,
+    ) -> Plan:
+        eps = plan_epsilons(epsilon)
+        n, cells = eps.size, self._cells(params)
+        two = np.full(n, 2, dtype=np.int64)  # Z̃ and W̃, ε_i/2 each
+        rp = RoundPlan(
+            0, "histogram", np.arange(n, dtype=np.int64), eps, "vector", (2 * cells,), messages=two
+        )
+        public: JSON = {"cells": cells, "bins": params.bins, "dimension": params.dimension}
+        return Plan(n, (rp,), public)
+
+    def broadcast(
+        self, params: HistParams, plan: Plan, round_index: int, outputs: Sequence[JSON]
+    ) -> JSON:
+        if round_index != 0:
+            raise ValueError(f"{self.name} has a single round 0, not {round_index}")
+        return {**plan.public, "label_low": params.label_low, "label_high": params.label_high}
+
+    def privatize(
+        self,
+        params: HistParams,
+        task: RoundTask,
+        data: UserData,
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        x, _, y = semi_feature_block(data, params.dimension)
+        eps = check_epsilons(epsilon)
+        cells = self._cells(params)
+        onehot = np.zeros((y.size, cells))
+        onehot[np.arange(y.size), grid_cells(x, params.bins)] = 1.0
+        big_m = params.half_range
+        centred = np.clip(y - params.centre, -big_m, big_m)
+        noise = laplace(np.zeros((y.size, 2 * cells)), np.ones(y.size), rng)
+        z = centred[:, None] * onehot + (
+            laplace_scale(4.0 * big_m, eps)[:, None] * noise[:, :cells]
+        )
+        w = onehot + laplace_scale(4.0, eps)[:, None] * noise[:, cells:]
+        return np.asarray(np.concatenate([z, w], axis=1), dtype=np.float64)
+
+    def aggregate(
+        self,
+        params: HistParams,
+        plan: Plan,
+        round_index: int,
+        broadcast: JSON,
+        chunks: Iterable[ReportChunk],
+    ) -> JSON:
+        if round_index != 0:
+            raise ValueError(f"{self.name} has a single round 0, not {round_index}")
+        cells = self._cells(params)
+        z_sum, w_sum, count = np.zeros(cells), np.zeros(cells), 0
+        for chunk in chunks:
+            p = np.asarray(chunk.payloads, dtype=np.float64).reshape(chunk.slots.size, 2 * cells)
+            z_sum += p[:, :cells].sum(axis=0)
+            w_sum += p[:, cells:].sum(axis=0)
+            count += int(chunk.slots.size)
+        if count == 0:
+            raise ValueError("no reports to aggregate")
+        mass = w_sum / count
+        kept = (mass >= params.truncation) & (w_sum > 0)
+        ratio = np.divide(z_sum, w_sum, out=np.zeros(cells), where=kept)
+        big_m, m = params.half_range, params.centre
+        fill = 0.0 if params.truncate_to == "centre" else -m  # on the centred scale
+        values = np.where(kept, np.clip(ratio, -big_m, big_m), fill) + m
+        return {
+            "values": values.tolist(),
+            "mass": mass.tolist(),
+            "truncated_cells": int(np.count_nonzero(~kept)),
+            "n_reports": count,
+        }
+
+    def finalize(self, params: HistParams, plan: Plan, outputs: Sequence[JSON]) -> Result:
+        if len(outputs) != 1:
+            raise ValueError(f"{self.name} finalizes after its single round")
+        out = outputs[0]
+        diagnostics: JSON = {
+            "bins": params.bins,
+            "cells": plan.public["cells"],
+            "mass": out["mass"],
+            "truncated_cells": out["truncated_cells"],
+            "n_reports": out["n_reports"],
+        }
+        return Result(list(out["values"]), None, diagnostics, plan.warnings)
+
+    def feature_dimension(self, params: HistParams) -> int:
+        return params.dimension
+
+    def predict(
+        self, params: HistParams, plan: Plan, outputs: Sequence[JSON], features: ArrayLike
+    ) -> FloatArray:
+        x = features_of(params, features)
+        values = np.asarray(outputs[0]["values"], dtype=np.float64)
+        return np.asarray(values[grid_cells(x, params.bins)], dtype=np.float64)
+
+
+# --------------------------------------------------------------------------- tree baselines
+
+
+class TreeParams(SemiParams):
+    max_depth: int = Field(4, ge=0, le=MAX_DEPTH, description="DT max_depth (grid 1,2,4,6,8)")
+    min_samples_leaf: int = Field(10, ge=1, description="DT min_samples_leaf (grid 1,10,100)")
+    clip_leaves: bool = Field(
+        True,
+        description="clip leaf values to [y_lo, y_hi] (post-processing, not in the paper: "
+        "scikit-learn's leaves are unclipped; False reproduces them)",
+    )
+
+
+class ParDtParams(TreeParams):
+    missing: Literal["nan", "common"] = Field(
+        "nan",
+        description="personalized masks: private entries are missing values (default), or only "
+        "the features public for every participant are used (spec #23)",
+    )
+
+
+class KrrParams(TreeParams):
+    krr_bins: int = Field(3, ge=2, le=64, description="k: bins of each private coordinate")
+
+
+T = TypeVar("T", bound=TreeParams)
+
+
+class _TreeBaseline(Protocol[T], Predictor[T]):
+    """One round; the server fits ``regression_tree`` on what it learned (features with NaN for
+    unknown entries, noisy labels on the raw scale) and, by default, clips leaf values to
+    [y_lo, y_hi]."""
+
+    data_kind: ClassVar[DataKind] = "labeled"
+    needs_metadata: ClassVar[bool] = True
+    source: ClassVar[str] = (
+        "Ma, Jia, Yang (baselines of §5, App. C.1); spec public-features-ldp.md §3, §3.1"
+    )
+
+    @abstractmethod
+    def payload_shape(self, params: T) -> tuple[int, ...]: ...
+
+    @abstractmethod
+    def report(
+        self,
+        params: T,
+        x: FloatArray,
+        mask: BoolArray,
+        y: FloatArray,
+        eps: FloatArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        """The users' payloads."""
+
+    @abstractmethod
+    def learned(
+        self, params: T, plan: Plan, slots: IntArray, payloads: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """What the server knows of each reporter: features (NaN = unknown) and centred label."""
+
+    def plan_warnings(self, params: T) -> list[str]:
+        return []
+
+    def plan(
+        self, params: T, epsilon: FloatArray, metadata: Mapping[str, NDArray[Any]], seed: int
+    ) -> Plan:
+        eps = plan_epsilons(epsilon)
+        n = eps.size
+        warnings = self.plan_warnings(params)
+        kept: dict[str, NDArray[Any]] = {}
+        if self.needs_metadata:
+            mask, values, more = enrollment(metadata, n, params.dimension)
+            kept, warnings = {"mask": mask, "public": values}, warnings + more
+        shape = self.payload_shape(params)
+        kind: PayloadKind = "scalar" if shape == () else "vector"
+        messages = self.messages(params, kept, n)
+        rp = RoundPlan(
+            0, "report", np.arange(n, dtype=np.int64), eps, kind, shape, messages=messages
+        )
+        public: JSON = {"dimension": params.dimension}
+        return Plan(n, (rp,), public, tuple(warnings), metadata=kept)
+
+    def messages(self, params: T, kept: Mapping[str, NDArray[Any]], n: int) -> IntArray | None:
+        return None
+
+    def broadcast(self, params: T, plan: Plan, round_index: int, outputs: Sequence[JSON]) -> JSON:
+        if round_index != 0:
+            raise ValueError(f"{self.name} has a single round 0, not {round_index}")
+        return {
+            "dimension": params.dimension,
+            "label_low": params.label_low,
+            "label_high": params.label_high,
+        }
+
+    def privatize(
+        self,
+        params: T,
+        task: RoundTask,
+        data: UserData,
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        x, mask, y = semi_feature_block(data, params.dimension)
+        return self.report(params, x, mask, y, check_epsilons(epsilon), rng)
+
+    def aggregate(
+        self,
+        params: T,
+        plan: Plan,
+        round_index: int,
+        broadcast: JSON,
+        chunks: Iterable[ReportChunk],
+    ) -> JSON:
+        if round_index != 0:
+            raise ValueError(f"{self.name} has a single round 0, not {round_index}")
+        xs, ys = [], []
+        for chunk in chunks:
+            x, y = self.learned(params, plan, chunk.slots, np.asarray(chunk.payloads, np.float64))
+            xs.append(x)
+            ys.append(y)
+        if not ys or sum(y.size for y in ys) == 0:
+            raise ValueError("no reports to aggregate")
+        x, y = np.concatenate(xs), np.concatenate(ys) + params.centre
+        tree, leaf_values = regression_tree(x, y, params.max_depth, params.min_samples_leaf)
+        values = leaf_values
+        if params.clip_leaves:
+            values = np.clip(leaf_values, params.label_low, params.label_high)
+        return {"tree": tree.as_json(), "leaf_values": values.tolist(), "n_reports": int(y.size)}
+
+    def finalize(self, params: T, plan: Plan, outputs: Sequence[JSON]) -> Result:
+        if len(outputs) != 1:
+            raise ValueError(f"{self.name} finalizes after its single round")
+        out = outputs[0]
+        diagnostics: JSON = {
+            "tree": out["tree"],
+            "leaves": len(out["leaf_values"]),
+            "n_reports": out["n_reports"],
+        }
+        return Result(list(out["leaf_values"]), None, diagnostics, plan.warnings)
+
+    def feature_dimension(self, params: T) -> int:
+        return params.dimension
+
+    def predict(
+        self, params: T, plan: Plan, outputs: Sequence[JSON], features: ArrayLike
+    ) -> FloatArray:
+        x = features_of(params, features)
+        tree = Tree.from_json(outputs[0]["tree"])
+        values = np.asarray(outputs[0]["leaf_values"], dtype=np.float64)
+        return np.asarray(values[tree.apply(x)], dtype=np.float64)
+
+
+class ParDt(_TreeBaseline[ParDtParams]):
+    """ParDT (§3): a regression tree on the public features (from enrollment metadata; private
+    entries are missing values) and labels with Laplace noise (y_hi − y_lo)/ε_i (all of ε_i)."""
+
+    name: ClassVar[str] = "pardt"
+    summary: ClassVar[str] = (
+        "Semi-feature LDP baseline: a decision tree on the public features and Laplace labels."
+    )
+    heterogeneity: ClassVar[str] = (
+        "Non-paper extension: each label gets Laplace scale (y_hi − y_lo)/ε_i; the tree is fitted "
+        "on the noisy labels unweighted."
+    )
+    params_model = ParDtParams
+
+    def payload_shape(self, params: ParDtParams) -> tuple[int, ...]:
+        return ()
+
+    def report(
+        self,
+        params: ParDtParams,
+        x: FloatArray,
+        mask: BoolArray,
+        y: FloatArray,
+        eps: FloatArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        return label_report(y, params, eps, rng)
+
+    def learned(
+        self, params: ParDtParams, plan: Plan, slots: IntArray, payloads: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        mask = plan.metadata["mask"]
+        hidden = mask[slots]
+        if params.missing == "common":
+            hidden = hidden | np.any(mask, axis=0)[None, :]
+        x = np.where(hidden, np.nan, plan.metadata["public"][slots])
+        return np.asarray(x, dtype=np.float64), payloads.reshape(-1)
+
+
+class LabelDt(_TreeBaseline[TreeParams]):
+    """LabelDT (§3): label LDP only, a benchmark. Every feature is sent in clear, whatever the
+    participants' masks (payload: the d features, then the Laplace label (y_hi − y_lo)/ε_i)."""
+
+    name: ClassVar[str] = "labeldt"
+    summary: ClassVar[str] = (
+        "Label-LDP benchmark: features sent in clear, Laplace labels, a decision tree."
+    )
+    heterogeneity: ClassVar[str] = ParDt.heterogeneity
+    params_model = TreeParams
+    needs_metadata: ClassVar[bool] = False
+
+    def plan_warnings(self, params: TreeParams) -> list[str]:
+        return [
+            "labeldt protects only the label: every feature is sent in clear, whatever the "
+            "participants' privacy masks (a benchmark, spec §3)"
+        ]
+
+    def payload_shape(self, params: TreeParams) -> tuple[int, ...]:
+        return (params.dimension + 1,)
+
+    def report(
+        self,
+        params: TreeParams,
+        x: FloatArray,
+        mask: BoolArray,
+        y: FloatArray,
+        eps: FloatArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        return np.concatenate([x, label_report(y, params, eps, rng)[:, None]], axis=1)
+
+    def check(
+        self, params: TreeParams, task: RoundTask, epsilon: FloatArray, payloads: FloatArray
+    ) -> BoolArray:
+        p = np.asarray(payloads, dtype=np.float64)
+        inside = np.all((p[:, :-1] >= 0.0) & (p[:, :-1] <= 1.0), axis=1)
+        return np.asarray(valid_payloads(task, payloads) & inside, dtype=np.bool_)
+
+    def learned(
+        self, params: TreeParams, plan: Plan, slots: IntArray, payloads: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        return payloads[:, :-1], payloads[:, -1]
+
+
+def krr_budgets(mask: ArrayLike, epsilon: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """KRR's split of ε_i (§3 [PROPOSAL]): the label gets ε_i/2 and each of the s_i* private
+    coordinates ε_i/(2 s_i*); with no private coordinate the label gets all of ε_i. Returns the
+    label budget (n,) and the per-coordinate budget (n,) (0 where s_i* = 0)."""
+    w = np.asarray(mask, dtype=np.bool_)
+    eps = check_epsilons(epsilon)
+    private = w.sum(axis=1)
+    label = np.where(private > 0, eps / 2.0, eps)
+    coord = np.where(private > 0, eps / (2.0 * np.maximum(private, 1)), 0.0)
+    return np.asarray(label, dtype=np.float64), np.asarray(coord, dtype=np.float64)
+
+
+class KrrTree(_TreeBaseline[KrrParams]):
+    """KRR (§3): each private coordinate is binned into k bins and reported by k-ary GRR at
+    ε_i/(2 s_i*) as its bin centre (b + ½)/k; the label by Laplace at ε_i/2 (``krr_budgets``);
+    then a regression tree on (public coordinates from the metadata, reported centres). Payload:
+    d coordinates (0.0 where public), then the label."""
+
+    name: ClassVar[str] = "krr-tree"
+    summary: ClassVar[str] = (
+        "Semi-feature LDP baseline: k-ary randomized response on private coordinates, Laplace "
+        "labels, a decision tree."
+    )
+    heterogeneity: ClassVar[str] = (
+        "Non-paper extension: the split of ``krr_budgets`` uses each participant's own ε_i; "
+        "the tree is fitted unweighted."
+    )
+    params_model = KrrParams
+
+    def payload_shape(self, params: KrrParams) -> tuple[int, ...]:
+        return (params.dimension + 1,)
+
+    def messages(
+        self, params: KrrParams, kept: Mapping[str, NDArray[Any]], n: int
+    ) -> IntArray | None:
+        # the label at ε_i/2 and the private coordinates together at ε_i/2
+        return np.where(np.any(kept["mask"], axis=1), 2, 1).astype(np.int64)
+
+    def report(
+        self,
+        params: KrrParams,
+        x: FloatArray,
+        mask: BoolArray,
+        y: FloatArray,
+        eps: FloatArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        k = params.krr_bins
+        label_eps, coord_eps = krr_budgets(mask, eps)
+        bins = histogram_bins(x, k)
+        sent = grr_report(bins, k, np.where(coord_eps > 0, coord_eps, 1.0), rng)
+        coords = np.where(mask, (sent + 0.5) / k, 0.0)
+        return np.concatenate([coords, label_report(y, params, label_eps, rng)[:, None]], axis=1)
+
+    def check_members(
+        self, params: KrrParams, plan: Plan, task: RoundTask, slots: IntArray, payloads: FloatArray
+    ) -> BoolArray:
+        """A private coordinate must be a bin centre, a public one the 0.0 placeholder."""
+        k = params.krr_bins
+        mask = plan.metadata["mask"][np.asarray(slots, dtype=np.int64)]
+        coords = np.asarray(payloads, dtype=np.float64)[:, :-1]
+        b = coords * k - 0.5
+        centre = np.isclose(b, np.round(b), rtol=0.0, atol=1e-9) & (b > -0.5) & (b < k - 0.5)
+        ok = np.where(mask, centre, coords == 0.0)
+        return np.asarray(np.all(ok, axis=1), dtype=np.bool_)
+
+    def learned(
+        self, params: KrrParams, plan: Plan, slots: IntArray, payloads: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        mask = plan.metadata["mask"][slots]
+        x = np.where(mask, payloads[:, :-1], plan.metadata["public"][slots])
+        return np.asarray(x, dtype=np.float64), payloads[:, -1]
+
+
+PROTOCOLS: tuple[Protocol[Any], ...] = (HistLdp(), ParDt(), LabelDt(), KrrTree())

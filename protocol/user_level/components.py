@@ -1,0 +1,452 @@
+"""Alg 2 of Zhao et al. 2024 (arXiv:2405.17079) as an engine: many Alg-1 calls in parallel.
+
+Spec: user-level-ldp.md §3.3 (regimes and grouping), §1.4 (messages), §1.6 (rounds), §2.3
+(partitions), §2.7 (N_ref), §4.1 (composition), §5.3 (predictions).
+
+Every multi-dimensional protocol of the paper reduces a user's data to C *components*, scalar local
+averages ``Ȳ_ic = (1/m) Σ_j φ_c(X_ij)`` with a public bound ``|φ_c| ≤ D_c`` (ℓ∞ coordinates,
+Kashin or Hadamard coefficients, gradient coordinates, Hadamard-encoded labels), estimates each
+component's mean with Alg 1, and decodes. This module holds what they share:
+
+* ``Layout``: the regime and the grouping of one invocation (§3.3). With C components and the
+  reference ε: high (ε < 1) C groups, one component each at ε; medium (1 ≤ ε < C ln n)
+  G = ⌈C/⌊ε⌋⌉ groups of ⌊ε⌋ consecutive components at 1-LDP each; low (ε ≥ C ln n) one group,
+  every component at ε/C. ``use_full_budget`` (§3.3 [PROPOSAL], default off) spends ε/r_g per
+  component in the medium regime.
+* Per-user ε (stated rule, non-paper, like §8 for Alg 1): the regime and grouping come from one
+  reference ε (default the median of the enrolled ε's); user i then spends on each component its
+  own ε_i times the paper's per-component fraction at the reference, ``ε_c,i = ε_i·f_g`` with
+  f_g = 1 (high), 1/ε_ref (medium) or 1/C (low). For equal ε's this is the paper exactly; in
+  general user i is charged r_g·f_g·ε_i ≤ ε_i. Stage-I histograms are weighted ∝ ε_c,i² and
+  stage-II reports by inverse variance, per component, as in
+  ``fedldp.protocol.user_level.two_stage``.
+* ``assign``: the public partition of an invocation's users into groups and, inside each group,
+  one shared half split (§2.3, U7): the first ⌊n_g/2⌋ of a random order are stage I.
+* Client steps ``stage_one_reports`` and ``stage_two_reports``: a group with r_g components sends
+  r_g histograms (stage I, shape (r_max, B)) or r_g scalars (stage II, shape (r_max,)); rows past
+  r_g are padding, sent as zeros (no data, no noise) and ignored by the server.
+* Server steps ``aggregate_stage_one`` and ``aggregate_stage_two``, streamed over report chunks.
+
+Components share one ``Design`` per *family* (e.g. the U and V encodings of Alg 5 have bounds T
+and 1); every family must have the same number of bins B, which holds for bounded designs with a
+common m (B = ⌈√m/2⌉).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from fedldp.protocol.core.base import (
+    JSON,
+    BoolArray,
+    ErrorBar,
+    FloatArray,
+    IntArray,
+    ReportChunk,
+    check_epsilons,
+    cohort_permutation,
+    split_sizes,
+)
+from fedldp.protocol.core.streams import RandomSource
+from fedldp.protocol.mechanisms.randomizers import laplace_scale
+from fedldp.protocol.user_level import two_stage as ts
+
+__all__ = [
+    "Assignment",
+    "Families",
+    "Layout",
+    "Regime",
+    "aggregate_stage_one",
+    "aggregate_stage_two",
+    "assign",
+    "choose_layout",
+    "gather_components",
+    "l2_error_bar",
+    "reference_epsilon",
+    "stage_one_reports",
+    "stage_two_reports",
+    "typical_score",
+]
+
+Regime = Literal["high", "medium", "low"]
+
+
+def reference_epsilon(epsilon: FloatArray, override: float | None) -> float:
+    """The ε that picks the regime: ``override`` if given, else the median enrolled ε."""
+    if override is not None:
+        return float(check_epsilons(override, name="reference_epsilon"))
+    return float(np.median(check_epsilons(epsilon)))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Regime and grouping of one Alg-2 invocation over C components (§3.3).
+
+    Group g serves components ``starts[g] .. starts[g] + counts[g] − 1``; each of its members
+    spends ``factors[g]·ε_i`` on each of them.
+    """
+
+    regime: Regime
+    n_components: int
+    starts: IntArray
+    counts: IntArray
+    factors: FloatArray
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.starts.shape[0])
+
+    @property
+    def r_max(self) -> int:
+        return int(self.counts.max())
+
+    def charge_fractions(self) -> FloatArray:
+        """Fraction of its ε each member of group g is charged in its stage: r_g·f_g ≤ 1."""
+        return np.asarray(self.counts * self.factors, dtype=np.float64)
+
+    def component_group(self) -> IntArray:
+        """The group serving each component."""
+        return np.repeat(np.arange(self.n_groups, dtype=np.int64), self.counts)
+
+    def as_json(self) -> JSON:
+        return {
+            "regime": self.regime,
+            "n_components": self.n_components,
+            "starts": self.starts.tolist(),
+            "counts": self.counts.tolist(),
+            "factors": self.factors.tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, raw: JSON) -> Layout:
+        regime = str(raw["regime"])
+        if regime not in ("high", "medium", "low"):
+            raise ValueError(f"unknown regime {regime!r}")
+        layout = cls(
+            regime=regime,  # type: ignore[arg-type]  # checked just above
+            n_components=int(raw["n_components"]),
+            starts=np.asarray(raw["starts"], dtype=np.int64),
+            counts=np.asarray(raw["counts"], dtype=np.int64),
+            factors=np.asarray(raw["factors"], dtype=np.float64),
+        )
+        c = layout.n_components
+        ok = (
+            layout.starts.ndim == 1
+            and layout.starts.shape == layout.counts.shape == layout.factors.shape
+            and layout.starts.size >= 1
+            and np.all(layout.counts >= 1)
+            and int(layout.counts.sum()) == c
+            and np.array_equal(layout.starts, np.concatenate(([0], np.cumsum(layout.counts)[:-1])))
+            and np.all(np.isfinite(layout.factors) & (layout.factors > 0))
+        )
+        if not ok:
+            raise ValueError("malformed component layout")
+        return layout
+
+
+def choose_layout(
+    n_components: int, eps_ref: float, n_users: int, use_full_budget: bool = False
+) -> Layout:
+    """The §3.3 regime and grouping for C components, reference ε and n users (the n in C ln n
+    is the invocation's own user count)."""
+    c = int(n_components)
+    if c < 1:
+        raise ValueError(f"need at least one component, got {c}")
+    if n_users < 2:
+        raise ValueError(f"an invocation needs at least 2 users, got {n_users}")
+    eps = float(check_epsilons(eps_ref, name="reference epsilon"))
+    if eps < 1.0:
+        starts = np.arange(c, dtype=np.int64)
+        counts = np.ones(c, dtype=np.int64)
+        return Layout("high", c, starts, counts, np.ones(c, dtype=np.float64))
+    if eps < c * math.log(n_users):
+        r = min(math.floor(eps), c)
+        g = math.ceil(c / r)
+        starts = np.arange(g, dtype=np.int64) * r
+        counts = np.minimum(r, c - starts).astype(np.int64)
+        if use_full_budget:
+            factors = 1.0 / counts.astype(np.float64)
+        else:
+            factors = np.full(g, 1.0 / eps, dtype=np.float64)
+        return Layout("medium", c, starts, counts, factors)
+    one = np.zeros(1, dtype=np.int64)
+    return Layout("low", c, one, np.array([c], dtype=np.int64), np.array([1.0 / c]))
+
+
+def typical_score(n_components: int, eps_ref: float, n_users: int) -> float:
+    """The §1.5 stage-one score Σ min(ε_c², 1) of a typical group of an invocation with C
+    components and n users all at the reference ε: ⌊(n/G)/2⌋·min(ε_c², 1). Used to size a plan
+    (a bin grid, a number of gradient rounds) before the users are assigned."""
+    layout = choose_layout(n_components, eps_ref, n_users)
+    eps_c = eps_ref * float(layout.factors[0])
+    return float((n_users // layout.n_groups) // 2 * min(eps_c**2, 1.0))
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Who serves which stage of which group: slots sorted, with their group index."""
+
+    stage_one: IntArray
+    group_one: IntArray
+    stage_two: IntArray
+    group_two: IntArray
+
+
+def assign(slots: IntArray, n_groups: int, seed: int, *purpose: int) -> Assignment:
+    """Public partition (§2.3): a random order of ``slots`` cut into ``n_groups`` contiguous chunks
+    (sizes differ by at most one); in each chunk the first ⌊n_g/2⌋ users are stage I."""
+    s = np.asarray(slots, dtype=np.int64)
+    n = int(s.size)
+    sizes = split_sizes(n, n_groups)
+    if np.any(sizes < 2):
+        raise ValueError(
+            f"{n} users cannot fill {n_groups} groups of at least 2 (one per stage); "
+            "enroll more participants"
+        )
+    order = s[cohort_permutation(n, seed, *purpose)]
+    group = np.repeat(np.arange(n_groups, dtype=np.int64), sizes)
+    offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    first = (np.arange(n) - offsets[group]) < (sizes // 2)[group]
+    one, two = np.argsort(order[first]), np.argsort(order[~first])
+    return Assignment(order[first][one], group[first][one], order[~first][two], group[~first][two])
+
+
+@dataclass(frozen=True)
+class Families:
+    """The Alg-1 designs of the components: ``designs[family[c]]`` is component c's."""
+
+    designs: tuple[ts.Design, ...]
+    family: IntArray
+
+    def __post_init__(self) -> None:
+        if not self.designs:
+            raise ValueError("need at least one design")
+        if len({d.n_bins for d in self.designs}) != 1:
+            raise ValueError("every component family needs the same number of bins")
+        if self.family.ndim != 1 or np.any((self.family < 0) | (self.family >= len(self.designs))):
+            raise ValueError("family indices out of range")
+
+    @property
+    def n_bins(self) -> int:
+        return self.designs[0].n_bins
+
+    def column(self, attribute: str) -> FloatArray:
+        """One design attribute per component (e.g. "bound", "h", "delta", "sample_var")."""
+        values = np.array([float(getattr(d, attribute)) for d in self.designs])
+        return np.asarray(values[self.family], dtype=np.float64)
+
+    def as_json(self) -> JSON:
+        return {"designs": [d.as_json() for d in self.designs], "family": self.family.tolist()}
+
+    @classmethod
+    def from_json(cls, raw: JSON) -> Families:
+        designs = tuple(ts.Design.from_json(d) for d in raw["designs"])
+        return cls(designs, np.asarray(raw["family"], dtype=np.int64))
+
+
+# --------------------------------------------------------------------------- client side
+
+
+def gather_components(
+    values: FloatArray, layout: Layout, group: IntArray
+) -> tuple[FloatArray, BoolArray, IntArray]:
+    """Each user's own components from all C of them: (n, r_max) values (0 in padding), the mask
+    of real entries and their component indices; ``group`` is each user's group."""
+    g = np.asarray(group, dtype=np.int64)
+    if np.any((g < 0) | (g >= layout.n_groups)):
+        raise ValueError("group index out of range for this layout")
+    if values.ndim != 2 or values.shape[1] != layout.n_components:
+        raise ValueError(f"expected (n, {layout.n_components}) component values")
+    index, mask = _component_index(layout, g)
+    picked = np.take_along_axis(values, index, axis=1)
+    return np.where(mask, picked, 0.0), mask, index
+
+
+def _component_index(layout: Layout, group: IntArray) -> tuple[IntArray, BoolArray]:
+    """Component index of each (user, slot) and the mask of real slots; a padding slot points at
+    a real component (the last), so every index is valid and the mask says what counts."""
+    offsets = np.arange(layout.r_max, dtype=np.int64)
+    mask = offsets[None, :] < layout.counts[group][:, None]
+    index = np.minimum(layout.starts[group][:, None] + offsets[None, :], layout.n_components - 1)
+    return index, mask
+
+
+def _per_component_epsilon(charge: FloatArray, layout: Layout, group: IntArray) -> FloatArray:
+    """ε_c,i from a member's round charge r_g·f_g·ε_i: the charge split evenly over r_g."""
+    return np.asarray(check_epsilons(charge) / layout.counts[group], dtype=np.float64)
+
+
+def stage_one_reports(
+    values: FloatArray,
+    layout: Layout,
+    families: Families,
+    group: IntArray,
+    charge: FloatArray,
+    rng: RandomSource,
+) -> FloatArray:
+    """Stage-I messages of a block (§1.4): for each of its r_g components, the one-hot bin of the
+    clamped local average plus i.i.d. Lap(2/ε_c,i); shape (n, r_max, B), padding rows zero."""
+    own, mask, index = gather_components(values, layout, group)
+    n, r = own.shape
+    bins = np.zeros((n, r), dtype=np.int64)
+    fam = families.family[index]
+    for f, design in enumerate(families.designs):
+        hit = mask & (fam == f)
+        if np.any(hit):
+            bins[hit] = ts.bin_index(own[hit], design)
+    onehot = np.zeros((n, r, families.n_bins), dtype=np.float64)
+    onehot[np.arange(n)[:, None], np.arange(r)[None, :], bins] = 1.0
+    scale = laplace_scale(ts.STAGE_ONE_SENSITIVITY, _per_component_epsilon(charge, layout, group))
+    noise = np.asarray(rng.laplace(0.0, 1.0, size=onehot.shape), dtype=np.float64)
+    report = onehot + np.asarray(scale, dtype=np.float64)[:, None, None] * noise
+    return np.where(mask[:, :, None], report, 0.0)
+
+
+def stage_two_reports(
+    values: FloatArray,
+    layout: Layout,
+    families: Families,
+    interval: JSON,
+    group: IntArray,
+    charge: FloatArray,
+    rng: RandomSource,
+) -> FloatArray:
+    """Stage-II messages (§3.1 step 4): ``clip(Ȳ_c, lo_c, hi_c) + Lap((hi_c − lo_c)/ε_c,i)`` per
+    component (heavy-tail families clamp to [−D_c, D_c] first); shape (n, r_max)."""
+    own, mask, index = gather_components(values, layout, group)
+    lo = np.asarray(interval["lo"], dtype=np.float64)[index]
+    hi = np.asarray(interval["hi"], dtype=np.float64)[index]
+    if not (np.all(np.isfinite(lo) & np.isfinite(hi)) and np.all(hi > lo)):
+        raise ValueError("stage-two intervals must be finite with hi > lo")
+    radius = families.column("bound")[index]
+    heavy = np.array([d.heavy_tail for d in families.designs])[families.family][index]
+    y = np.where(heavy, np.clip(own, -radius, radius), own)
+    clipped = np.clip(y, lo, hi)
+    eps_c = _per_component_epsilon(charge, layout, group)
+    noise = np.asarray(rng.laplace(0.0, 1.0, size=own.shape), dtype=np.float64)
+    report = clipped + (hi - lo) / eps_c[:, None] * noise
+    return np.where(mask, report, 0.0)
+
+
+# --------------------------------------------------------------------------- server side
+
+
+def _group_norms(layout: Layout, charge: FloatArray, group: IntArray, power: float) -> FloatArray:
+    """Σ over a group's planned members of ε_c,i^power, per group."""
+    eps_c = _per_component_epsilon(charge, layout, group)
+    return np.asarray(
+        np.bincount(group, weights=eps_c**power, minlength=layout.n_groups), dtype=np.float64
+    )
+
+
+def aggregate_stage_one(
+    layout: Layout,
+    families: Families,
+    planned_charge: FloatArray,
+    planned_group: IntArray,
+    chunks: Iterable[ReportChunk],
+) -> JSON:
+    """Per component: the ε²-weighted histogram sums (weights normalised over the planned stage-I
+    members of its group, §8), the modal bin k̂ and the interval [L, R], lo = L − Δ, hi = R + Δ."""
+    norms = _group_norms(layout, planned_charge, planned_group, 2.0)
+    b = families.n_bins
+    sums = np.zeros(layout.n_components * b, dtype=np.float64)
+    reports = np.zeros(layout.n_components, dtype=np.int64)
+    for chunk in chunks:
+        g = np.asarray(chunk.group, dtype=np.int64)
+        eps_c = _per_component_epsilon(chunk.epsilon, layout, g)
+        weight = eps_c**2 / norms[g]
+        index, mask = _component_index(layout, g)
+        payload = np.asarray(chunk.payloads, dtype=np.float64).reshape(g.size, layout.r_max, b)
+        cells = (index[:, :, None] * b + np.arange(b)[None, None, :])[mask]
+        contrib = (weight[:, None, None] * payload)[mask]
+        sums += np.bincount(cells.reshape(-1), contrib.reshape(-1), minlength=sums.size)
+        reports += np.bincount(index[mask], minlength=layout.n_components)
+    if not np.any(reports):
+        raise ValueError("no stage-one reports to aggregate")
+    table = sums.reshape(layout.n_components, b)
+    k_hat = np.zeros(layout.n_components, dtype=np.int64)
+    left = np.zeros(layout.n_components)
+    right = np.zeros(layout.n_components)
+    for f, design in enumerate(families.designs):
+        rows = families.family == f
+        k_hat[rows], left[rows], right[rows] = ts.select_interval(table[rows], design)
+    delta = families.column("delta")
+    return {
+        "k_hat": (k_hat + 1).tolist(),  # the paper's 1-based bin index
+        "L": left.tolist(),
+        "R": right.tolist(),
+        "lo": (left - delta).tolist(),
+        "hi": (right + delta).tolist(),
+        "n_reports": reports.tolist(),
+    }
+
+
+def _stage_two_variances(
+    families: Families, width: FloatArray, eps_c: FloatArray, component: IntArray
+) -> FloatArray:
+    """Per-report variance bound σ_c²/m + 2((hi_c − lo_c)/ε_c,i)² (§5.3, §8)."""
+    m = families.designs[0].m
+    return np.asarray(
+        families.column("sample_var")[component] / m + 2.0 * (width[component] / eps_c) ** 2,
+        dtype=np.float64,
+    )
+
+
+def aggregate_stage_two(
+    layout: Layout,
+    families: Families,
+    interval: JSON,
+    chunks: Iterable[ReportChunk],
+) -> JSON:
+    """Per component: the inverse-variance weighted mean of the stage-II scalars and its
+    variance Σw²V/(Σw)² (weights renormalise over whoever reported)."""
+    width = np.asarray(interval["hi"], dtype=np.float64) - np.asarray(
+        interval["lo"], dtype=np.float64
+    )
+    c = layout.n_components
+    sum_w = np.zeros(c)
+    sum_wz = np.zeros(c)
+    sum_w2v = np.zeros(c)
+    reports = np.zeros(c, dtype=np.int64)
+    for chunk in chunks:
+        g = np.asarray(chunk.group, dtype=np.int64)
+        eps_c = _per_component_epsilon(chunk.epsilon, layout, g)
+        index, mask = _component_index(layout, g)
+        comp = index[mask]
+        eps_entry = np.broadcast_to(eps_c[:, None], mask.shape)[mask]
+        z = np.asarray(chunk.payloads, dtype=np.float64).reshape(g.size, layout.r_max)[mask]
+        v = _stage_two_variances(families, width, eps_entry, comp)
+        w = 1.0 / v
+        sum_w += np.bincount(comp, w, minlength=c)
+        sum_wz += np.bincount(comp, w * z, minlength=c)
+        sum_w2v += np.bincount(comp, w * w * v, minlength=c)
+        reports += np.bincount(comp, minlength=c)
+    if np.any(reports == 0):
+        missing = int(np.flatnonzero(reports == 0)[0])
+        raise ValueError(f"component {missing} received no stage-two report")
+    return {
+        "estimate": (sum_wz / sum_w).tolist(),
+        "predicted_mse": (sum_w2v / sum_w**2).tolist(),
+        "n_reports": reports.tolist(),
+    }
+
+
+def l2_error_bar(variances: FloatArray, level: float, decode_norms: FloatArray) -> ErrorBar:
+    """A (1 − β) ℓ2 error bar for a decoded estimate Wᵀθ̂ with independent, approximately normal
+    component errors of variances v_c and a decoding matrix W of operator norm ≤ 1.
+
+    E‖Wᵀe‖² = Σ_c v_c‖W_c‖² (``decode_norms`` = ‖W_c‖²), and ‖Wᵀe‖ is a Lipschitz function of a
+    Gaussian vector with constant ≤ √(max v), so P(‖Wᵀe‖ > √(Σ v_c‖W_c‖²) + √(2 max v ln(1/β)))
+    ≤ β (Gaussian concentration; the normality is a CLT approximation).
+    """
+    v = np.asarray(variances, dtype=np.float64)
+    beta = 1.0 - level
+    mean_sq = float(np.sum(v * decode_norms))
+    half = math.sqrt(mean_sq) + math.sqrt(2.0 * float(v.max()) * math.log(1.0 / beta))
+    return ErrorBar(half, level, "clt-gaussian-concentration", approximate=True, norm="l2")

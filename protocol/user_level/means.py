@@ -1,0 +1,488 @@
+"""Catalogue protocols of Zhao et al. 2024 (arXiv:2405.17079) for scalar data: the two-stage mean
+(Alg 1 and its heavy-tail variant, ``fedldp.protocol.user_level.two_stage``) and the §3.10 baselines
+B0, B1, B2.
+
+Every protocol takes one ε per participant. The paper fixes one ε for all users; unequal ε's are
+combined with inverse-variance weights (user-level-ldp.md §8 [PROPOSAL], non-paper), which reduce
+to the paper's plain means when every ε_i is equal. Users holding more than ``samples_per_user``
+samples keep their first m (§1.1); fewer is an error.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import ConfigDict, Field, model_validator
+
+from fedldp.protocol.core.base import (
+    JSON,
+    DataKind,
+    ErrorBar,
+    FloatArray,
+    IntArray,
+    Params,
+    Plan,
+    Protocol,
+    ReportChunk,
+    Result,
+    RoundPlan,
+    RoundTask,
+    UserData,
+    check_epsilons,
+    cohort_permutation,
+    z_quantile,
+)
+from fedldp.protocol.core.streams import RandomSource
+from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
+from fedldp.protocol.user_level import two_stage as ts
+
+__all__ = [
+    "PROTOCOLS",
+    "BaselineClippedLaplace",
+    "BaselineItemLevel",
+    "BaselineOneSample",
+    "BaselineParams",
+    "UserMean",
+    "UserMeanParams",
+    "baseline_variances",
+    "inverse_variance_mse",
+    "user_samples",
+]
+
+
+def user_samples(data: UserData, m: int) -> FloatArray:
+    """The users' first m samples as an (n, m) matrix (§1.1); ValueError if a user has fewer."""
+    values = np.asarray(data.values, dtype=np.float64)
+    if values.ndim != 1:
+        raise ValueError(f"scalar data expected, got samples of shape {values.shape[1:]}")
+    short = data.counts < m
+    if np.any(short):
+        raise ValueError(
+            f"every user needs samples_per_user = {m} samples; "
+            f"{int(short.sum())} user(s) hold fewer (e.g. {int(data.counts[short][0])})"
+        )
+    kept = data.truncated(m)
+    return np.asarray(kept.values, dtype=np.float64).reshape(kept.n_users, m)
+
+
+def inverse_variance_mse(variances: NDArray[Any]) -> float:
+    """Variance 1/Σ_i (1/V_i) of the inverse-variance weighted mean (V/n for equal V_i)."""
+    v = np.asarray(variances, dtype=np.float64)
+    return float(1.0 / np.sum(1.0 / v))
+
+
+def _plan_epsilons(epsilon: FloatArray, minimum: int) -> FloatArray:
+    eps = check_epsilons(epsilon)
+    if eps.ndim != 1 or eps.size < minimum:
+        raise ValueError(f"this protocol needs at least {minimum} participants, got {eps.size}")
+    return eps
+
+
+def _weighted_mean(
+    chunks: Iterable[ReportChunk],
+    variances: Callable[[FloatArray], FloatArray],
+    normaliser: float,
+) -> JSON:
+    """Streamed weighted mean of scalar reports with weights (1/V_i)/normaliser.
+
+    ``variances(eps)`` gives each reporter's variance; the normaliser (Σ 1/V over the planned
+    cohort) makes the planned weights sum to 1; missing reports renormalize (DESIGN "Flow").
+    """
+    sum_w = sum_wz = sum_w2v = 0.0
+    count = 0
+    for chunk in chunks:
+        v = np.asarray(variances(chunk.epsilon), dtype=np.float64)
+        w = (1.0 / v) / normaliser
+        z = np.asarray(chunk.payloads, dtype=np.float64).reshape(-1)
+        sum_w += float(w.sum())
+        sum_wz += float(w @ z)
+        sum_w2v += float((w * w * v).sum())
+        count += int(z.shape[0])
+    if count == 0:
+        raise ValueError("no reports to aggregate in this round")
+    return {
+        "estimate": sum_wz / sum_w,
+        "predicted_mse": sum_w2v / sum_w**2,
+        "weight_sum": sum_w,
+        "n_reports": count,
+    }
+
+
+def _error_bar(mse: float, level: float) -> ErrorBar:
+    return ErrorBar(z_quantile(level) * math.sqrt(mse), level, "clt", approximate=True)
+
+
+# --------------------------------------------------------------------------- two-stage mean
+
+
+class UserMeanParams(Params):
+    """Parameters of ``user-mean`` (Alg 1, or Alg 1-HT with ``heavy_tail``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    samples_per_user: int = Field(ge=1, description="m: samples each user contributes")
+    bound: float = Field(1.0, gt=0, description="D: every sample lies in [-D, D] (bounded case)")
+    heavy_tail: bool = Field(False, description="Alg 1-HT: only E|X|^p <= M_p is assumed")
+    moment_p: float = Field(3.0, ge=2, description="p of the moment bound (heavy_tail)")
+    moment_bound: float | None = Field(None, gt=0, description="M_p (required with heavy_tail)")
+    clip_output: bool = Field(False, description="post-process the estimate into [-D, D]")
+    level: float = Field(0.95, gt=0, lt=1, description="level of the error bar")
+
+    @model_validator(mode="after")
+    def _heavy_tail_inputs(self) -> UserMeanParams:
+        if self.heavy_tail and self.moment_bound is None:
+            raise ValueError("heavy_tail needs moment_bound (M_p with E|X|^p <= M_p)")
+        if self.heavy_tail and "bound" in self.model_fields_set:
+            raise ValueError("with heavy_tail the clip radius D is derived from M_p; omit bound")
+        return self
+
+
+class UserMean(Protocol[UserMeanParams]):
+    """Alg 1 (§3.1): stage I finds an interval from noisy one-hot histograms, stage II averages
+    clipped means; with ``heavy_tail`` the §3.2 parameters (c = 1, D = max(2s, 4Δ), h = 4s/√m).
+
+    Plan: a public permutation of all n participants from the study seed; its first ⌊n/2⌋ are
+    stage I, the rest stage II (§2.3); every participant is charged its ε_i once, in its stage.
+    The error bar is the §5.3 prediction (conditional on stage-I success, clipping bias ignored)
+    with σ² replaced by its public bound (D², or s² for heavy tails); ``k_hat`` in the outputs is
+    the paper's 1-based bin index. Feasibility (§1.5, resolved in ``two_stage.check_stage_one``):
+    the plan is refused when the stage-one score Σ min(ε_i², 1) is below 300 and carries a
+    warning between 300 and 500; with at most 2 bins stage one cannot fail and nothing is required.
+    """
+
+    name: ClassVar[str] = "user-mean"
+    summary: ClassVar[str] = (
+        "Two-stage user-level LDP mean of scalars: noisy histograms find an interval, "
+        "clipped Laplace means estimate inside it."
+    )
+    source: ClassVar[str] = (
+        "Zhao et al. 2024, Learning with User-Level Local Differential Privacy "
+        "(arXiv:2405.17079), Alg. 1 and Thm 1; heavy tails: Thm 3, App. A.5"
+    )
+    heterogeneity: ClassVar[str] = (
+        "Non-paper extension (spec §8): per-user Laplace scales 2/ε_i (stage I) and "
+        "(3h+2Δ)/ε_i (stage II); stage-I histograms weighted ∝ ε_i², stage-II reports by inverse "
+        "variance ∝ 1/(σ²/m + 2(3h+2Δ)²/ε_i²) with σ² ≤ D²; the feasibility check uses "
+        "Σ min(ε_i², 1) over stage-I users, and the heavy-tail Δ uses Σ ε_i² in place of nε². "
+        "Equal ε's give the paper's plain sums and means."
+    )
+    data_kind: ClassVar[DataKind] = "scalar"
+    params_model = UserMeanParams
+
+    def design(self, params: UserMeanParams, epsilon: FloatArray) -> ts.Design:
+        """The public Alg-1 constants for these parameters and enrolled ε's (N_ref = n)."""
+        n = int(epsilon.size)
+        m = params.samples_per_user
+        if params.heavy_tail:
+            assert params.moment_bound is not None  # enforced by the model validator
+            sum_eps_sq = float(np.sum(epsilon**2))
+            return ts.heavy_tail_design(params.moment_p, params.moment_bound, m, n, sum_eps_sq)
+        return ts.bounded_design(params.bound, m, n)
+
+    def plan(
+        self,
+        params: UserMeanParams,
+        epsilon: FloatArray,
+        metadata: Mapping[str, NDArray[Any]],
+        seed: int,
+    ) -> Plan:
+        eps = _plan_epsilons(epsilon, 2)
+        n = int(eps.size)
+        design = self.design(params, eps)
+        order = cohort_permutation(n, seed)
+        n1 = n // 2
+        one, two = np.sort(order[:n1]), np.sort(order[n1:])
+        warnings = ts.check_stage_one(eps[one], design.n_bins, n)
+        rounds = (
+            RoundPlan(0, "stage-1", one, eps[one], "histogram", (design.n_bins,)),
+            RoundPlan(1, "stage-2", two, eps[two], "scalar", ()),
+        )
+        public = {
+            "design": design.as_json(),
+            "n1": n1,
+            "n2": n - n1,
+            "stage_one_score": ts.stage_one_score(eps[one]),
+            "c_star": ts.c_star(n),
+        }
+        return Plan(n, rounds, public, warnings)
+
+    def broadcast(
+        self, params: UserMeanParams, plan: Plan, round_index: int, outputs: Sequence[JSON]
+    ) -> JSON:
+        message: JSON = dict(plan.public["design"])
+        if round_index == 0:
+            return message | {"sensitivity": ts.STAGE_ONE_SENSITIVITY}
+        if round_index != 1 or len(outputs) < 1:
+            raise ValueError(f"round {round_index} needs the output of stage one")
+        first = outputs[0]
+        lo, hi = float(first["lo"]), float(first["hi"])
+        return message | {
+            "L": first["L"],
+            "R": first["R"],
+            "lo": lo,
+            "hi": hi,
+            "sensitivity": hi - lo,
+        }
+
+    def privatize(
+        self,
+        params: UserMeanParams,
+        task: RoundTask,
+        data: UserData,
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        design = ts.Design.from_json(task.broadcast)
+        means = user_samples(data, params.samples_per_user).mean(axis=1)
+        if task.round == 0:
+            return ts.stage_one_report(means, design, epsilon, rng)
+        if task.round == 1:
+            lo, hi = float(task.broadcast["lo"]), float(task.broadcast["hi"])
+            radius = design.bound if design.heavy_tail else None
+            return ts.stage_two_report(means, lo, hi, epsilon, rng, radius)
+        raise ValueError(f"user-mean has rounds 0 and 1, not {task.round}")
+
+    def aggregate(
+        self,
+        params: UserMeanParams,
+        plan: Plan,
+        round_index: int,
+        broadcast: JSON,
+        chunks: Iterable[ReportChunk],
+    ) -> JSON:
+        design = ts.Design.from_json(plan.public["design"])
+        planned = plan.rounds[round_index].epsilon
+        if round_index == 1:
+            normaliser = float(np.sum(1.0 / ts.stage_two_variances(planned, design)))
+            return _weighted_mean(chunks, lambda e: ts.stage_two_variances(e, design), normaliser)
+        if round_index != 0:
+            raise ValueError(f"user-mean has rounds 0 and 1, not {round_index}")
+        norm = float(np.sum(planned**2))
+        sums = np.zeros(design.n_bins, dtype=np.float64)
+        count = 0
+        for chunk in chunks:
+            sums += (check_epsilons(chunk.epsilon) ** 2 / norm) @ chunk.payloads
+            count += int(chunk.slots.shape[0])
+        if count == 0:
+            raise ValueError("no stage-one reports to aggregate")
+        k, left, right = ts.select_interval(sums, design)
+        lo, hi = float(left) - design.delta, float(right) + design.delta
+        return {
+            "k_hat": int(k) + 1,  # the paper's 1-based bin index
+            "L": float(left),
+            "R": float(right),
+            "lo": lo,
+            "hi": hi,
+            "sums": sums.tolist(),
+            "n_reports": count,
+        }
+
+    def finalize(self, params: UserMeanParams, plan: Plan, outputs: Sequence[JSON]) -> Result:
+        if len(outputs) != 2:
+            raise ValueError("user-mean finalizes after its two rounds")
+        first, second = outputs
+        design = ts.Design.from_json(plan.public["design"])
+        estimate = float(second["estimate"])
+        if params.clip_output:
+            estimate = min(max(estimate, -design.bound), design.bound)
+        mse = float(second["predicted_mse"])
+        diagnostics: JSON = {
+            "k_hat": first["k_hat"],
+            "L": first["L"],
+            "R": first["R"],
+            "lo": first["lo"],
+            "hi": first["hi"],
+            "stage_one_interval": [first["L"], first["R"]],
+            "n_bins": design.n_bins,
+            "h": design.h,
+            "delta": design.delta,
+            "bound": design.bound,
+            "n_ref": design.n_ref,
+            "heavy_tail": design.heavy_tail,
+            "predicted_mse": mse,
+            "c_star": plan.public["c_star"],
+            "stage_one_score": plan.public["stage_one_score"],
+            "n1": first["n_reports"],
+            "n2": second["n_reports"],
+            "raw_estimate": float(second["estimate"]),
+        }
+        return Result(estimate, _error_bar(mse, params.level), diagnostics, plan.warnings)
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+class BaselineParams(Params):
+    """Parameters shared by the §3.10 baselines."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    samples_per_user: int = Field(ge=1, description="m: samples each user contributes")
+    bound: float = Field(1.0, gt=0, description="D: every sample lies in [-D, D]")
+    level: float = Field(0.95, gt=0, lt=1, description="level of the error bar")
+
+
+def baseline_variances(
+    kind: str, epsilon: NDArray[Any], bound: float, m: int, sample_var: float
+) -> FloatArray:
+    """Exact per-user report variance of a §3.10 baseline (σ² = ``sample_var``).
+
+    B0 ("clipped-laplace"): σ²/m + 8D²/ε²; B1 ("item-level"): σ²/m + 8D²m/ε²;
+    B2 ("one-sample"): σ² + 8D²/ε². With n equal ε's, ``inverse_variance_mse`` of these is the
+    §3.10 MSE (V/n).
+    """
+    eps = check_epsilons(epsilon)
+    d2 = float(bound) ** 2
+    if kind == "clipped-laplace":
+        return np.asarray(sample_var / m + 8.0 * d2 / eps**2, dtype=np.float64)
+    if kind == "item-level":
+        return np.asarray(sample_var / m + 8.0 * d2 * m / eps**2, dtype=np.float64)
+    if kind == "one-sample":
+        return np.asarray(sample_var + 8.0 * d2 / eps**2, dtype=np.float64)
+    raise ValueError(f"unknown baseline {kind!r}")
+
+
+class _Baseline(Protocol[BaselineParams]):
+    """One round: every participant sends one privatized scalar at its ε_i; weighted mean."""
+
+    kind: ClassVar[str]
+    data_kind: ClassVar[DataKind] = "scalar"
+    params_model = BaselineParams
+    heterogeneity: ClassVar[str] = (
+        "Non-paper extension (spec §8): per-user Laplace scale ∝ 1/ε_i; reports are combined "
+        "with inverse-variance weights from this baseline's exact per-user variance (σ² "
+        "replaced by its bound D²), which give the plain mean when every ε_i is equal."
+    )
+
+    def variances(self, params: BaselineParams, epsilon: NDArray[Any]) -> FloatArray:
+        """Per-user report variances with σ² → D² (the weights and the error bar)."""
+        m, d = params.samples_per_user, params.bound
+        return baseline_variances(self.kind, epsilon, d, m, d * d)
+
+    @abstractmethod
+    def report(
+        self, params: BaselineParams, samples: FloatArray, epsilon: FloatArray, rng: RandomSource
+    ) -> FloatArray:
+        """The privatized scalar of each user from its (n, m) samples."""
+
+    def plan(
+        self,
+        params: BaselineParams,
+        epsilon: FloatArray,
+        metadata: Mapping[str, NDArray[Any]],
+        seed: int,
+    ) -> Plan:
+        eps = _plan_epsilons(epsilon, 1)
+        n = int(eps.size)
+        rounds = (RoundPlan(0, "report", np.arange(n, dtype=np.int64), eps, "scalar", ()),)
+        return Plan(n, rounds, {"bound": params.bound, "m": params.samples_per_user})
+
+    def broadcast(
+        self, params: BaselineParams, plan: Plan, round_index: int, outputs: Sequence[JSON]
+    ) -> JSON:
+        if round_index != 0:
+            raise ValueError(f"{self.name} has a single round 0, not {round_index}")
+        return dict(plan.public)
+
+    def privatize(
+        self,
+        params: BaselineParams,
+        task: RoundTask,
+        data: UserData,
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        eps = check_epsilons(epsilon)
+        return self.report(params, user_samples(data, params.samples_per_user), eps, rng)
+
+    def aggregate(
+        self,
+        params: BaselineParams,
+        plan: Plan,
+        round_index: int,
+        broadcast: JSON,
+        chunks: Iterable[ReportChunk],
+    ) -> JSON:
+        if round_index != 0:
+            raise ValueError(f"{self.name} has a single round 0, not {round_index}")
+        normaliser = float(np.sum(1.0 / self.variances(params, plan.rounds[0].epsilon)))
+        return _weighted_mean(chunks, lambda e: self.variances(params, e), normaliser)
+
+    def finalize(self, params: BaselineParams, plan: Plan, outputs: Sequence[JSON]) -> Result:
+        if len(outputs) != 1:
+            raise ValueError(f"{self.name} finalizes after its single round")
+        out = outputs[0]
+        mse = float(out["predicted_mse"])
+        diagnostics: JSON = {"predicted_mse": mse, "n_reports": out["n_reports"]}
+        return Result(float(out["estimate"]), _error_bar(mse, params.level), diagnostics)
+
+
+class BaselineItemLevel(_Baseline):
+    """B1, Prop. 1(1): each sample gets Lap(2Dm/ε_i) (item-level ε_i/m, group privacy over m);
+    the user sends the mean of its m noisy samples (m draws per user)."""
+
+    name: ClassVar[str] = "baseline-item-level"
+    kind: ClassVar[str] = "item-level"
+    summary: ClassVar[str] = "Item-level Laplace at ε/m on every sample, averaged (group privacy)."
+    source: ClassVar[str] = (
+        "Zhao et al. 2024 (arXiv:2405.17079), Prop. 1(1); user-level-ldp spec §3.10 B1"
+    )
+
+    def report(
+        self, params: BaselineParams, samples: FloatArray, epsilon: FloatArray, rng: RandomSource
+    ) -> FloatArray:
+        d, m = params.bound, params.samples_per_user
+        noisy = laplace(np.clip(samples, -d, d), laplace_scale(2.0 * d * m, epsilon), rng)
+        return np.asarray(noisy.mean(axis=1), dtype=np.float64)
+
+
+class BaselineOneSample(_Baseline):
+    """B2, Prop. 1(2): one sample per user, chosen uniformly with the user's own stream,
+    plus Lap(2D/ε_i)."""
+
+    name: ClassVar[str] = "baseline-one-sample"
+    kind: ClassVar[str] = "one-sample"
+    summary: ClassVar[str] = "One random sample per user with Laplace noise at ε (item-level)."
+    source: ClassVar[str] = (
+        "Zhao et al. 2024 (arXiv:2405.17079), Prop. 1(2); user-level-ldp spec §3.10 B2"
+    )
+
+    def report(
+        self, params: BaselineParams, samples: FloatArray, epsilon: FloatArray, rng: RandomSource
+    ) -> FloatArray:
+        d, n = params.bound, samples.shape[0]
+        pick = np.asarray(rng.integers(0, samples.shape[1], size=n), dtype=np.int64)
+        chosen = np.clip(samples[np.arange(n), pick], -d, d)
+        return laplace(chosen, laplace_scale(2.0 * d, epsilon), rng)
+
+
+class BaselineClippedLaplace(_Baseline):
+    """B0 (not in the paper, the natural comparator, spec §3.10): clip(Ȳ, −D, D) + Lap(2D/ε_i)."""
+
+    name: ClassVar[str] = "baseline-clipped-laplace"
+    kind: ClassVar[str] = "clipped-laplace"
+    summary: ClassVar[str] = "Clipped user mean plus Laplace noise at sensitivity 2D."
+    source: ClassVar[str] = (
+        "user-level-ldp spec §3.10 B0 (comparator for Zhao et al. 2024, arXiv:2405.17079)"
+    )
+
+    def report(
+        self, params: BaselineParams, samples: FloatArray, epsilon: FloatArray, rng: RandomSource
+    ) -> FloatArray:
+        d = params.bound
+        return laplace(np.clip(samples.mean(axis=1), -d, d), laplace_scale(2.0 * d, epsilon), rng)
+
+
+PROTOCOLS: tuple[Protocol[Any], ...] = (
+    UserMean(),
+    BaselineItemLevel(),
+    BaselineOneSample(),
+    BaselineClippedLaplace(),
+)

@@ -1,0 +1,175 @@
+"""The ``fedldp`` command line (client/cli/main.py), run in process."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import pytest
+
+from fedldp.client.cli.main import main
+from fedldp.protocol.core.base import z_quantile
+from tests.client.toy_protocol import ToyMean
+
+SMALL = ["--users", "2000", "--samples", "8", "--distribution", "two-point", "--mean", "0.3"]
+
+
+@pytest.fixture
+def catalogue(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    from fedldp.protocol import catalogue as cat
+
+    monkeypatch.setitem(cat.CATALOGUE, "toy-mean", ToyMean())
+    return cat.CATALOGUE
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_protocols_json_lists_every_protocol(
+    catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "protocols", "--json")
+    listed = {p["name"]: p for p in json.loads(out)}
+    assert code == 0
+    assert set(listed) == set(catalogue)
+    toy = listed["toy-mean"]
+    assert toy["source"] == ToyMean.source
+    assert toy["trust"] == "local"
+    params = {q["name"]: q for q in toy["parameters"]}
+    assert params["bound"]["default"] == 1.0
+    assert not params["bound"]["required"]
+    assert params["samples_per_user"]["required"]
+
+
+def test_protocols_table(catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "protocols")
+    assert code == 0
+    assert "toy-mean" in out
+    assert "samples_per_user (required)" in out
+
+
+def test_simulate_json(catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        capsys,
+        "simulate",
+        "--protocol",
+        "toy-mean",
+        *SMALL,
+        "--param",
+        "rounds=2",
+        "--params-json",
+        '{"bound": 2}',
+        "--seed",
+        "7",
+        "--json",
+        "--quiet",
+    )
+    result = json.loads(out)
+    assert code == 0
+    assert err == ""
+    for key in ("estimate", "truth", "error", "error_bar", "epsilon_spent"):
+        assert key in result
+    assert result["params"] == {"bound": 2, "samples_per_user": 8, "rounds": 2, "overspend": 1.0}
+    assert result["truth"] == 0.3
+    assert result["n"] == 2000
+
+
+def test_simulate_table_and_progress(
+    catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(
+        capsys, "simulate", "--protocol", "toy-mean", *SMALL, "--seed", "1", "--progress"
+    )
+    assert code == 0
+    assert "estimate" in out
+    assert "truth" in out
+    assert "ε spent" in out
+
+
+def test_param_values_are_json_or_strings(
+    catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(
+        capsys,
+        "simulate",
+        "--protocol",
+        "toy-mean",
+        *SMALL,
+        "--param",
+        "bound=wide",
+        "--seed",
+        "1",
+    )
+    assert code == 2
+    assert err.startswith("error: bound: Input should be a valid number")
+
+
+@pytest.mark.parametrize("argv", [[], ["simulate"], ["protocols"]])
+def test_help_exits_zero(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--protocol", "nope", *SMALL], "unknown protocol 'nope'"),
+        (["--protocol", "toy-mean", *SMALL, "--param", "bound=-1"], "bound: Input should be"),
+        (["--protocol", "toy-mean", *SMALL, "--param", "colour=1"], "colour: Extra inputs"),
+        (["--protocol", "toy-mean", *SMALL, "--param", "bound"], "--param takes key=value"),
+        (["--protocol", "toy-mean", *SMALL, "--params-json", "[1]"], "JSON object"),
+        (["--protocol", "toy-mean", *SMALL, "--param", "overspend=2"], "beyond its declared"),
+        (["--protocol", "toy-mean", *SMALL, "--epsilon", "0"], "epsilon must be finite and > 0"),
+        (["--protocol", "toy-mean", *SMALL, "--sd", "2"], "--sd does not apply"),
+        (["--protocol", "toy-mean", "--users", "5", "--dimension", "2"], "takes scalar data"),
+        (["--protocol", "toy-mean", "--csv", "/nonexistent.csv"], "cannot read"),
+        (["--protocol", "toy-mean", *SMALL, "--seed", "x"], "invalid int value"),
+        (["--protocol", "toy-mean", *SMALL, "--distribution", "cauchy"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    argv = ["simulate", *extra]
+    if "--seed" not in extra:
+        argv += ["--seed", "1"]
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse-level errors
+        code = int(str(e.code))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1
+    assert message in err
+
+
+def test_missing_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys)
+    assert code == 2
+    assert "usage:" in err
+
+
+README_USER_MEAN = (
+    "simulate --protocol user-mean --users 100000 --samples 256 --distribution two-point "
+    "--mean 0.3 --epsilon 1 --seed 7 --json"
+)
+
+
+@pytest.mark.slow
+def test_readme_user_mean_command(capsys: pytest.CaptureFixture[str]) -> None:
+    # The brief's first command, exactly; about a second (n = 10^5 users x 256 samples).
+    code, out, _ = run(capsys, *shlex.split(README_USER_MEAN))
+    result = json.loads(out)
+    assert code == 0
+    assert result["truth"] == 0.3
+    assert result["params"]["samples_per_user"] == 256
+    # The estimate lies within 5 predicted standard errors (CLT: p ≈ 6e-7 of a false failure).
+    bar = result["error_bar"]
+    assert result["error"] <= 5 * bar["half_width"] / z_quantile(bar["level"])

@@ -1,0 +1,92 @@
+"""Result summaries and their table (client/cli/output.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fedldp.client.cli.output import estimation_error, jsonable, render_table, result_summary
+
+
+def summary(**overrides: object) -> dict[str, object]:
+    args: dict[str, object] = {
+        "protocol": "p",
+        "params": {"m": 4},
+        "n": 4,
+        "seed": 1,
+        "estimate": 0.5,
+        "truth": 0.25,
+        "error_bar": None,
+        "charges": np.array([1.0, 1.0, 0.5, 0.0]),
+        "diagnostics": {"weights": np.array([0.5, 0.5]), "nan": math.nan},
+        "warnings": ("careful",),
+        "elapsed_s": 0.1,
+    }
+    args.update(overrides)
+    return result_summary(**args)  # type: ignore[arg-type]
+
+
+def test_summary_keys_and_epsilon_spent() -> None:
+    s = summary()
+    assert s["error"] == 0.25
+    assert s["error_norm"] == "abs"
+    assert s["error_bar"] is None
+    assert s["epsilon_spent"] == {
+        "participants": 4,
+        "charged": 3,
+        "max": 1.0,
+        "median": 0.75,
+        "mean": 0.625,
+    }
+    assert s["diagnostics"] == {"weights": [0.5, 0.5], "nan": None}
+    json.dumps(s, allow_nan=False)  # strictly valid JSON
+
+
+@pytest.mark.parametrize(
+    ("estimate", "truth", "bar", "kind", "norm", "error"),
+    [
+        ([0.0, 3.0], [4.0, 0.0], None, "vector", "l2", 5.0),
+        ([0.1, 0.5, 0.4], [0.2, 0.2, 0.6], None, "categorical", "linf", 0.3),
+        ([0.0, 3.0], [4.0, 0.0], {"norm": "linf", "half_width": 1.0}, "vector", "linf", 4.0),
+    ],
+)
+def test_error_norms(
+    estimate: list[float],
+    truth: list[float],
+    bar: dict[str, object] | None,
+    kind: str,
+    norm: str,
+    error: float,
+) -> None:
+    s = summary(estimate=estimate, truth=truth, error_bar=bar, data_kind=kind)
+    assert s["error_norm"] == norm
+    assert s["error"] == pytest.approx(error, rel=1e-12)
+
+
+def test_errors_and_jsonable_edge_cases() -> None:
+    assert estimation_error(None, 1.0, "abs") is None
+    with pytest.raises(ValueError, match="norm"):
+        estimation_error(1.0, 1.0, "l7")
+    assert jsonable({"a": (np.int64(2), np.float32(math.inf), np.bool_(True))}) == {
+        "a": [2, None, True]
+    }
+
+
+def test_table_shows_every_part() -> None:
+    bar = {"half_width": 0.1, "level": 0.95, "kind": "clt", "approximate": True, "norm": "abs"}
+    s = summary(error_bar=bar, estimate=list(range(10)), truth=list(range(10)))
+    s["study_id"] = "abc123"
+    text = render_table(s)
+    for part in (
+        "abc123",
+        "± 0.1 at level 0.95",
+        "clt, approximate",
+        "(10 entries)",
+        "careful",
+        "weights",
+        "max 1, median 0.75",
+    ):
+        assert part in text

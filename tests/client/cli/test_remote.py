@@ -1,0 +1,163 @@
+"""``fedldp swarm``, ``fedldp studies`` and ``fedldp run`` against a real server process."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedldp.client.cli.main import main
+from fedldp.client.http.server_process import ServerProcess, sqlite_url
+from fedldp.client.population.build import PopulationSpec, build_population
+from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.protocol.catalogue import get_protocol
+
+pytestmark = pytest.mark.e2e
+
+POPULATION = ["--users", "600", "--distribution", "two-point", "--mean", "0.2"]
+MIX = ["--epsilon-mix", "0.5:0.5,2:0.5"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    folder = tmp_path_factory.mktemp("cli")
+    process = ServerProcess(database_url=sqlite_url(folder / "cli.db"), log=folder / "server.log")
+    process.start()
+    try:
+        process.wait_healthy()
+        yield process.url
+    finally:
+        process.stop()
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def simulated(name: str, spec: PopulationSpec, seed: int) -> Any:
+    protocol = get_protocol(name)
+    population = build_population(spec, seed)
+    params = protocol.parse_params(fill_from_population(protocol, {}, population))
+    return simulate(protocol, params, population, seed)
+
+
+def test_swarm_json_matches_simulate_and_studies_show_it(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--protocol", "hetero-mean-rr", *POPULATION, *MIX, "--seed", "3", "--json"]
+    code, out, _ = run_cli(capsys, "simulate", *args)
+    assert code == 0
+    local = json.loads(out)
+    swarm_args = ["--server", server, "--create", "hetero-mean-rr", *POPULATION, *MIX]
+    code, out, err = run_cli(
+        capsys, "swarm", *swarm_args, "--seed", "3", "--batch", "200", "--json", "--quiet"
+    )
+    assert code == 0, err
+    remote = json.loads(out)
+    assert set(local) - {"elapsed_s"} <= set(remote)
+    assert remote["estimate"] == pytest.approx(local["estimate"], rel=1e-9)
+    assert remote["truth"] == local["truth"]
+    assert remote["epsilon_spent"] == local["epsilon_spent"]
+    study_id = remote["study_id"]
+
+    code, out, _ = run_cli(capsys, "studies", "list", "--server", server, "--json")
+    assert code == 0
+    assert study_id in [s["id"] for s in json.loads(out)]
+    code, out, _ = run_cli(capsys, "studies", "show", study_id, "--server", server, "--json")
+    assert code == 0
+    shown = json.loads(out)
+    assert (shown["id"], shown["phase"], shown["n_participants"]) == (study_id, "finished", 600)
+    code, out, _ = run_cli(capsys, "studies", "result", study_id, "--server", server, "--json")
+    assert code == 0
+    assert json.loads(out)["estimate"] == remote["estimate"]
+    code, out, _ = run_cli(capsys, "studies", "watch", study_id, "--server", server)
+    assert code == 0
+    assert "estimate" in out
+
+
+def test_cli_errors_are_one_line_with_the_code(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_cli(capsys, "studies", "show", "nosuchstudy", "--server", server)
+    assert code != 0
+    assert "unknown_study" in err
+    assert "Traceback" not in err
+    code, _, err = run_cli(
+        capsys, "swarm", "--server", server, "--create", "nope", "--users", "9", "--seed", "1"
+    )
+    assert code == 2
+    assert "nope" in err
+    assert "Traceback" not in err
+
+
+def test_run_starts_a_server_runs_the_swarm_and_agrees(capsys: pytest.CaptureFixture[str]) -> None:
+    spec = ["--users", "2000", "--samples", "16", "--distribution", "two-point", "--mean", "0.3"]
+    code, out, err = run_cli(capsys, "run", *spec, "--seed", "5", "--json", "--quiet")
+    assert code == 0, err
+    remote = json.loads(out)
+    local = simulated(
+        "user-mean",
+        PopulationSpec(users=2000, samples=16, distribution="two-point", mean=0.3),
+        5,
+    )
+    assert remote["estimate"] == pytest.approx(local.result.estimate, rel=1e-9)
+    assert remote["truth"] == pytest.approx(0.3)
+
+
+def test_run_keeps_no_database_unless_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, "run", "--users", "1000", "--seed", "1", "--quiet", "--json")
+    assert code == 0, err
+    assert not list(tmp_path.glob("*.db"))
+
+
+def test_a_classification_swarm_reports_its_excess_risk_and_predicts(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The learning path from the terminal: the swarm's JSON carries the same task evaluation as
+    ``simulate`` (excess risk, not the raw label mean), and ``studies predict`` answers from the
+    finished study with the cell predictions of its result."""
+    population = [
+        "--users", "4000", "--samples", "16", "--distribution", "binned-classification",
+        "--epsilon", "2",
+    ]  # fmt: skip
+    params = ["--param", "bins_per_axis=4"]
+    code, out, _ = run_cli(
+        capsys, "simulate", "--protocol", "user-classify", *population, *params, "--seed", "8",
+        "--json",
+    )  # fmt: skip
+    assert code == 0
+    local = json.loads(out)
+    code, out, err = run_cli(
+        capsys, "swarm", "--server", server, "--create", "user-classify", *population, *params,
+        "--seed", "8", "--batch", "1000", "--json", "--quiet",
+    )  # fmt: skip
+    assert code == 0, err
+    remote = json.loads(out)
+    assert remote["estimate"] == local["estimate"]
+    assert remote["error_norm"] == "excess risk"
+    assert remote["evaluation"] == pytest.approx(local["evaluation"])
+    study_id = remote["study_id"]
+    code, out, err = run_cli(
+        capsys, "studies", "predict", study_id, "--features", "0.1;0.4;0.6;0.9",
+        "--server", server, "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["predictions"] == remote["estimate"]
+    code, out, err = run_cli(
+        capsys, "studies", "predict", study_id, "--features", "0.1;0.9", "--server", server
+    )
+    assert code == 0, err
+    assert "prediction" in out
+    code, _, err = run_cli(
+        capsys, "studies", "predict", study_id, "--features", "0.1,0.2", "--server", server
+    )
+    assert code == 2
+    assert "invalid_request" in err

@@ -1,0 +1,198 @@
+"""The swarm (client/http/swarm.py) against the real app in process, over ``httpx.ASGITransport``.
+
+The swarm enrolls, privatizes and reports exactly as the in-process simulator does, so for the
+same seed its estimate equals ``simulate``'s up to the grouping of sums (relative 1e-9). A real
+server process is driven in tests/e2e/test_e2e.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from fastapi import FastAPI
+
+from fedldp.client.http.agents import SwarmError
+from fedldp.client.http.api import AuthError
+from fedldp.client.http.swarm import SwarmResult, run_swarm
+from fedldp.client.population.build import PopulationSpec, build_population
+from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.protocol.catalogue import get_protocol
+from fedldp.server.app import create_app
+from fedldp.server.context import Context
+from fedldp.server.settings import Settings
+
+REL = 1e-9
+URL = "http://fedldp.test"
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[FastAPI]:
+    application = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'swarm.db'}"))
+    try:
+        yield application
+    finally:
+        ctx: Context = application.state.ctx
+        ctx.db.dispose()
+
+
+def simulated(name: str, spec: PopulationSpec, seed: int) -> Any:
+    protocol = get_protocol(name)
+    population = build_population(spec, seed)
+    params = protocol.parse_params(fill_from_population(protocol, {}, population))
+    return simulate(protocol, params, population, seed).result.estimate
+
+
+async def swarm(
+    app: FastAPI, protocol_name: str, spec: PopulationSpec, seed: int, **kw: Any
+) -> SwarmResult:
+    protocol = get_protocol(protocol_name)
+    params = fill_from_population(protocol, {}, build_population(spec, seed))
+    return await run_swarm(
+        URL,
+        population=spec,
+        seed=seed,
+        create=(protocol_name, params),
+        progress=False,
+        transport=httpx.ASGITransport(app=app),
+        **kw,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "batch"),
+    [
+        (
+            "user-mean",
+            PopulationSpec(users=3000, samples=32, distribution="two-point", mean=0.3),
+            1000,
+        ),
+        (
+            "hetero-mean-laplace",
+            PopulationSpec(
+                users=300, distribution="uniform", low=-0.5, epsilon_mix="0.5:0.5,2:0.5"
+            ),
+            None,  # one agent per user on the single-participant endpoints
+        ),
+        (
+            "hetero-frequency",
+            PopulationSpec(users=1500, distribution="categorical", items=6, epsilon=1.0),
+            500,
+        ),
+    ],
+)
+async def test_swarm_reproduces_the_simulator(
+    app: FastAPI, name: str, spec: PopulationSpec, batch: int | None
+) -> None:
+    run = await swarm(app, name, spec, 11, batch=batch)
+    expected = np.asarray(simulated(name, spec, 11), dtype=np.float64)
+    np.testing.assert_allclose(np.asarray(run.result.estimate), expected, rtol=REL, atol=1e-15)
+    assert run.study.phase == "finished"
+    assert run.result.epsilon_spent.participants == spec.users
+    summary = run.summary()
+    assert summary["study_id"] == run.study.id
+    for key in ("estimate", "truth", "error", "error_bar", "epsilon_spent"):
+        assert key in summary
+    json.dumps(summary, allow_nan=False)
+
+
+async def test_leasing_swarms_share_one_study(app: FastAPI) -> None:
+    spec = PopulationSpec(users=5000, samples=8, distribution="two-point", mean=-0.2)
+    kw: dict[str, Any] = {"batch": 1000, "name": "shared", "lease": True}
+    first, second = await asyncio.gather(
+        swarm(app, "user-mean", spec, 4, **kw), swarm(app, "user-mean", spec, 4, **kw)
+    )
+    assert first.study.id == second.study.id
+    assert first.result.estimate == second.result.estimate
+    expected = simulated("user-mean", spec, 4)
+    assert first.result.estimate == pytest.approx(expected, rel=REL)
+    assert first.study.n_participants == 5000
+    # every user reported exactly once per round it was in, whichever swarm ran it
+    assert sum(r.received for r in first.study.rounds) == 5000
+    assert first.stats.reports + second.stats.reports == 5000
+
+
+class Recording(httpx.ASGITransport):
+    """The app in process, remembering what enrollment answers were asked for, each batch
+    request's credentials (tokens or blocks) and whether report batches came packed."""
+
+    def __init__(self, app: FastAPI) -> None:
+        super().__init__(app=app)
+        self.credentials: list[tuple[str, bool, bool]] = []
+        self.block_only: list[bool] = []
+        self.packed: list[bool] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path.endswith("/participants/batch"):
+            self.block_only.append(json.loads(await request.aread())["block_only"])
+        if path.endswith(("/tasks", "/reports/batch")):
+            body = json.loads(await request.aread())
+            sent = (path.rsplit("/", 1)[-1], body["tokens"] is not None, body["blocks"] is not None)
+            self.credentials.append(sent)
+            if "packed" in body:
+                self.packed.append(body["packed"] is not None and body["payloads"] is None)
+        return await super().handle_async_request(request)
+
+
+@pytest.mark.parametrize("lease", [False, True])
+async def test_batch_agents_send_block_tokens_not_each_token(app: FastAPI, lease: bool) -> None:
+    spec = PopulationSpec(users=2500, samples=4, distribution="two-point", mean=0.1)
+    protocol = get_protocol("user-mean")
+    transport = Recording(app)
+    shared: dict[str, Any] = {"name": "blocks", "lease": True} if lease else {}
+    run = await run_swarm(
+        URL,
+        population=spec,
+        seed=5,
+        create=("user-mean", fill_from_population(protocol, {}, build_population(spec, 5))),
+        progress=False,
+        transport=transport,
+        batch=1000,
+        **shared,
+    )
+    assert run.result.estimate == pytest.approx(simulated("user-mean", spec, 5), rel=REL)
+    kinds = {kind for kind, _, _ in transport.credentials}
+    assert kinds == {"tasks", "batch"}
+    assert all(blocks and not tokens for _, tokens, blocks in transport.credentials)
+    assert transport.block_only
+    assert all(transport.block_only)  # no user's own token was computed
+    assert transport.packed
+    assert all(transport.packed)
+
+
+async def test_a_swarm_with_another_population_cannot_join(app: FastAPI) -> None:
+    spec = PopulationSpec(users=400, samples=4, distribution="two-point", mean=0.1)
+    kw: dict[str, Any] = {"batch": 400, "name": "mine", "lease": True}
+    await swarm(app, "user-mean", spec, 1, **kw)
+    with pytest.raises(SwarmError) as caught:
+        await swarm(app, "user-mean", spec, 2, **kw)
+    assert caught.value.code == "study_mismatch"
+
+
+async def test_lease_needs_a_name(app: FastAPI) -> None:
+    spec = PopulationSpec(users=10, distribution="two-point")
+    with pytest.raises(ValueError, match="lease"):
+        await swarm(app, "hetero-mean-rr", spec, 1, lease=True)
+
+
+async def test_leasing_needs_the_admin_key_when_the_server_has_one(tmp_path: Path) -> None:
+    application = create_app(
+        Settings(database_url=f"sqlite:///{tmp_path / 'admin.db'}", admin_key="k")
+    )
+    spec = PopulationSpec(users=600, samples=4, distribution="two-point", mean=0.1)
+    kw: dict[str, Any] = {"batch": 300, "name": "guarded", "lease": True}
+    try:
+        run = await swarm(application, "user-mean", spec, 3, admin_key="k", **kw)
+        assert run.study.phase == "finished"
+        with pytest.raises(AuthError):
+            await swarm(application, "user-mean", spec, 3, **{**kw, "name": "other"})
+    finally:
+        ctx: Context = application.state.ctx
+        ctx.db.dispose()

@@ -1,0 +1,82 @@
+"""The protocol abstraction's shared pieces (protocol/core/base.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fedldp.protocol.core.base import (
+    RoundPlan,
+    RoundTask,
+    UserData,
+    check_epsilons,
+    cohort_permutation,
+    split_sizes,
+    valid_payloads,
+    z_quantile,
+)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.5, float("nan"), float("inf"), float("-inf")])
+def test_check_epsilons_rejects(bad: float) -> None:
+    with pytest.raises(ValueError, match="finite and > 0"):
+        check_epsilons([1.0, bad, 2.0])
+
+
+def test_check_epsilons_accepts() -> None:
+    assert np.array_equal(check_epsilons([0.1, 5.0]), [0.1, 5.0])
+
+
+def test_user_data_means_and_truncation() -> None:
+    data = UserData(np.array([1.0, 3.0, 10.0, 0.0, 2.0, 4.0]), np.array([2, 1, 3]))
+    assert np.allclose(data.user_means(), [2.0, 10.0, 2.0])
+    short = data.truncated(2)
+    assert np.array_equal(short.counts, [2, 1, 2])
+    assert np.allclose(short.user_means(), [2.0, 10.0, 1.0])
+    vec = UserData(np.arange(8.0).reshape(4, 2), np.array([1, 3]))
+    assert np.allclose(vec.user_means(), [[0.0, 1.0], [4.0, 5.0]])
+
+
+def test_user_data_validation() -> None:
+    with pytest.raises(ValueError, match="at least one sample"):
+        UserData(np.zeros(2), np.array([2, 0]))
+    with pytest.raises(ValueError, match="add up"):
+        UserData(np.zeros(3), np.array([2, 2]))
+
+
+def test_round_plan_needs_sorted_cohort() -> None:
+    with pytest.raises(ValueError, match="strictly increasing"):
+        RoundPlan(0, "r", np.array([2, 1]), np.ones(2), "scalar", ())
+    with pytest.raises(ValueError, match="differ in shape"):
+        RoundPlan(0, "r", np.array([1, 2]), np.ones(3), "scalar", ())
+
+
+@given(st.integers(0, 10_000), st.integers(1, 50))
+def test_split_sizes_are_balanced(n: int, parts: int) -> None:
+    sizes = split_sizes(n, parts)
+    assert sizes.sum() == n
+    assert sizes.max() - sizes.min() <= 1
+
+
+def test_cohort_permutation_is_public_and_seeded() -> None:
+    a = cohort_permutation(1000, 5)
+    assert np.array_equal(np.sort(a), np.arange(1000))
+    assert np.array_equal(a, cohort_permutation(1000, 5))
+    assert not np.array_equal(a, cohort_permutation(1000, 6))
+    assert not np.array_equal(a, cohort_permutation(1000, 5, 1))
+
+
+def test_valid_payloads_flags_non_finite_and_shape() -> None:
+    task = RoundTask(0, "r", {}, "vector", (2,))
+    ok = valid_payloads(task, np.array([[1.0, 2.0], [np.nan, 0.0], [np.inf, 1.0]]))
+    assert ok.tolist() == [True, False, False]
+    with pytest.raises(ValueError, match="shape"):
+        valid_payloads(task, np.zeros((2, 3)))
+
+
+def test_z_quantile() -> None:
+    assert z_quantile(0.95) == pytest.approx(1.959964, abs=1e-6)
+    with pytest.raises(ValueError, match="level"):
+        z_quantile(1.0)

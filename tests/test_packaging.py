@@ -1,0 +1,74 @@
+"""The installed package is one namespace (issue 10): a wheel built from this tree, installed into
+a fresh virtual environment, imports as ``fedldp.*``, runs its entry point, and puts no bare
+``client``, ``server`` or ``protocol`` into site-packages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PIP_WHEEL = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [*PIP_WHEEL, "--wheel-dir", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (found,) = out.glob("fedldp-*.whl")
+    return found
+
+
+def test_wheel_holds_only_the_fedldp_namespace(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"fedldp"}
+    for module in ("protocol/core/wire/reports.py", "client/http/swarm.py", "server/app.py"):
+        assert f"fedldp/{module}" in names
+    assert "fedldp/py.typed" in names
+
+
+def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    # The dependencies come from this environment's site-packages (a plain path entry: its .pth
+    # files, the editable install's finder among them, are not run), fedldp from the wheel.
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    fresh = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    (fresh / "dependencies.pth").write_text(f"{purelib}\n")
+    subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel],
+        check=True,
+        capture_output=True,
+    )
+    script = (
+        "import importlib.util, fedldp, fedldp.client.http.swarm, fedldp.server.app\n"
+        f"assert fedldp.__file__.startswith({str(fresh)!r}), fedldp.__file__\n"
+        "assert callable(fedldp.simulate) and callable(fedldp.run_swarm)\n"
+        "assert 'user-mean' in fedldp.CATALOGUE\n"
+        "for bare in ('client', 'server', 'protocol'):\n"
+        "    assert importlib.util.find_spec(bare) is None, bare\n"
+    )
+    subprocess.run([python, "-c", script], check=True, cwd=tmp_path)
+    help_text = subprocess.run(
+        [env_dir / "bin" / "fedldp", "--help"], check=True, capture_output=True, text=True
+    ).stdout
+    assert "simulate" in help_text
