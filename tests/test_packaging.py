@@ -33,8 +33,12 @@ def test_wheel_holds_only_the_fedldp_namespace(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"fedldp"}
-    for module in ("protocol/core/wire/reports.py", "client/http/swarm.py", "server/app.py"):
-        assert f"fedldp/{module}" in names
+    sources = {
+        f"fedldp/{path.relative_to(ROOT).as_posix()}"
+        for part in ("protocol", "client", "server")
+        for path in (ROOT / part).rglob("*.py")
+    }
+    assert sources - set(names) == set(), "modules missing from the wheel (pyproject packages)"
     assert "fedldp/py.typed" in names
 
 
