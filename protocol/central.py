@@ -354,6 +354,12 @@ class _Central(Protocol[P]):
         means, counts = self.collect(params, chunks)
         rng = server_rng(int(plan.public["seed"]), round_index)
         out = self.release(params, plan, means, counts, rng)
+        if not np.all(np.isfinite(np.asarray(out["estimate"], dtype=np.float64))):
+            # e.g. a subnormal ε: the noise scale overflows; a clean refusal, not a null estimate
+            raise ValueError(
+                f"the release is not finite: ε = {float(plan.public['epsilon']):g} (the smallest "
+                "declared ε) is too small for the noise scale"
+            )
         n, total = int(counts.size), int(counts.sum())
         common: JSON = {
             "n": n,
@@ -382,6 +388,8 @@ class _Central(Protocol[P]):
             raise ValueError(f"{self.name} finalizes after its single round")
         out = dict(outputs[0])
         raw = out.pop("estimate")
+        if raw is None or any(v is None for v in raw):  # jsonable turned a non-finite value None
+            raise ValueError(f"{self.name}: the release is not finite")
         extra = tuple(str(w) for w in out.pop("warnings", []))
         estimate: float | list[float] = (
             float(raw[0]) if self.data_kind == "scalar" else [float(v) for v in raw]
