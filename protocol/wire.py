@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from protocol.base import FloatArray, PayloadKind
 
 __all__ = [
+    "EPSILON_MAX",
+    "EPSILON_MIN",
     "MAX_PREDICT_ROWS",
     "BatchItemStatus",
     "BatchReceipt",
@@ -76,10 +78,16 @@ MAX_ID = 2**31 - 1
 """Largest participant id, round index and enrollment target (a 32-bit database integer)."""
 MAX_DEADLINE_S = 100 * 365.25 * 86400.0
 """Longest deadline a study may set (100 years; far larger ones overflow a datetime)."""
+EPSILON_MIN = 1e-6
+"""Smallest ε a participant may enroll with (any study): below it no estimate is meaningful, and
+subnormal ε's overflow noise scales to infinity. A study may narrow the range (``epsilon_min``)."""
+EPSILON_MAX = 1e3
+"""Largest ε a participant may enroll with (any study); a study may narrow it (``epsilon_max``)."""
 NonNegInt = Annotated[int, Field(ge=0, le=MAX_ID)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
 Deadline = Annotated[float, Field(gt=0, le=MAX_DEADLINE_S, description="seconds")]
+EpsilonBound = Annotated[float, Field(ge=EPSILON_MIN, le=EPSILON_MAX)]
 
 
 class Model(BaseModel):
@@ -208,6 +216,22 @@ class StudyCreate(Model):
         description="central-trust protocols only: the seed of the server's noise, kept secret "
         "(never shown); default a random one. Give it only to reproduce a run in process.",
     )
+    epsilon_min: EpsilonBound | None = Field(
+        None,
+        description=f"smallest ε a participant may enroll with (default {EPSILON_MIN:g}); a "
+        "central-trust release uses the smallest enrolled ε for everyone, so set it there",
+    )
+    epsilon_max: EpsilonBound | None = Field(
+        None, description=f"largest ε a participant may enroll with (default {EPSILON_MAX:g})"
+    )
+
+    @model_validator(mode="after")
+    def _epsilon_range(self) -> StudyCreate:
+        low = EPSILON_MIN if self.epsilon_min is None else self.epsilon_min
+        high = EPSILON_MAX if self.epsilon_max is None else self.epsilon_max
+        if low > high:
+            raise ValueError(f"epsilon_min {low:g} exceeds epsilon_max {high:g}")
+        return self
 
 
 class RoundProgress(Model):
@@ -238,6 +262,12 @@ class StudyView(Model):
     rounds: list[RoundProgress]
     failure_reason: str | None
     warnings: list[str]
+    epsilon_min: float = Field(
+        EPSILON_MIN, description="smallest ε enrollment accepts (the study's, else the global)"
+    )
+    epsilon_max: float = Field(
+        EPSILON_MAX, description="largest ε enrollment accepts (the study's, else the global)"
+    )
 
 
 class StudyList(Model):
