@@ -13,6 +13,14 @@ public, holds only the DP release and aggregate, public constants (n, N, the noi
 a participant's statistic. The m_i are public information in the paper (§1.1); they enter the noise
 of WME through max_i m_i/N.
 
+**One low ε sets everyone's noise.** The release is (ε, δ)-DP at ε = min_i ε_i, the smallest
+declared ε (``release_epsilon``, ``HETEROGENEITY``), charged to everyone; the noise scales like
+1/ε, so a single participant with a tiny ε (10⁻³ among ε = 1) inflates every participant's
+error a thousandfold (one such enrollee among 20 turned a ``central-wme`` estimate of a mean in
+[−1, 1] into −1847). A server study should set ``epsilon_min`` (protocol.wire.StudyCreate) to
+the smallest ε its release can live with; enrollment then refuses lower ones. A release whose
+noise scale overflows (a subnormal ε) raises ValueError rather than publishing a null estimate.
+
 **Rounds.** One upload round ("statistic", shape (d + 1,)) for both estimators: the WME's two
 stages use the same users (no split into halves, §3.2) and run on the server (§9.1, the one-round
 option); HLM is single-round (§9.1).
