@@ -39,7 +39,7 @@ from client.server_process import ServerProcess, free_port, sqlite_url
 from client.simulate import fill_from_population, simulate
 from client.swarm import SwarmResult, run_swarm
 from protocol.catalogue import get_protocol
-from protocol.wire import MAX_BATCH
+from protocol.wire import EPSILON_MAX, EPSILON_MIN, MAX_BATCH
 
 __all__ = ["REMOTE_COMMANDS", "add_run_parser", "add_server_parser", "add_swarm_parser"]
 
@@ -172,8 +172,11 @@ def _run_swarm(args: argparse.Namespace) -> int:
         params = fill_from_population(protocol, _params(args), population)
         protocol.parse_params(params)  # a clear local error before anything is created
         create = (args.create, params)
-    elif args.param or args.params_json:
-        raise ValueError("--param/--params-json go with --create (a study's are fixed)")
+    elif args.param or args.params_json or {args.epsilon_min, args.epsilon_max} != {None}:
+        raise ValueError(
+            "--param/--params-json/--epsilon-min/--epsilon-max go with --create (a study's are "
+            "fixed)"
+        )
     if args.lease and (create is None or not args.name):
         raise ValueError("--lease needs --create PROTOCOL and --name NAME (the study to share)")
     run = asyncio.run(
@@ -189,6 +192,8 @@ def _run_swarm(args: argparse.Namespace) -> int:
             admin_key=args.admin_key,
             name=args.name,
             lease=args.lease,
+            epsilon_min=args.epsilon_min,
+            epsilon_max=args.epsilon_max,
         )
     )
     _print_summary(run.summary(), args.json)
@@ -229,6 +234,15 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
         "each leases disjoint blocks of participant ids and runs those users (for "
         "docker compose --scale swarm=K; every swarm gets the same seed and population)",
     )
+    for bound, default in (("min", EPSILON_MIN), ("max", EPSILON_MAX)):
+        parser.add_argument(
+            f"--epsilon-{bound}",
+            type=float,
+            metavar="E",
+            help=f"with --create: the study's {bound}imum ε; the server refuses users outside "
+            f"the range at enrollment (default {default:g}; set a minimum for central-* studies, "
+            "whose release uses the smallest ε)",
+        )
     parser.add_argument(
         "--seed",
         type=int,
