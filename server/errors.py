@@ -13,6 +13,7 @@ __all__ = [
     "BudgetExceeded",
     "DuplicateConflict",
     "EnrollmentFull",
+    "EpsilonOutOfRange",
     "FedldpError",
     "InvalidParams",
     "InvalidPayload",
@@ -94,6 +95,10 @@ class StudyNotEnrolling(FedldpError):
 
 class EnrollmentFull(FedldpError):
     code, status = "enrollment_full", 409
+
+
+class EpsilonOutOfRange(FedldpError):
+    code, status = "epsilon_out_of_range", 422
 
 
 class StudyExists(FedldpError):

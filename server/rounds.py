@@ -10,6 +10,13 @@ once across threads, replicas and restarts:
   deadline if the quorum is met (the protocol then aggregates who reported); otherwise the study
   fails with the reason. A crash inside the transaction rolls all of it back: the round is still
   open and the next sweep closes it again, to the same output.
+
+Failure isolation: protocol code (plan, broadcast, aggregate, finalize) that raises fails its own
+study with the reason, never the request that triggered it or the sweeper. A ``ValueError`` fails
+it inside the closing transaction; any other exception (a protocol bug) rolls that transaction
+back and fails the study in a transaction of its own. Database errors are not the study's fault:
+they propagate, and the round stays open for the next sweep. The sweeper goes on past a study
+whose transition raised anyway.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from fedldp.protocol.core.base import JSON, ReportChunk, jsonable
@@ -50,6 +58,14 @@ def fail_study(session: Session, study_id: str, reason: str) -> bool:
     return failed
 
 
+def _crash(exc: Exception) -> str:
+    """What a protocol step that raised something other than ValueError (a bug) is reported as;
+    database errors are re-raised (they are not the study's fault)."""
+    if isinstance(exc, SQLAlchemyError):
+        raise exc
+    return f"{type(exc).__name__}: {exc}"
+
+
 def start_study(ctx: Context, session: Session, study: StudyRow, now: datetime) -> str | None:
     """Close enrollment and open round 0 (inside the caller's transaction): None on success,
     else the reason the plan is infeasible (the study is then failed with it)."""
@@ -68,6 +84,11 @@ def start_study(ctx: Context, session: Session, study: StudyRow, now: datetime) 
         check_plan_budget(splan.plan, epsilon)
     except ValueError as exc:
         reason = f"the plan is infeasible: {exc}"
+        fail_study(session, study.id, reason)
+        return reason
+    except Exception as exc:
+        reason = f"the protocol failed to plan: {_crash(exc)}"
+        log.error("study %s: planning raised", study.id, exc_info=exc)
         fail_study(session, study.id, reason)
         return reason
     if not repo.transition_study(
@@ -93,7 +114,13 @@ def start_study(ctx: Context, session: Session, study: StudyRow, now: datetime) 
         for rp in splan.plan.rounds
     )
     session.flush()
-    _open_round(session, study, splan, 0, [], now)
+    try:
+        _open_round(session, study, splan, 0, [], now)
+    except Exception as exc:
+        reason = f"round 0 could not open: {_crash(exc)}"
+        log.error("study %s: round 0's broadcast raised", study.id, exc_info=exc)
+        fail_study(session, study.id, reason)
+        return reason
     ctx.plans.put(study.id, splan)
     return None
 
@@ -137,7 +164,22 @@ def _chunks(
 
 def close_round(ctx: Context, study_id: str, index: int) -> bool:
     """Close an open round that is complete or past its deadline (one transaction): True if
-    this call closed it."""
+    this call closed it. Protocol code that raises fails the study (module docstring)."""
+    try:
+        return _close_round(ctx, study_id, index)
+    except Exception as exc:
+        reason = f"round {index} could not be closed: {_crash(exc)}"
+        log.error("study %s: closing round %d raised", study_id, index, exc_info=exc)
+    with ctx.transaction() as session:
+        # only if the round is still open: whoever closed it meanwhile decided its fate
+        if not repo.close_round_if_open(session, study_id, index, utcnow()):
+            return False
+        ctx.transitions.bump()
+        fail_study(session, study_id, reason)
+        return True
+
+
+def _close_round(ctx: Context, study_id: str, index: int) -> bool:
     now = utcnow()
     with ctx.transaction() as session:
         study = repo.get_study(session, study_id)
@@ -225,9 +267,14 @@ def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[J
 
 def advance(ctx: Context, study_id: str, index: int) -> None:
     """Close round ``index`` and any following rounds that are already complete (an empty
-    cohort, say), after a report made the round complete."""
-    while close_round(ctx, study_id, index):
-        index += 1
+    cohort, say), after a report made the round complete. Never raises: the request that
+    triggered it succeeded (its reports are stored), and a round that could not be closed now
+    (the database failed) is complete, so the sweeper closes it."""
+    try:
+        while close_round(ctx, study_id, index):
+            index += 1
+    except Exception:
+        log.exception("study %s: round %d stays open for the sweeper", study_id, index)
 
 
 def sweep(ctx: Context) -> int:
@@ -238,13 +285,19 @@ def sweep(ctx: Context) -> int:
     with ctx.transaction() as session:
         due_studies = repo.due_enrollments(session, now)
     for study_id in due_studies:
-        with ctx.transaction() as session:
-            study = repo.get_study(session, study_id)
-            if study is not None and study.phase == "enrolling":
-                start_study(ctx, session, study, now)
-                done += 1
+        try:
+            with ctx.transaction() as session:
+                study = repo.get_study(session, study_id)
+                if study is not None and study.phase == "enrolling":
+                    start_study(ctx, session, study, now)
+                    done += 1
+        except Exception:  # one study's trouble must not hold up the others' deadlines
+            log.exception("sweep: starting study %s failed; retrying next sweep", study_id)
     with ctx.transaction() as session:
         due = repo.due_rounds(session, now)
     for study_id, index in due:
-        done += int(close_round(ctx, study_id, index))
+        try:
+            done += int(close_round(ctx, study_id, index))
+        except Exception:
+            log.exception("sweep: closing round %d of study %s failed", index, study_id)
     return done

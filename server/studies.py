@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -15,6 +17,8 @@ from sqlalchemy.orm import Session
 from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core.base import Predictor, jsonable
 from fedldp.protocol.core.wire import (
+    EPSILON_MAX,
+    EPSILON_MIN,
     BlockToken,
     EnrollmentBatch,
     Lease,
@@ -31,6 +35,7 @@ from fedldp.server.auth import block_token_for, new_secret, tokens_for
 from fedldp.server.context import Context
 from fedldp.server.errors import (
     EnrollmentFull,
+    EpsilonOutOfRange,
     InvalidParams,
     InvalidRequest,
     NotFinished,
@@ -117,6 +122,8 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         ),
         round_deadline_s=body.round_deadline_s,
         quorum=body.quorum,
+        epsilon_min=body.epsilon_min,
+        epsilon_max=body.epsilon_max,
         n_participants=0,
         current_round=None,
         failure_reason=None,
@@ -171,6 +178,23 @@ def cancel(ctx: Context, study_id: str) -> StudyView:
         return _view(session, require_study(session, study_id))
 
 
+def _check_epsilons(study: StudyRow, epsilons: Sequence[float]) -> None:
+    """EpsilonOutOfRange unless every ε is finite and inside the study's range (its own
+    ``epsilon_min``/``epsilon_max``, else the global ``EPSILON_MIN``..``EPSILON_MAX``, which
+    also keeps subnormal ε's out: they overflow the protocols' noise scales)."""
+    low = EPSILON_MIN if study.epsilon_min is None else study.epsilon_min
+    high = EPSILON_MAX if study.epsilon_max is None else study.epsilon_max
+    eps = np.asarray(epsilons, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~(np.isfinite(eps) & (eps >= low) & (eps <= high)))
+    if bad.size:
+        i = int(bad[0])
+        raise EpsilonOutOfRange(
+            f"participant {i} of the request declared ε = {float(eps[i])!r}; study {study.id} "
+            f"accepts {low:g} <= ε <= {high:g}"
+        )
+
+
 def enroll(
     ctx: Context,
     study_id: str,
@@ -198,6 +222,7 @@ def enroll(
             study = require_study(session, study_id)
             if study.phase != "enrolling":
                 raise StudyNotEnrolling(f"study {study_id} is {study.phase}; enrollment is closed")
+            _check_epsilons(study, epsilons)
             target = study.enrollment_target
             if target is not None and study.n_participants + len(epsilons) > target:
                 raise EnrollmentFull(

@@ -85,6 +85,9 @@ class StudyRow(Base):
     enrollment_deadline: Mapped[datetime | None]
     round_deadline_s: Mapped[float] = mapped_column(Float)
     quorum: Mapped[float] = mapped_column(Float)
+    # the ε range enrollment accepts; None: the global bound (protocol.wire.EPSILON_MIN/MAX)
+    epsilon_min: Mapped[float | None] = mapped_column(Float, nullable=True)
+    epsilon_max: Mapped[float | None] = mapped_column(Float, nullable=True)
     n_participants: Mapped[int] = mapped_column(Integer, default=0)
     leased: Mapped[int] = mapped_column(Integer, default=0)  # ids handed out in leases
     current_round: Mapped[int | None]

@@ -7,6 +7,8 @@ from typing import Any
 
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import (
+    EPSILON_MAX,
+    EPSILON_MIN,
     EpsilonSummary,
     ErrorBarView,
     ResultView,
@@ -54,6 +56,8 @@ def study_view(study: StudyRow, rounds: list[RoundRow], now: datetime) -> StudyV
         rounds=progress,
         failure_reason=study.failure_reason,
         warnings=[str(w) for w in study.warnings],
+        epsilon_min=EPSILON_MIN if study.epsilon_min is None else study.epsilon_min,
+        epsilon_max=EPSILON_MAX if study.epsilon_max is None else study.epsilon_max,
     )
 
 

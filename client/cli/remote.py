@@ -41,7 +41,7 @@ from fedldp.client.population.build import (
 )
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
-from fedldp.protocol.core.wire import MAX_BATCH
+from fedldp.protocol.core.wire import EPSILON_MAX, EPSILON_MIN, MAX_BATCH
 
 __all__ = ["REMOTE_COMMANDS", "add_run_parser", "add_server_parser", "add_swarm_parser"]
 
@@ -168,8 +168,11 @@ def _run_swarm(args: argparse.Namespace) -> int:
         params = fill_from_population(protocol, parse_params(args), population)
         protocol.parse_params(params)  # a clear local error before anything is created
         create = (args.create, params)
-    elif args.param or args.params_json:
-        raise ValueError("--param/--params-json go with --create (a study's are fixed)")
+    elif args.param or args.params_json or {args.epsilon_min, args.epsilon_max} != {None}:
+        raise ValueError(
+            "--param/--params-json/--epsilon-min/--epsilon-max go with --create (a study's are "
+            "fixed)"
+        )
     if args.lease and (create is None or not args.name):
         raise ValueError("--lease needs --create PROTOCOL and --name NAME (the study to share)")
     run = asyncio.run(
@@ -185,6 +188,8 @@ def _run_swarm(args: argparse.Namespace) -> int:
             admin_key=args.admin_key,
             name=args.name,
             lease=args.lease,
+            epsilon_min=args.epsilon_min,
+            epsilon_max=args.epsilon_max,
         )
     )
     _print_summary(run.summary(), args.json)
@@ -225,6 +230,15 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
         "each leases disjoint blocks of participant ids and runs those users (for "
         "docker compose --scale swarm=K; every swarm gets the same seed and population)",
     )
+    for bound, default in (("min", EPSILON_MIN), ("max", EPSILON_MAX)):
+        parser.add_argument(
+            f"--epsilon-{bound}",
+            type=float,
+            metavar="E",
+            help=f"with --create: the study's {bound}imum ε; the server refuses users outside "
+            f"the range at enrollment (default {default:g}; set a minimum for central-* studies, "
+            "whose release uses the smallest ε)",
+        )
     parser.add_argument(
         "--seed",
         type=int,

@@ -90,6 +90,7 @@ def _study_tables(view: StudyView) -> Group:
     about.add_row("params", json.dumps(view.params))
     about.add_row("phase", view.phase)
     about.add_row("participants", str(view.n_participants))
+    about.add_row("ε accepted", f"{view.epsilon_min:g} to {view.epsilon_max:g}")
     about.add_row("seed", str(view.seed))
     about.add_row("round deadline", f"{view.round_deadline_s:g} s, quorum {view.quorum:g}")
     if view.failure_reason:

@@ -111,7 +111,8 @@ class PhaseError(ApiError):
 
 
 class InvalidRequestError(ApiError):
-    """invalid_request: a body or query the server could not parse."""
+    """invalid_request: a body or query the server could not parse; epsilon_out_of_range: an ε
+    outside the range the study accepts at enrollment."""
 
 
 class ReportRejectedError(InvalidRequestError):
@@ -156,6 +157,7 @@ _FAMILIES: dict[str, type[ApiError]] = {
     ),
     **dict.fromkeys(("unknown_protocol", "invalid_params", "plan_infeasible"), StudyConfigError),
     "invalid_request": InvalidRequestError,
+    "epsilon_out_of_range": InvalidRequestError,
     "internal_error": ServerError,
 }
 

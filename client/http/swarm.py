@@ -407,6 +407,8 @@ async def run_swarm(
     lease: bool = False,
     round_deadline_s: float = 600.0,
     quorum: float = 1.0,
+    epsilon_min: float | None = None,
+    epsilon_max: float | None = None,
     retry: RetryPolicy | None = None,
     waits: WaitPolicy | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
@@ -424,6 +426,8 @@ async def run_swarm(
     first creates it (enrollment target = the population size), the others join it by name;
     each leases disjoint blocks of participant ids, enrolls and runs those users, and the study
     starts by itself once the whole population is enrolled (``docker compose --scale swarm=K``).
+    ``epsilon_min``/``epsilon_max`` (with ``create``): the ε range the study accepts (the server
+    refuses users outside it at enrollment).
     """
     if (study_id is None) == (create is None):
         raise ValueError("give exactly one of study_id and create")
@@ -459,6 +463,8 @@ async def run_swarm(
                     name=name,
                     round_deadline_s=round_deadline_s,
                     quorum=quorum,
+                    epsilon_min=epsilon_min,
+                    epsilon_max=epsilon_max,
                     enrollment_target=pop.n if lease else None,
                     # a swarm that leased ids and died must not hold the others forever
                     enrollment_deadline_s=round_deadline_s if lease else None,

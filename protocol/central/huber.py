@@ -13,6 +13,11 @@ correction of the paper's (7)) are ``fedldp.protocol.mechanisms.dp_noise``.
   with Δ(D) replaced by Δ̃, the Hamming distance to a fixed, data-independent set (§4.4): exact for
   d = 1 balanced, lattice balls for d > 1, the θ′-cover for imbalanced users. ``paper-proxy``
   (§4.9) replaces S by its leading term: NOT differentially private.
+
+The noise constants α, β (``protocol.dp_noise``) come from the release's ε, which
+``protocol.central`` takes as the smallest declared ε: one participant with a low ε shrinks α and
+raises everyone's noise (S/α), so a study should set ``epsilon_min``. For d = 1 the ``dp``
+calibration spends at most ε = ``dp_noise.ONE_D_EPSILON_CAP`` (e^ε overflows beyond).
 """
 
 from __future__ import annotations

@@ -14,6 +14,14 @@ public, holds only the DP release and aggregate, public constants (n, N, the noi
 a participant's statistic. The m_i are public information in the paper (§1.1); they enter the noise
 of WME through max_i m_i/N.
 
+**One low ε sets everyone's noise.** The release is (ε, δ)-DP at ε = min_i ε_i, the smallest
+declared ε (``release_epsilon``, ``HETEROGENEITY``), charged to everyone; the noise scales like
+1/ε, so a single participant with a tiny ε (10⁻³ among ε = 1) inflates every participant's
+error a thousandfold (one such enrollee among 20 turned a ``central-wme`` estimate of a mean in
+[−1, 1] into −1847). A server study should set ``epsilon_min`` (protocol.wire.StudyCreate) to
+the smallest ε its release can live with; enrollment then refuses lower ones. A release whose
+noise scale overflows (a subnormal ε) raises ValueError rather than publishing a null estimate.
+
 **Rounds.** One upload round ("statistic", shape (d + 1,)) for both estimators: the WME's two
 stages use the same users (no split into halves, §3.2) and run on the server (§9.1, the one-round
 option); HLM is single-round (§9.1).
@@ -355,6 +363,12 @@ class _Central(Protocol[P]):
         means, counts = self.collect(params, chunks)
         rng = server_rng(int(plan.public["seed"]), round_index)
         out = self.release(params, plan, means, counts, rng)
+        if not np.all(np.isfinite(np.asarray(out["estimate"], dtype=np.float64))):
+            # e.g. a subnormal ε: the noise scale overflows; a clean refusal, not a null estimate
+            raise ValueError(
+                f"the release is not finite: ε = {float(plan.public['epsilon']):g} (the smallest "
+                "declared ε) is too small for the noise scale"
+            )
         n, total = int(counts.size), int(counts.sum())
         common: JSON = {
             "n": n,
@@ -383,6 +397,8 @@ class _Central(Protocol[P]):
             raise ValueError(f"{self.name} finalizes after its single round")
         out = dict(outputs[0])
         raw = out.pop("estimate")
+        if raw is None or any(v is None for v in raw):  # jsonable turned a non-finite value None
+            raise ValueError(f"{self.name}: the release is not finite")
         extra = tuple(str(w) for w in out.pop("warnings", []))
         estimate: float | list[float] = (
             float(raw[0]) if self.data_kind == "scalar" else [float(v) for v in raw]

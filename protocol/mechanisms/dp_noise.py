@@ -30,6 +30,7 @@ from fedldp.protocol.core.base import FloatArray
 
 __all__ = [
     "MULTI_D_EPSILON_CAP",
+    "ONE_D_EPSILON_CAP",
     "Calibration",
     "as_user_means",
     "calibrated_alpha",
@@ -189,6 +190,12 @@ worst-case δ(ε) <= δ) for d = 2..8, ε <= 10 and δ <= 0.1, but it fails at �
 Spending less than ε is always valid."""
 
 
+ONE_D_EPSILON_CAP = 700.0
+"""For d = 1 the ``dp`` calibration is computed at ε' = min(ε, 700): the exact δ(ε) needs e^ε,
+which overflows a float past ε ≈ 709.8. Spending less than ε is always valid, and any larger ε
+(e.g. the enrollment bound 1e3) used to raise OverflowError instead."""
+
+
 def smooth_beta(epsilon: float, delta: float) -> float:
     """β of the d = 1 ``dp`` calibration: the paper's ε/(2 ln(1/δ)), halved while the scale
     change alone (α → 0) would leak more than δ/2 (only for large ε·δ, e.g. ε >= 5 at δ = 0.01)."""
@@ -204,15 +211,17 @@ def noise_constants(
 ) -> tuple[float, float]:
     """(α, β) of the release: ``paper-proxy`` → paper (7) as printed; ``dp`` → (7) at
     min(ε, ``MULTI_D_EPSILON_CAP``) for d > 1 and, for d = 1, ``smooth_beta`` (the paper's β for
-    ordinary ε, δ) with the largest valid α (``calibrated_alpha``, module doc)."""
+    ordinary ε, δ) with the largest valid α (``calibrated_alpha``, module doc), at
+    min(ε, ``ONE_D_EPSILON_CAP``)."""
     if calibration == "paper-proxy":
         return paper_alpha_beta(epsilon, delta, d)
     if calibration != "dp":
         raise ValueError(f"unknown calibration {calibration!r}")
     if d > 1:
         return paper_alpha_beta(min(float(epsilon), MULTI_D_EPSILON_CAP), delta, d)
-    beta = smooth_beta(epsilon, delta)
-    return calibrated_alpha(float(epsilon), float(delta), beta), beta
+    eps = min(float(epsilon), ONE_D_EPSILON_CAP)
+    beta = smooth_beta(eps, delta)
+    return calibrated_alpha(eps, float(delta), beta), beta
 
 
 def gaussian_coefficient(delta: float) -> float:

@@ -15,18 +15,22 @@ import numpy as np
 import pytest
 from fastapi import FastAPI
 
+from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core.wire import (
     BudgetView,
     Credentials,
     Enrollment,
+    Receipt,
     ReportBatch,
     ResultView,
     StudyCreate,
     StudyView,
+    TaskDone,
 )
 from fedldp.protocol.heterogeneous.estimators import weights
 from fedldp.server import participants, studies
 from fedldp.server.context import Context
+from fedldp.server.db import Database
 from fedldp.server.rounds import close_round, sweep
 from tests.server.helpers import (
     app_context,
@@ -290,3 +294,100 @@ async def test_quorum_missed_at_the_deadline_fails_the_study(
     assert (result.phase, result.estimate, result.error_bar) == ("failed", None, None)
     assert result.failure_reason == view.failure_reason
     assert sweep(ctx) == 0
+
+
+# --------------------------------------------------------------------------- failure isolation
+
+
+def _raises(error: Exception) -> Any:
+    def step(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    return step
+
+
+async def _report(
+    client: httpx.AsyncClient, study_id: str, person: Enrollment, values: list[float]
+) -> Receipt:
+    body = {
+        "participant_id": person.participant_id,
+        "token": person.token,
+        "round": 0,
+        "payload": {"kind": "statistic", "values": values},
+    }
+    response = await client.post(f"/v1/studies/{study_id}/reports", json=body)
+    assert response.status_code == 201, response.text
+    return Receipt.model_validate_json(response.content)
+
+
+async def test_a_protocol_that_raises_fails_its_study_and_no_other(
+    client: httpx.AsyncClient, app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """finalize raising at a report-triggered close, aggregate raising in the sweeper: each
+    study fails with the reason, the report that closed the round gets its receipt, and another
+    study's round still closes at its deadline, also in a server restarted on the database."""
+    ctx = app_context(app)
+    monkeypatch.setattr(CATALOGUE["central-wme"], "finalize", _raises(TypeError("finalize bug")))
+    monkeypatch.setattr(CATALOGUE["hetero-mean-rr"], "aggregate", _raises(KeyError("agg bug")))
+    central = await create_study(client, "central-wme")
+    people = await enroll(client, central.id, [1.0, 1.0])
+    await start(client, central.id)
+    first = await _report(client, central.id, people[0], [0.3, 4.0])
+    last = await _report(client, central.id, people[1], [0.3, 4.0])  # closes the round
+    assert (first.duplicate, last.duplicate) == (False, False)
+    view = StudyView.model_validate_json((await client.get(f"/v1/studies/{central.id}")).content)
+    assert (view.phase, view.current_round) == ("failed", None)
+    assert view.failure_reason is not None
+    assert "TypeError: finalize bug" in view.failure_reason
+    url = f"/v1/studies/{central.id}/participants/{people[1].participant_id}/task"
+    task = TaskDone.model_validate_json(
+        (await client.get(url, headers={"Authorization": f"Bearer {people[1].token}"})).content
+    )
+    assert task.phase == "failed"
+
+    broken = await create_study(client, "hetero-mean-rr", quorum=0.5)
+    fine = await create_study(client, "hetero-mean-laplace", quorum=0.5)
+    broken_people = await enroll(client, broken.id, [1.0] * 4)
+    fine_people = await enroll(client, fine.id, [1.0] * 4)
+    for study, kind, rows, who in (
+        (broken, "bit", [[1.0]] * 3, broken_people),
+        (fine, "scalar", [[0.2]] * 3, fine_people),
+    ):
+        await start(client, study.id)
+        await submit_batch(client, study.id, 0, kind, who[:3], rows)
+        expire_round(ctx, study.id, 0)
+    assert sweep(ctx) == 2
+    failed = studies.get(ctx, broken.id)
+    assert failed.phase == "failed"
+    assert failed.failure_reason is not None
+    assert "could not be closed: KeyError" in failed.failure_reason
+    assert (await round_of(client, broken.id, 0)).status == "closed"
+    assert studies.get(ctx, fine.id).phase == "finished"
+    assert sweep(ctx) == 0  # nothing is retried
+
+    restarted = Context(ctx.settings, Database(ctx.settings))
+    try:
+        late = await create_study(client, "hetero-mean-laplace", quorum=0.5)
+        late_people = await enroll(client, late.id, [1.0] * 2)
+        await start(client, late.id)
+        await submit_batch(client, late.id, 0, "scalar", late_people[:1], [[0.1]])
+        expire_round(restarted, late.id, 0)
+        assert sweep(restarted) == 1
+        assert studies.get(restarted, late.id).phase == "finished"
+    finally:
+        restarted.db.dispose()
+
+
+def test_a_plan_that_raises_fails_the_study_in_the_sweeper(
+    ctx: Context, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(CATALOGUE["hetero-mean-rr"], "plan", _raises(ZeroDivisionError("plan")))
+    bad, _ = new_study(ctx, "hetero-mean-rr", {}, [1.0] * 3, enrollment_deadline_s=60)
+    good, _ = new_study(ctx, "hetero-mean-laplace", {}, [1.0] * 3, enrollment_deadline_s=60)
+    expire_enrollment(ctx, bad)
+    expire_enrollment(ctx, good)
+    assert sweep(ctx) == 2
+    failed = studies.get(ctx, bad)
+    assert failed.phase == "failed"
+    assert failed.failure_reason == "the protocol failed to plan: ZeroDivisionError: plan"
+    assert studies.get(ctx, good).phase == "running"

@@ -9,6 +9,8 @@ import pytest
 from pydantic import TypeAdapter
 
 from fedldp.protocol.core.wire import (
+    EPSILON_MAX,
+    EPSILON_MIN,
     Enrollment,
     EnrollmentBatch,
     Lease,
@@ -135,6 +137,83 @@ async def test_enrollment_refuses_a_non_finite_epsilon(
     )
     expect_error(response, 422, "invalid_request")
     assert (await study_view(client, study.id)).n_participants == 0
+
+
+@pytest.mark.parametrize("tiny", [1e-310, 1e-320])
+async def test_a_subnormal_epsilon_is_refused_at_enrollment(
+    client: httpx.AsyncClient, tiny: float
+) -> None:
+    """Issue 14: a central-wme participant with a subnormal ε was enrolled, and closing the
+    round then raised (500 on the last report, the study running forever). It is now refused."""
+    study = await create_study(client, "central-wme")
+    url = f"/v1/studies/{study.id}/participants"
+    both = {"participants": [{"epsilon": 1.0}, {"epsilon": tiny}]}
+    body = expect_error(await client.post(f"{url}/batch", json=both), 422, "epsilon_out_of_range")
+    assert "1e-06 <= ε <= 1000" in body.detail
+    expect_error(await client.post(url, json={"epsilon": tiny}), 422, "epsilon_out_of_range")
+    assert (await study_view(client, study.id)).n_participants == 0
+
+    people = await enroll(client, study.id, [1.0, 1.0])  # the reproduction, with a valid ε
+    await start(client, study.id)
+    for person in people:
+        report = {
+            "participant_id": person.participant_id,
+            "token": person.token,
+            "round": 0,
+            "payload": {"kind": "statistic", "values": [0.3, 4]},
+        }
+        response = await client.post(f"/v1/studies/{study.id}/reports", json=report)
+        assert response.status_code == 201, response.text
+    result = ResultView.model_validate_json(
+        (await client.get(f"/v1/studies/{study.id}/result")).content
+    )
+    assert result.phase == "finished"
+    assert isinstance(result.estimate, float)
+
+
+@pytest.mark.parametrize("eps", [EPSILON_MIN / 2, EPSILON_MAX * 2])
+async def test_enrollment_refuses_an_epsilon_outside_the_global_range(
+    client: httpx.AsyncClient, eps: float
+) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    assert (study.epsilon_min, study.epsilon_max) == (EPSILON_MIN, EPSILON_MAX)
+    columns = {"epsilons": [1.0, eps, 1.0]}
+    url = f"/v1/studies/{study.id}/participants/batch"
+    body = expect_error(await client.post(url, json=columns), 422, "epsilon_out_of_range")
+    assert "participant 1" in body.detail
+    await enroll(client, study.id, [EPSILON_MIN, EPSILON_MAX])  # the bounds are inside
+
+
+async def test_a_study_declares_the_epsilon_range_it_accepts(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "central-wme", epsilon_min=0.5, epsilon_max=4)
+    assert (study.epsilon_min, study.epsilon_max) == (0.5, 4.0)
+    assert (await study_view(client, study.id)).epsilon_min == 0.5
+    url = f"/v1/studies/{study.id}/participants"
+    for eps in (0.1, 4.5):
+        body = expect_error(
+            await client.post(url, json={"epsilon": eps}), 422, "epsilon_out_of_range"
+        )
+        assert "0.5 <= ε <= 4" in body.detail
+    await enroll(client, study.id, [0.5, 1.0, 4.0])
+    assert (await study_view(client, study.id)).n_participants == 3
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        {"epsilon_min": 2.0, "epsilon_max": 1.0},
+        {"epsilon_min": EPSILON_MIN / 10},
+        {"epsilon_max": EPSILON_MAX * 10},
+        {"epsilon_min": 0},
+        {"epsilon_min": EPSILON_MAX * 2},  # above the global maximum when no maximum is given
+    ],
+)
+async def test_a_study_epsilon_range_must_lie_in_the_global_one(
+    client: httpx.AsyncClient, bounds: dict[str, float]
+) -> None:
+    body = {"protocol": "central-wme", "seed": 1, **bounds}
+    expect_error(await client.post("/v1/studies", json=body), 422, "invalid_request")
+    assert await no_studies(client)
 
 
 async def test_empty_enrollment_batch_is_refused(client: httpx.AsyncClient) -> None:

@@ -6,7 +6,13 @@ numeric rows the protocols work with. The batch report form is columnar (one rou
 participants) because it carries up to tens of thousands of reports per request.
 """
 
-from fedldp.protocol.core.wire.common import MAX_BATCH, MAX_DEADLINE_S, MAX_ID
+from fedldp.protocol.core.wire.common import (
+    EPSILON_MAX,
+    EPSILON_MIN,
+    MAX_BATCH,
+    MAX_DEADLINE_S,
+    MAX_ID,
+)
 from fedldp.protocol.core.wire.participants import (
     MAX_BLOCKS,
     BlockToken,
@@ -68,6 +74,8 @@ from fedldp.protocol.core.wire.studies import (
 )
 
 __all__ = [
+    "EPSILON_MAX",
+    "EPSILON_MIN",
     "MAX_BATCH",
     "MAX_BLOCKS",
     "MAX_DEADLINE_S",

@@ -14,7 +14,13 @@ MAX_DEADLINE_S = 100 * 365.25 * 86400.0
 NonNegInt = Annotated[int, Field(ge=0, le=MAX_ID)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
+EPSILON_MIN = 1e-6
+"""Smallest ε a participant may enroll with (any study): below it no estimate is meaningful, and
+subnormal ε's overflow noise scales to infinity. A study may narrow the range (``epsilon_min``)."""
+EPSILON_MAX = 1e3
+"""Largest ε a participant may enroll with (any study); a study may narrow it (``epsilon_max``)."""
 Deadline = Annotated[float, Field(gt=0, le=MAX_DEADLINE_S, description="seconds")]
+EpsilonBound = Annotated[float, Field(ge=EPSILON_MIN, le=EPSILON_MAX)]
 
 
 class Model(BaseModel):

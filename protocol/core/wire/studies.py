@@ -5,9 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from fedldp.protocol.core.wire.common import MAX_ID, Deadline, Model, Seed
+from fedldp.protocol.core.wire.common import (
+    EPSILON_MAX,
+    EPSILON_MIN,
+    MAX_ID,
+    Deadline,
+    EpsilonBound,
+    Model,
+    Seed,
+)
 
 # --------------------------------------------------------------------------- catalogue
 
@@ -57,6 +65,22 @@ class StudyCreate(Model):
         description="central-trust protocols only: the seed of the server's noise, kept secret "
         "(never shown); default a random one. Give it only to reproduce a run in process.",
     )
+    epsilon_min: EpsilonBound | None = Field(
+        None,
+        description=f"smallest ε a participant may enroll with (default {EPSILON_MIN:g}); a "
+        "central-trust release uses the smallest enrolled ε for everyone, so set it there",
+    )
+    epsilon_max: EpsilonBound | None = Field(
+        None, description=f"largest ε a participant may enroll with (default {EPSILON_MAX:g})"
+    )
+
+    @model_validator(mode="after")
+    def _epsilon_range(self) -> StudyCreate:
+        low = EPSILON_MIN if self.epsilon_min is None else self.epsilon_min
+        high = EPSILON_MAX if self.epsilon_max is None else self.epsilon_max
+        if low > high:
+            raise ValueError(f"epsilon_min {low:g} exceeds epsilon_max {high:g}")
+        return self
 
 
 class RoundProgress(Model):
@@ -87,6 +111,12 @@ class StudyView(Model):
     rounds: list[RoundProgress]
     failure_reason: str | None
     warnings: list[str]
+    epsilon_min: float = Field(
+        EPSILON_MIN, description="smallest ε enrollment accepts (the study's, else the global)"
+    )
+    epsilon_max: float = Field(
+        EPSILON_MAX, description="largest ε enrollment accepts (the study's, else the global)"
+    )
 
 
 class StudyList(Model):

@@ -95,6 +95,24 @@ def test_cli_errors_are_one_line_with_the_code(
     assert "Traceback" not in err
 
 
+def test_swarm_creates_a_study_with_an_epsilon_range(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    create = ["swarm", "--server", server, "--create", "central-wme", *POPULATION, "--seed", "4"]
+    code, _, err = run_cli(capsys, *create, "--epsilon-min", "2", "--batch", "--quiet")
+    assert code != 0
+    assert "epsilon_out_of_range" in err  # the population's ε = 1 lies below the minimum
+    assert "Traceback" not in err
+    bounds = ["--epsilon-min", "0.5", "--epsilon-max", "2"]
+    code, out, err = run_cli(capsys, *create, *bounds, "--batch", "--json", "--quiet")
+    assert code == 0, err
+    study_id = json.loads(out)["study_id"]
+    code, out, _ = run_cli(capsys, "studies", "show", study_id, "--server", server, "--json")
+    assert code == 0
+    shown = json.loads(out)
+    assert (shown["epsilon_min"], shown["epsilon_max"], shown["phase"]) == (0.5, 2.0, "finished")
+
+
 def test_run_starts_a_server_runs_the_swarm_and_agrees(capsys: pytest.CaptureFixture[str]) -> None:
     spec = ["--users", "2000", "--samples", "16", "--distribution", "two-point", "--mean", "0.3"]
     code, out, err = run_cli(capsys, "run", *spec, "--seed", "5", "--json", "--quiet")

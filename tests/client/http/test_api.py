@@ -114,6 +114,7 @@ CODES: list[tuple[str, int, type[ApiError]]] = [
     ("invalid_params", 422, StudyConfigError),
     ("plan_infeasible", 422, StudyConfigError),
     ("invalid_request", 422, InvalidRequestError),
+    ("epsilon_out_of_range", 422, InvalidRequestError),
     ("internal_error", 500, ServerError),
 ]
 

@@ -1,4 +1,4 @@
-"""Wire messages (the ``protocol/core/wire`` package): strict, and payloads round-trip through numeric rows."""
+"""Wire messages (the ``protocol/core/wire`` package): strict; payloads round-trip through rows."""
 
 from __future__ import annotations
 
