@@ -46,6 +46,7 @@ from fedldp.protocol.core.base import (
 )
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.heterogeneous import estimators as est
+from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
 from fedldp.protocol.mechanisms.randomizers import (
     JL_MAX_ENTRIES,
     duchi_radius,
@@ -55,6 +56,7 @@ from fedldp.protocol.mechanisms.randomizers import (
     jl_estimate,
     jl_report,
     laplace_mean_report,
+    laplace_scale,
     one_bit_report,
     randomized_response,
     rr_debias,
@@ -310,6 +312,12 @@ class HeteroLaplaceMean(_Hetero[LaplaceParams]):
         rng: RandomSource,
     ) -> FloatArray:
         return laplace_mean_report(_local_means(data), eps, rng, params.lo, params.hi)
+
+    def report_bounds(
+        self, params: LaplaceParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """[−1, 1] (the clipped unit-scale mean) ± the reach of Lap(2/ε_i)."""
+        return around(-1.0, 1.0, laplace_reach(laplace_scale(2.0, check_epsilons(epsilon))), 0)
 
     bar_kind: ClassVar[str] = "laplace-chernoff"
 

@@ -48,6 +48,7 @@ from fedldp.protocol.semi_feature.common import (
     SemiParams,
     enrollment,
     features_of,
+    label_bounds,
     label_report,
     plan_epsilons,
     semi_feature_block,
@@ -263,6 +264,12 @@ class _HistOfTree(Protocol[H], Predictor[H]):
         else:
             ok = np.all((p == 0.0) | (p == 1.0), axis=1) & np.all(p[:, cells:] == 0.0, axis=1)
         return np.asarray(valid & ok, dtype=np.bool_)
+
+    def report_bounds(
+        self, params: H, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray] | None:
+        """Round 0's Laplace label (``label_bounds``); round 1's cells are bounded already."""
+        return label_bounds(params, epsilon) if task.round == 0 else None
 
     def check_members(
         self, params: H, plan: Plan, task: RoundTask, slots: IntArray, payloads: FloatArray

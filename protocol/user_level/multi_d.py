@@ -306,6 +306,12 @@ class ComponentProtocol(Protocol[P]):
             return comp.stage_one_reports(values, layout, families, group, epsilon, rng)
         return comp.stage_two_reports(values, layout, families, task.broadcast, group, epsilon, rng)
 
+    def report_bounds(
+        self, params: P, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Both stages' messages carry Laplace noise: ``components.report_bounds``."""
+        return comp.report_bounds(task.broadcast, task.round % 2, group, epsilon)
+
     def aggregate(
         self,
         params: P,

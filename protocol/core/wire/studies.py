@@ -89,6 +89,8 @@ class RoundProgress(Model):
     status: Literal["pending", "open", "closed"]
     expected: int
     received: int
+    refused: int = 0  # by the protocol's checks or plausibility bounds
+    late: int = 0  # sent after the round had closed
     deadline: datetime | None
     seconds_left: float | None
 
