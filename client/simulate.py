@@ -160,6 +160,14 @@ class StudyFailed(RuntimeError):
     that raises ValueError); the message is the server's reason."""
 
 
+class _ClientSide(Exception):
+    """A ValueError of the client step, carried through ``aggregate`` unchanged."""
+
+    def __init__(self, error: ValueError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 @dataclass(frozen=True)
 class _Run:
     protocol: Protocol[Any]
@@ -199,10 +207,13 @@ def _round_chunks(
         on_chunk(int(keep.size))
         if ids.size == 0:
             continue
-        payloads = np.asarray(
-            respond(protocol, params, sent, slots, eps, group, run.population.data, key, roles),
-            dtype=np.float64,
-        )
+        try:
+            payloads = np.asarray(
+                respond(protocol, params, sent, slots, eps, group, run.population.data, key, roles),
+                dtype=np.float64,
+            )
+        except ValueError as exc:  # the client's own error, not the server's aggregation's
+            raise _ClientSide(exc) from exc
         valid = protocol.check(params, task, eps, payloads) & protocol.check_members(
             params, plan, task, ids, payloads
         )
@@ -319,6 +330,8 @@ def simulate(
             output = protocol.aggregate(
                 params, plan, k, broadcast, _round_chunks(run, task, k, count, on_chunk)
             )
+        except _ClientSide as exc:
+            raise exc.error from None
         except ValueError as exc:
             if roles is None and count.refused == 0:
                 raise

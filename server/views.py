@@ -70,6 +70,8 @@ def round_view(r: RoundRow) -> RoundView:
         status=r.status,
         expected=r.expected,
         received=r.received,
+        refused=r.refused,
+        late=r.late,
         opened_at=r.opened_at,
         closed_at=r.closed_at,
         broadcast=r.broadcast,

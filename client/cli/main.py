@@ -70,6 +70,7 @@ def protocol_catalogue() -> list[dict[str, Any]]:
                 "trust": p.trust,
                 "data_kind": p.data_kind,
                 "heterogeneity": p.heterogeneity,
+                "dropout": p.dropout,
                 "parameters": params,
             }
         )

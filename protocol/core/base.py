@@ -283,6 +283,12 @@ class Protocol(ABC, Generic[ParamsT]):
     summary: ClassVar[str]  # one line
     source: ClassVar[str]  # paper and algorithm, e.g. "Zhao et al. 2024, Alg. 1"
     heterogeneity: ClassVar[str]  # how unequal ε's are combined
+    dropout: ClassVar[str] = (
+        "A round closed on a quorum (DESIGN.md 'Flow of a study') aggregates its responders: "
+        "the estimator runs on them, its weights renormalised over who reported, and the error "
+        "bar uses their count."
+    )
+    """What a round closed with fewer reports than planned estimates (the catalogue shows it)."""
     trust: ClassVar[Trust] = "local"
     data_kind: ClassVar[DataKind]
     params_model: type[ParamsT]
@@ -299,6 +305,7 @@ class Protocol(ABC, Generic[ParamsT]):
             "summary": self.summary,
             "source": self.source,
             "heterogeneity": self.heterogeneity,
+            "dropout": self.dropout,
             "trust": self.trust,
             "data_kind": self.data_kind,
             "parameters": self.params_model.model_json_schema(),

@@ -122,6 +122,13 @@ H = TypeVar("H", bound=HotParams)
 class _HistOfTree(Protocol[H], Predictor[H]):
     """Rounds, randomizers, checks and estimator shared by HistOfTree and AdHistOfTree."""
 
+    dropout: ClassVar[str] = (
+        "The same users send a label (round 0) and a cell (round 1). The tree grows from the "
+        "round-0 responders' labels; the cell estimates pair labels and cells and use only the "
+        "users who sent both (a user who leaves after its label helped the tree but not the "
+        "cell values; diagnostics: label_reports, cell_reports, paired). No pair fails the study."
+    )
+
     data_kind: ClassVar[DataKind] = "labeled"
     source: ClassVar[str] = (
         "Ma, Jia, Yang, Locally Private Estimation with Public Features: eq. (4)-(9), "

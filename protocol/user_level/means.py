@@ -157,6 +157,13 @@ class UserMean(Protocol[UserMeanParams]):
     """
 
     name: ClassVar[str] = "user-mean"
+    dropout: ClassVar[str] = (
+        "Stage one and stage two have disjoint cohorts, so a stage-one user who leaves never "
+        "owed a stage-two report. Stage one's interval comes from its responders' summed "
+        "histograms (the argmax does not depend on how many reported); stage two is the "
+        "inverse-variance mean of its responders (unbiased on them), its error bar from their "
+        "variances. A stage with no report fails the study."
+    )
     summary: ClassVar[str] = (
         "Two-stage user-level LDP mean of scalars: noisy histograms find an interval, "
         "clipped Laplace means estimate inside it."
