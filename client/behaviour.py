@@ -54,6 +54,7 @@ from fedldp.protocol.core.streams import StreamKey, UserStreams
 from fedldp.protocol.mechanisms.randomizers import jl_sign
 
 __all__ = [
+    "ATTACKS",
     "INPUT_EXTREME",
     "AttackName",
     "Behaviour",

@@ -31,6 +31,7 @@ from fedldp.client.seeds import derive_seeds, noise_seed, round_key
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.base import (
     JSON,
+    BoolArray,
     FloatArray,
     IntArray,
     Params,
@@ -178,6 +179,7 @@ class _Run:
     roles: Roles | None
     round_deadline_s: float
     chunk_size: int
+    gone: BoolArray  # by participant id: attackers whose report was refused give up
 
 
 def _round_chunks(
@@ -197,7 +199,7 @@ def _round_chunks(
         keep = np.ones(ids.shape, dtype=np.bool_)
         attackers = np.zeros(ids.shape, dtype=np.bool_)
         if roles is not None:
-            present = roles.present(slots, round_index)
+            present = roles.present(slots, round_index) & ~run.gone[ids]
             late = present & roles.too_late(slots, run.round_deadline_s)
             count.dropped += int(np.count_nonzero(~present))
             count.late += int(np.count_nonzero(late))
@@ -225,6 +227,7 @@ def _round_chunks(
             )
         # an honest report is implausible with probability <= 1e-12 per entry: refused too
         ok = valid & protocol.plausible(params, task, eps, group, payloads)
+        run.gone[ids[~ok & attackers]] = True
         count.refused += int(np.count_nonzero(~ok))
         count.received += int(np.count_nonzero(ok))
         if ok.any():
@@ -248,7 +251,7 @@ def _eligible(run: _Run, round_index: int) -> int:
     if run.roles is None:
         return int(rp.cohort.size)
     slots = run.members[rp.cohort]
-    there = run.roles.present(slots, round_index)
+    there = run.roles.present(slots, round_index) & ~run.gone[rp.cohort]
     return int(np.count_nonzero(there & ~run.roles.too_late(slots, run.round_deadline_s)))
 
 
@@ -306,7 +309,10 @@ def simulate(
             raise
         raise StudyFailed(f"the plan is infeasible: {exc}") from None
     charges = check_plan_budget(plan, epsilon)
-    run = _Run(protocol, params, population, plan, members, roles, round_deadline_s, chunk_size)
+    gone = np.zeros(plan.n_participants, dtype=np.bool_)
+    run = _Run(
+        protocol, params, population, plan, members, roles, round_deadline_s, chunk_size, gone
+    )
     total = int(sum(rp.cohort.size for rp in plan.rounds))
     done = 0
 

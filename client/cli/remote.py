@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fedldp.client.cli.output import render_table
-from fedldp.client.cli.params import parse_params
+from fedldp.client.cli.params import add_behaviour_arguments, behaviour_from_args, parse_params
 from fedldp.client.cli.studies import add_server_option, add_studies_parser, remote
 from fedldp.client.http.server_process import ServerProcess, free_port, sqlite_url
 from fedldp.client.http.swarm import SwarmResult, run_swarm
@@ -190,6 +190,9 @@ def _run_swarm(args: argparse.Namespace) -> int:
             lease=args.lease,
             epsilon_min=args.epsilon_min,
             epsilon_max=args.epsilon_max,
+            round_deadline_s=args.round_deadline,
+            quorum=args.quorum,
+            behaviour=behaviour_from_args(args),
         )
     )
     _print_summary(run.summary(), args.json)
@@ -214,7 +217,9 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
         "      --samples 256 --distribution two-point --mean 0.3 --seed 7 --batch\n"
         "  fedldp swarm --create hetero-mean-rr --users 4000 --distribution two-point \\\n"
         "      --mean 0.2 --epsilon-mix 0.1:0.5,1:0.5 --seed 3 --concurrency 200 --json\n"
-        "  fedldp swarm --study 6f1c... --users 5000 --samples 64 --seed 1 --processes 2 --batch",
+        "  fedldp swarm --study 6f1c... --users 5000 --samples 64 --seed 1 --processes 2 --batch\n"
+        "  fedldp swarm --create user-mean --users 2000 --samples 16 --seed 1 --batch 500 \\\n"
+        "      --dropout 0.2 --late 0.05:5 --round-deadline 2 --quorum 0.5",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_server_option(parser)
@@ -254,6 +259,7 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
     )
     _add_swarm_options(parser, default_batch=None)
     add_population_arguments(parser)
+    add_behaviour_arguments(parser)
     parser.set_defaults(handler=remote(_run_swarm))
 
 
