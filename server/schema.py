@@ -123,8 +123,9 @@ def schema_status(connection: Connection) -> SchemaStatus:
     closest = min(LEGACY_REVISIONS, key=lambda r: len(differences[r]))
     raise UnknownSchema(
         "the database has fedldp tables but no alembic_version, and they match no schema an "
-        f"earlier release made ({', '.join(reversed(LEGACY_REVISIONS))}); closest is {closest}, "
-        f"which differs in: {'; '.join(differences[closest][:5])}. It was left untouched"
+        f"earlier release made ({', '.join(reversed(LEGACY_REVISIONS))}). To equal the closest, "
+        f"{closest}, it would need: {'; '.join(differences[closest][:5])}. "
+        "It was left untouched"
     )
 
 

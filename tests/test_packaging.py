@@ -79,7 +79,7 @@ def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
     ).stdout
     assert "simulate" in help_text
     url = f"sqlite:///{tmp_path / 'wheel.db'}"
-    fedldp_db = [env_dir / "bin" / "fedldp", "db"]
+    fedldp_db: list[str | Path] = [env_dir / "bin" / "fedldp", "db"]
     upgraded = subprocess.run(
         [*fedldp_db, "upgrade", "--database-url", url], capture_output=True, text=True, cwd=tmp_path
     )
