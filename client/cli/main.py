@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fedldp.client.cli.db import add_db_parser
 from fedldp.client.cli.output import jsonable, render_table
 from fedldp.client.cli.params import (
     add_behaviour_arguments,
@@ -235,6 +236,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     add_protocols_parser,
     add_simulate_parser,
     *REMOTE_COMMANDS,
+    add_db_parser,
 ]
 """Subcommand registrars; another module's ``add_parser`` is added with one line here."""
 
