@@ -99,7 +99,7 @@ class OldStudies:
                     values = [dict(row._mapping) for row in rows]
                     assert values or table.name == "contributions"
                     if values:
-                        write.execute(insert(orm), values)
+                        write.execute(insert(table), values)
         finally:
             source.dispose()
 
@@ -163,7 +163,7 @@ def test_revision_files_are_named_by_their_id_in_one_line() -> None:
     for number, stem in enumerate(files, start=1):
         assert re.fullmatch(rf"{number:04d}_[a-z0-9_]+", stem), stem
     assert head() == files[-1]
-    assert files[:2] == ["0001_initial", "0002_study_epsilon_range"]
+    assert files[:3] == ["0001_initial", "0002_study_epsilon_range", "0003_round_counts"]
 
 
 def test_models_match_migrations(database_url: str, engine: Engine) -> None:
