@@ -19,6 +19,7 @@ __all__ = [
     "InvalidPayload",
     "InvalidRequest",
     "InvalidToken",
+    "KeyUnavailable",
     "NotFinished",
     "NotInCohort",
     "NothingToLease",
@@ -151,3 +152,10 @@ class BudgetExceeded(FedldpError):
 
 class DuplicateConflict(FedldpError):
     code, status = "duplicate_conflict", 409
+
+
+class KeyUnavailable(FedldpError):
+    """A central-trust study's contribution key is not in this server's key directory (a replica
+    configured with another ``FEDLDP_KEY_DIR``): nothing of the request was stored."""
+
+    code, status = "key_unavailable", 500

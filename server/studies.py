@@ -50,7 +50,7 @@ from fedldp.server.errors import (
     UnknownRound,
     UnknownStudy,
 )
-from fedldp.server.rounds import advance, start_study
+from fedldp.server.rounds import advance, forget_contributions, start_study
 from fedldp.server.tables import StudyRow, utcnow
 from fedldp.server.views import result_view, round_view, study_view
 
@@ -130,12 +130,15 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         warnings=[],
         result=None,
     )
+    if protocol.trust == "central":
+        ctx.keys.create(study.id)  # its contributions are stored encrypted (fedldp.server.keys)
     try:
         with ctx.transaction() as session:
             session.add(study)
             session.flush()
             return _view(session, study)
     except IntegrityError:
+        ctx.keys.destroy(study.id)
         raise StudyExists(f"a study named {body.name!r} exists already") from None
 
 
@@ -174,7 +177,7 @@ def cancel(ctx: Context, study_id: str) -> StudyView:
             failure_reason="cancelled by the administrator",
         ):
             raise StudyEnded(f"study {study_id} is {study.phase} already; it cannot be cancelled")
-        repo.forget_contributions(session, study_id)
+        forget_contributions(session, study_id)
         return _view(session, require_study(session, study_id))
 
 

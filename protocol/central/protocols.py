@@ -8,8 +8,8 @@ huber-user-level-dp.md.
 each participant sends its user-wise statistic, [its local mean (d values), its sample count m_i]
 (spec §1.3, §9.1), in the clear, and the trusted server releases one user-level (ε, δ)-DP
 estimate. The server keeps the n statistics in memory for the one aggregation call (the server
-keeps contributions in their own table, never returned by any endpoint, and deletes them when
-the study ends); a round's output, which is
+keeps contributions encrypted in their own table, never returned by any endpoint, and deletes
+them and destroys their key when the study ends: README, "Trust"); a round's output, which is
 public, holds only the DP release and aggregate, public constants (n, N, the noise constants), never
 a participant's statistic. The m_i are public information in the paper (§1.1); they enter the noise
 of WME through max_i m_i/N.
