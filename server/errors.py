@@ -25,6 +25,7 @@ __all__ = [
     "NothingToLease",
     "ParticipantExists",
     "PlanInfeasible",
+    "PopulationTooSmall",
     "PredictionUnsupported",
     "RoundClosed",
     "StudyEnded",
@@ -76,6 +77,12 @@ class InvalidParams(FedldpError):
 
 class PlanInfeasible(FedldpError):
     code, status = "plan_infeasible", 422
+
+
+class PopulationTooSmall(FedldpError):
+    """A study's ``enrollment_target`` is below the protocol's minimum population."""
+
+    code, status = "population_too_small", 422
 
 
 class AdminKeyRequired(FedldpError):

@@ -97,26 +97,32 @@ def _crash(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def start_study(ctx: Context, session: Session, study: StudyRow, now: datetime) -> str | None:
+def start_study(
+    ctx: Context, session: Session, study: StudyRow, now: datetime, *, recoverable: bool = False
+) -> str | None:
     """Close enrollment and open round 0 (inside the caller's transaction): None on success,
-    else the reason the plan is infeasible (the study is then failed with it)."""
+    else the reason the plan is infeasible. The study is then failed with it, unless
+    ``recoverable`` (an explicit start: more participants may still enroll), where it stays
+    enrolling; a protocol that crashes while planning fails it either way."""
     ctx.transitions.bump()
+
+    def refuse(reason: str) -> str:
+        if not recoverable:
+            fail_study(session, study.id, reason)
+        return reason
+
     if study.n_participants == 0:
-        reason = "no participants enrolled"
-        fail_study(session, study.id, reason)
-        return reason
+        return refuse("no participants enrolled")
     if repo.max_participant_id(session, study.id) != study.n_participants - 1:
-        reason = "leased participant ids are not contiguous: some leased blocks were not enrolled"
-        fail_study(session, study.id, reason)
-        return reason
+        return refuse(
+            "leased participant ids are not contiguous: some leased blocks were not enrolled"
+        )
     epsilon, metadata = repo.load_participants(session, study.id)
     try:
         splan = build_plan(study, epsilon, metadata)
         check_plan_budget(splan.plan, epsilon)
     except ValueError as exc:
-        reason = f"the plan is infeasible: {exc}"
-        fail_study(session, study.id, reason)
-        return reason
+        return refuse(f"the plan is infeasible: {exc}")
     except Exception as exc:
         reason = f"the protocol failed to plan: {_crash(exc)}"
         log.error("study %s: planning raised", study.id, exc_info=exc)

@@ -73,6 +73,7 @@ from fedldp.protocol.core.base import (
     jsonable,
     valid_payloads,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms import dp_noise as dn
 from fedldp.protocol.mechanisms.transforms import next_power_of_two
@@ -255,6 +256,8 @@ P = TypeVar("P", bound=CentralParams)
 class _Central(Protocol[P]):
     """One upload round of user-wise statistics; the server releases in ``aggregate``."""
 
+    population_rule: ClassVar[str] = "at least 2 participants (a central release needs 2)"
+
     trust: ClassVar[Trust] = "central"
     heterogeneity: ClassVar[str] = HETEROGENEITY
 
@@ -418,6 +421,7 @@ class CentralWME(_Central[WMEParams]):
     data's spread and on the clipping bias, which are not released."""
 
     name: ClassVar[str] = "central-wme"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("trust", "statistic", "d")
     summary: ClassVar[str] = (
         "Central user-level DP winsorized mean of scalars (trusted server): a private histogram "
         "finds an interval, the clipped user means are averaged with Laplace noise."
@@ -485,6 +489,7 @@ class CentralWMEVector(CentralWME):
     dimension 1 it is ``central-wme``."""
 
     name: ClassVar[str] = "central-wme-vector"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("trust", "statistic", "d")
     summary: ClassVar[str] = (
         "Central user-level DP winsorized mean of vectors (trusted server): Hadamard rotation, "
         "per-coordinate private ranges, clipped means with Gaussian noise."
@@ -514,6 +519,7 @@ class CentralHuber(_Central[HuberParams]):
     guarantee, so they are never published (spec §1.3); no error bar for the same reason."""
 
     name: ClassVar[str] = "central-huber"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("trust", "statistic", "d")
     summary: ClassVar[str] = (
         "Central user-level DP Huber-loss mean of scalars (trusted server): Huber minimizer of "
         "the user means plus smooth-sensitivity Gaussian noise."
@@ -600,6 +606,7 @@ class CentralHuberVector(CentralHuber):
     """HLM for vectors (d <= 8): d > 1 constants of (7), lattice Δ̃ (spec §4.4 (ii), §4.7)."""
 
     name: ClassVar[str] = "central-huber-vector"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("trust", "statistic", "d")
     summary: ClassVar[str] = (
         "Central user-level DP Huber-loss mean of vectors (trusted server): Huber minimizer of "
         "the user means plus smooth-sensitivity Gaussian noise."
