@@ -45,8 +45,8 @@ BROADCAST_GLOSSARY: dict[str, str] = {
     "step": "gradient step size of the optimization",
     "theta": "the model θ_t at which the user computes its local gradient",
     # heterogeneous-ε protocols (Aliakbarpour et al. 2025)
-    "input": "hetero-mean-rr: 'binary' (the user's mean is ±1) or 'bounded' (a mean in [-1, 1], "
-    "stochastically rounded to ±1 first)",
+    "input": "hetero-mean-rr: 'binary' (the user's mean is ±1) or 'interval' (a mean in "
+    "[-1, 1], stochastically rounded to ±1 first)",
     "dimension": "d, the length of the user's vector (or of the public feature vector)",
     "radius": "ℓ2 radius r of the user's vector (Duchi et al.'s mechanism on the r-ball)",
     "jl_seed": "public seed of the Johnson-Lindenstrauss projection of the frequency oracle",
