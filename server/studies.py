@@ -41,6 +41,7 @@ from fedldp.server.errors import (
     EpsilonOutOfRange,
     InvalidParams,
     InvalidRequest,
+    KeyUnavailable,
     NotFinished,
     NothingToLease,
     ParticipantExists,
@@ -162,8 +163,12 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         warnings=[],
         result=None,
     )
-    if protocol.trust == "central":
-        ctx.keys.create(study.id)  # its contributions are stored encrypted (fedldp.server.keys)
+    if protocol.trust == "central":  # its contributions are stored encrypted (server/keys.py)
+        try:
+            ctx.keys.create(study.id)
+        except OSError as exc:
+            detail = f"cannot write the study's key in {ctx.keys.directory}: {exc}"
+            raise KeyUnavailable(detail) from None
     try:
         with ctx.transaction() as session:
             session.add(study)

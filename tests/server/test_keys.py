@@ -29,6 +29,7 @@ from tests.server.helpers import (
     app_context,
     create_study,
     enroll,
+    expect_error,
     expire_round,
     start,
     submit_batch,
@@ -214,3 +215,17 @@ async def test_the_database_holds_only_ciphertext_of_a_running_study(
     assert len(blobs) == few
     assert {len(b) for b in blobs} == {12 + 16 + 16}  # nonce, two float64s, tag
     assert not [m for m in means[:few] for b in blobs if struct.pack("<d", float(m)) in b]
+
+
+async def test_an_unwritable_key_directory_refuses_central_studies_with_a_code(
+    client: httpx.AsyncClient, app: FastAPI, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_bytes(b"")
+    app_context(app).keys = KeyStore(blocker / "keys")
+    response = await client.post(
+        "/v1/studies", json={"protocol": "central-wme", "params": {}, "seed": 1}
+    )
+    body = expect_error(response, 500, "key_unavailable")
+    assert "not-a-directory" in body.detail
+    await create_study(client, "hetero-mean-rr")  # local trust needs no key
