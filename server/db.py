@@ -68,6 +68,19 @@ class Database:
     def session(self) -> Session:
         return self.sessions()
 
+    def checkpoint(self) -> bool:
+        """SQLite: copy the WAL into the database file and truncate it to zero bytes (the
+        caller holds the process's transaction turn). True if a reader kept it from finishing."""
+        raw = self.engine.raw_connection()  # outside any transaction (no BEGIN IMMEDIATE)
+        try:
+            cursor = raw.cursor()
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            (busy, _, _) = cursor.fetchone() or (0, 0, 0)
+            cursor.close()
+        finally:
+            raw.close()
+        return bool(busy)
+
     def dispose(self) -> None:
         self.engine.dispose()
 
@@ -80,6 +93,9 @@ def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL
         cursor.execute("PRAGMA foreign_keys=ON")
+        # deleted content (central-trust contributions) is overwritten with zeros, not left in
+        # free pages
+        cursor.execute("PRAGMA secure_delete=ON")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         cursor.close()
 

@@ -20,11 +20,13 @@ __all__ = [
     "InvalidPayload",
     "InvalidRequest",
     "InvalidToken",
+    "KeyUnavailable",
     "NotFinished",
     "NotInCohort",
     "NothingToLease",
     "ParticipantExists",
     "PlanInfeasible",
+    "PopulationTooSmall",
     "PredictionUnsupported",
     "RoundClosed",
     "StudyEnded",
@@ -76,6 +78,12 @@ class InvalidParams(FedldpError):
 
 class PlanInfeasible(FedldpError):
     code, status = "plan_infeasible", 422
+
+
+class PopulationTooSmall(FedldpError):
+    """A study's ``enrollment_target`` is below the protocol's minimum population."""
+
+    code, status = "population_too_small", 422
 
 
 class AdminKeyRequired(FedldpError):
@@ -159,3 +167,10 @@ class BudgetExceeded(FedldpError):
 
 class DuplicateConflict(FedldpError):
     code, status = "duplicate_conflict", 409
+
+
+class KeyUnavailable(FedldpError):
+    """A central-trust study's contribution key is not in this server's key directory (a replica
+    configured with another ``FEDLDP_KEY_DIR``): nothing of the request was stored."""
+
+    code, status = "key_unavailable", 500

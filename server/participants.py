@@ -15,12 +15,14 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import hmac
 from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 from sqlalchemy.orm import Session
 
+from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core.base import BoolArray, FloatArray, IntArray, PayloadKind, RoundTask
 from fedldp.protocol.core.ledger import TOLERANCE
 from fedldp.protocol.core.wire import (
@@ -49,12 +51,14 @@ from fedldp.server.errors import (
     InvalidPayload,
     InvalidRequest,
     InvalidToken,
+    KeyUnavailable,
     NotInCohort,
     RoundClosed,
     StudyNotRunning,
     UnknownParticipant,
     WrongRound,
 )
+from fedldp.server.keys import KeyMissing
 from fedldp.server.plans import StudyPlan
 from fedldp.server.rounds import advance
 from fedldp.server.studies import require_study
@@ -231,15 +235,31 @@ def _row_bytes(payloads: FloatArray) -> list[bytes]:
     return [data[j * size : (j + 1) * size] for j in range(payloads.shape[0])]
 
 
-def _digests(kind: str, blobs: list[bytes]) -> list[str]:
-    """The receipt digest of each stored row: SHA-256 of ``kind``, a zero byte and the row."""
-    prefix = hashlib.sha256(kind.encode() + b"\0")
+def _digests(kind: str, blobs: list[bytes], key: bytes | None = None) -> list[str]:
+    """The receipt digest of each stored row: SHA-256 of ``kind``, a zero byte and the row; for
+    a central-trust study an HMAC under a key derived from the study's contribution key
+    (``key``), so that a digest left in an old copy of the database cannot test a guess of a
+    contribution once that key is destroyed."""
+    prefix = (
+        hashlib.sha256(kind.encode() + b"\0")
+        if key is None
+        else hmac.new(key, kind.encode() + b"\0", hashlib.sha256)
+    )
     out: list[str] = []
     for blob in blobs:
         h = prefix.copy()
         h.update(blob)
         out.append(h.hexdigest()[:32])
     return out
+
+
+def _digest_key(ctx: Context, trust: str, study_id: str) -> bytes | None:
+    if trust != "central":
+        return None
+    try:
+        return ctx.keys.digest_key(study_id)
+    except KeyMissing as exc:
+        raise KeyUnavailable(str(exc)) from None
 
 
 def _open_round(session: Session, study: StudyRow, index: int) -> RoundRow:
@@ -280,7 +300,11 @@ def _resent(
         return None
     payloads, _ = rows.matrix(int(lengths[0]))
     stored = repo.existing_reports(session, study.id, index, ids)
-    digests = _digests(kind, _row_bytes(payloads))
+    try:
+        key = _digest_key(ctx, CATALOGUE[study.protocol].trust, study.id)
+    except KeyUnavailable:
+        return None  # the study ended: its receipts' digests are blank
+    digests = _digests(kind, _row_bytes(payloads), key)
     if any(stored.get(p, ("",))[0] != d for p, d in zip(ids, digests, strict=True)):
         return None
     return {p: stored[p] for p in ids}
@@ -418,7 +442,7 @@ def _ingest(
     accepted = np.flatnonzero(ok)
     accepted_ids = pids[accepted].tolist()
     blobs = _row_bytes(payloads[accepted])
-    digests = _digests(kind, blobs)
+    digests = _digests(kind, blobs, _digest_key(ctx, splan.protocol.trust, study_id))
     epsilons = charge[accepted].tolist()
     central = splan.protocol.trust == "central"
     stored_blobs = [b""] * len(blobs) if central else blobs  # central: in their own table
@@ -427,9 +451,12 @@ def _ingest(
     )
     if central:
         fresh = [j for j, pid in enumerate(accepted_ids) if pid in inserted]
-        repo.insert_contributions(
-            session, study_id, k, [accepted_ids[j] for j in fresh], [blobs[j] for j in fresh]
-        )
+        fresh_ids = [accepted_ids[j] for j in fresh]
+        try:  # stored encrypted under the study's key (fedldp.server.keys)
+            sealed = ctx.keys.encrypt(study_id, k, fresh_ids, [blobs[j] for j in fresh])
+        except KeyMissing as exc:
+            raise KeyUnavailable(str(exc)) from None
+        repo.insert_contributions(session, study_id, k, fresh_ids, sealed)
     stored: dict[int, tuple[str, datetime]] = {}
     conflicts: list[tuple[int, str]] = []  # (position in the batch, digest)
     for i, pid, digest in zip(accepted.tolist(), accepted_ids, digests, strict=True):

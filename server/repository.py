@@ -42,6 +42,7 @@ __all__ = [
     "count_participants",
     "due_enrollments",
     "due_rounds",
+    "ended_among",
     "existing_reports",
     "forget_contributions",
     "get_round",
@@ -487,6 +488,19 @@ def insert_contributions(
             for pid, blob in zip(participant_ids, payloads, strict=True)
         ]
         session.execute(_CONTRIBUTIONS.insert(), rows)
+
+
+def ended_among(session: Session, study_ids: Sequence[str]) -> list[str]:
+    """Those of ``study_ids`` whose study has finished, failed or been cancelled."""
+    out: list[str] = []
+    ids = list(study_ids)
+    for start in range(0, len(ids), IN_CHUNK):
+        stmt = select(StudyRow.id).where(
+            StudyRow.id.in_(ids[start : start + IN_CHUNK]),
+            StudyRow.phase.in_(["finished", "failed", "cancelled"]),
+        )
+        out += session.scalars(stmt).all()
+    return sorted(out)
 
 
 def forget_contributions(session: Session, study_id: str) -> int:

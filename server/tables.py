@@ -129,8 +129,9 @@ class RoundRow(Base):
 
 
 class ContributionRow(Base):
-    """A central-trust protocol's contribution (the user-wise statistic itself, float64 bytes):
-    kept apart from the reports, never returned by any endpoint, deleted when the study ends.
+    """A central-trust protocol's contribution (the user-wise statistic's float64 bytes,
+    AES-GCM-encrypted under the study's key: fedldp.server.keys): kept apart from the reports,
+    never returned by any endpoint, deleted (and its key destroyed) when the study ends.
     Its report row holds the receipt (digest, ε charged) and an empty payload."""
 
     __tablename__ = "contributions"

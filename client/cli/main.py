@@ -51,8 +51,9 @@ class _Parser(argparse.ArgumentParser):
 # --------------------------------------------------------------------------- fedldp protocols
 
 
-def protocol_catalogue() -> list[dict[str, Any]]:
-    """Every catalogue protocol with its parameters and their defaults (None when required)."""
+def protocol_catalogue(epsilon: float = 1.0) -> list[dict[str, Any]]:
+    """Every catalogue protocol with its parameters and their defaults (None when required),
+    its broadcast fields, and its minimum population at ``epsilon`` (GET /v1/protocols)."""
     from fedldp.protocol.catalogue import CATALOGUE
 
     out = []
@@ -78,25 +79,35 @@ def protocol_catalogue() -> list[dict[str, Any]]:
                 "heterogeneity": p.heterogeneity,
                 "dropout": p.dropout,
                 "parameters": params,
+                "broadcast_fields": dict(p.broadcast_fields),
+                "population": {
+                    "epsilon": epsilon,
+                    "min_participants": p.min_participants(epsilon),
+                    "rule": p.population_rule,
+                },
             }
         )
     return out
 
 
 def _run_protocols(args: argparse.Namespace) -> int:
-    catalogue = protocol_catalogue()
+    catalogue = protocol_catalogue(args.epsilon)
     if args.json:
         print(json.dumps(catalogue, indent=2))
         return 0
     table = Table(title="fedldp protocols", show_lines=True)
-    for col in ("protocol", "description", "source", "trust", "parameters (default)"):
+    least = f"min. users at ε={args.epsilon:g}"
+    for col in ("protocol", "description", "source", "trust", "parameters (default)", least):
         table.add_column(col, overflow="fold")
     for p in catalogue:
         params = "\n".join(
             f"{q['name']}" + (" (required)" if q["required"] else f"={json.dumps(q['default'])}")
             for q in p["parameters"]
         )
-        table.add_row(p["name"], p["summary"], p["source"], p["trust"], params)
+        population = p["population"]
+        smallest = population["min_participants"]
+        rule = population["rule"] if smallest is None else f"{smallest}: {population['rule']}"
+        table.add_row(p["name"], p["summary"], p["source"], p["trust"], params, rule)
     Console(width=160).print(table)
     return 0
 
@@ -106,11 +117,19 @@ def add_protocols_parser(subparsers: Subparsers) -> None:
         "protocols",
         help="list the protocol catalogue",
         description="List every protocol: name, description, source (paper and algorithm), "
-        "trust model, data kind, and its parameters with their defaults.",
-        epilog="examples:\n  fedldp protocols\n  fedldp protocols --json",
+        "trust model, data kind, its parameters with their defaults, the fields of its round "
+        "broadcasts (--json; docs/clients.md), and the smallest population it can plan for "
+        "with every participant at --epsilon.",
+        epilog="examples:\n  fedldp protocols\n  fedldp protocols --epsilon 0.5 --json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--json", action="store_true", help="print the catalogue as JSON")
+    parser.add_argument(
+        "--epsilon",
+        type=float,
+        default=1.0,
+        help="ε of every participant, for the minimum populations (default 1)",
+    )
     parser.set_defaults(handler=_run_protocols)
 
 

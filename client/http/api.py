@@ -121,7 +121,7 @@ class ReportRejectedError(InvalidRequestError):
 
 
 class StudyConfigError(InvalidRequestError):
-    """unknown_protocol, invalid_params, plan_infeasible."""
+    """unknown_protocol, invalid_params, plan_infeasible, population_too_small."""
 
 
 class ServerError(ApiError):
@@ -162,7 +162,10 @@ _FAMILIES: dict[str, type[ApiError]] = {
         ),
         ReportRejectedError,
     ),
-    **dict.fromkeys(("unknown_protocol", "invalid_params", "plan_infeasible"), StudyConfigError),
+    **dict.fromkeys(
+        ("unknown_protocol", "invalid_params", "plan_infeasible", "population_too_small"),
+        StudyConfigError,
+    ),
     "invalid_request": InvalidRequestError,
     "epsilon_out_of_range": InvalidRequestError,
     "internal_error": ServerError,

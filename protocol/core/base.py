@@ -297,8 +297,9 @@ class Protocol(ABC, Generic[ParamsT]):
         """Validate raw parameters (pydantic ValidationError, a ValueError, on bad input)."""
         return self.params_model.model_validate(dict(raw or {}))
 
-    def describe(self) -> JSON:
-        """The catalogue entry: name, description, source, trust, parameter JSON schema."""
+    def describe(self, epsilon: float = 1.0) -> JSON:
+        """The catalogue entry: name, description, source, trust, parameter JSON schema, the
+        fields of its broadcasts, and the smallest population it plans for at ``epsilon``."""
         return {
             "name": self.name,
             "version": self.version,
@@ -309,7 +310,52 @@ class Protocol(ABC, Generic[ParamsT]):
             "trust": self.trust,
             "data_kind": self.data_kind,
             "parameters": self.params_model.model_json_schema(),
+            "broadcast_fields": dict(self.broadcast_fields),
+            "population": {
+                "epsilon": epsilon,
+                "min_participants": self.min_participants(epsilon),
+                "rule": self.population_rule,
+            },
         }
+
+    population_rule: ClassVar[str] = (
+        "no condition on the number of participants beyond what its parameters imply: "
+        "min_participants is the smallest population its default parameters plan for"
+    )
+    broadcast_fields: ClassVar[Mapping[str, str]] = {}
+    """Each field of the protocol's round broadcasts (what a task's ``broadcast`` holds), with
+    its meaning: what a client computes its payload from (docs/clients.md)."""
+
+    def min_participants(self, epsilon: float, params: ParamsT | None = None) -> int | None:
+        """The smallest number of participants, every one at ``epsilon``, for which ``plan``
+        succeeds with ``params`` (by default: the default parameters; None when the protocol
+        has none, i.e. the minimum depends on parameters not given, or when no population of
+        up to ``2**24`` plans). The default searches ``plan`` itself (feasibility is monotone
+        in n for every catalogue protocol); protocols with a closed form override it."""
+        if params is None:
+            try:
+                params = self.parse_params({})
+            except ValueError:
+                return None
+        check_epsilons(np.array([epsilon]))
+
+        def plans(n: int) -> bool:
+            try:
+                self.plan(params, np.full(n, float(epsilon)), {}, 0)
+            except (ValueError, KeyError):
+                return False
+            return True
+
+        high = 1
+        while not plans(high):
+            if high >= _MAX_PROBE:
+                return None
+            high *= 2
+        low = high // 2  # plans(low) is False (or low == 0)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (low, mid) if plans(mid) else (mid, high)
+        return high
 
     @abstractmethod
     def plan(
@@ -423,6 +469,10 @@ class Predictor(ABC, Generic[ParamsT]):
         self, params: ParamsT, plan: Plan, outputs: Sequence[JSON], features: ArrayLike
     ) -> FloatArray:
         """Predictions for feature rows (k, d); ValueError on malformed rows."""
+
+
+_MAX_PROBE = 1 << 24
+"""The largest population ``Protocol.min_participants`` tries by default."""
 
 
 def cohort_permutation(n: int, seed: int, *purpose: int) -> IntArray:

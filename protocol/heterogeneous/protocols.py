@@ -44,6 +44,7 @@ from fedldp.protocol.core.base import (
     check_epsilons,
     valid_payloads,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.heterogeneous import estimators as est
 from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
@@ -141,6 +142,8 @@ class _Hetero(Protocol[P]):
         "(unbiased on the responders); the error bar is computed from their weights. Sizes fixed "
         "at planning (the JL dimension m) stay those of the enrolled ε's."
     )
+    population_rule: ClassVar[str] = "any population of at least 1 participant"
+
     mechanism: ClassVar[est.Mechanism]
     payload_kind: ClassVar[PayloadKind]
     bar_kind: ClassVar[str]
@@ -290,6 +293,13 @@ class HeteroLaplaceMean(_Hetero[LaplaceParams]):
     [DERIVED] Laplace bound of §4.2(b), rigorous."""
 
     name: ClassVar[str] = "hetero-mean-laplace"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "lo",
+        "hi",
+        lo="the data range [lo, hi]: map the user's mean x to u = (2x - lo - hi)/(hi - lo), "
+        "then clip u to [-1, 1]",
+        hi="see lo",
+    )
     summary: ClassVar[str] = (
         "Scalar mean under per-user ε: each user's local mean, mapped to [-1, 1] and clipped, "
         "plus Laplace(2/ε_i) noise; weighted average of the reports."
@@ -359,6 +369,7 @@ class HeteroRRMean(_Hetero[RRParams]):
     ``interval``: the local mean clipped to [-1, 1]. Error bar: Hoeffding, §4.2(a), exact."""
 
     name: ClassVar[str] = "hetero-mean-rr"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("input")
     summary: ClassVar[str] = (
         "Scalar mean under per-user ε with one bit per user: randomized response on ±1 data "
         "(input='binary') or on the stochastically rounded local mean (input='interval')."
@@ -433,6 +444,7 @@ class HeteroDuchiMean(_Hetero[DuchiParams]):
     sqrt(Σ w_i² B_i²·χ²_{d,1−β}/d) in ℓ2 (approximate: the paper's constants are not explicit)."""
 
     name: ClassVar[str] = "hetero-mean-duchi"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("dimension", "radius")
     summary: ClassVar[str] = (
         "d-dimensional mean in the ball B^d(r) under per-user ε: Duchi et al.'s hemisphere "
         "randomizer on each user's local mean; weighted average of the reports."
@@ -521,6 +533,12 @@ class HeteroFrequency(_Hetero[FrequencyParams]):
     §4.2(d) in ℓ∞, rigorous over Φ and the data."""
 
     name: ClassVar[str] = "hetero-frequency"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "m",
+        "jl_seed",
+        "k",
+        m="dimension of the Johnson-Lindenstrauss projection (the index payload is in 0..m-1)",
+    )
     summary: ClassVar[str] = (
         "Distribution over k items in ℓ∞ under per-user ε: Bassily–Smith JL frequency oracle, "
         "each user sends (row j, sign) for one item drawn from its samples."

@@ -38,6 +38,7 @@ from fedldp.protocol.core.base import (
     check_epsilons,
     valid_payloads,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
 from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
@@ -97,7 +98,12 @@ class HistLdp(Protocol[HistParams], Predictor[HistParams]):
     Lap(4/ε_i) over the K = t^d cells (ε_i/2 each: two messages). Cell value ΣZ̃/ΣW̃ when
     p̂_k = ΣW̃/n >= ζ, else the truncation value; clipped to [y_lo, y_hi]."""
 
+    population_rule: ClassVar[str] = "at least 2 participants"
+
     name: ClassVar[str] = "hist-ldp"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "cells", "bins", "dimension", "label_low", "label_high"
+    )
     summary: ClassVar[str] = (
         "Classical-LDP histogram regression: Laplace-noised per-cell label sums and counts on an "
         "equal-width grid over all features, truncated where the estimated mass is small."
@@ -275,6 +281,8 @@ class _TreeBaseline(Protocol[T], Predictor[T]):
     unknown entries, noisy labels on the raw scale) and, by default, clips leaf values to
     [y_lo, y_hi]."""
 
+    population_rule: ClassVar[str] = "at least 2 participants"
+
     data_kind: ClassVar[DataKind] = "labeled"
     needs_metadata: ClassVar[bool] = True
     source: ClassVar[str] = (
@@ -400,6 +408,9 @@ class ParDt(_TreeBaseline[ParDtParams]):
     entries are missing values) and labels with Laplace noise (y_hi − y_lo)/ε_i (all of ε_i)."""
 
     name: ClassVar[str] = "pardt"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "dimension", "label_low", "label_high"
+    )
     summary: ClassVar[str] = (
         "Semi-feature LDP baseline: a decision tree on the public features and Laplace labels."
     )
@@ -444,6 +455,9 @@ class LabelDt(_TreeBaseline[TreeParams]):
     participants' masks (payload: the d features, then the Laplace label (y_hi − y_lo)/ε_i)."""
 
     name: ClassVar[str] = "labeldt"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "dimension", "label_low", "label_high"
+    )
     summary: ClassVar[str] = (
         "Label-LDP benchmark: features sent in clear, Laplace labels, a decision tree."
     )
@@ -520,6 +534,9 @@ class KrrTree(_TreeBaseline[KrrParams]):
     d coordinates (0.0 where public), then the label."""
 
     name: ClassVar[str] = "krr-tree"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "dimension", "label_low", "label_high"
+    )
     summary: ClassVar[str] = (
         "Semi-feature LDP baseline: k-ary randomized response on private coordinates, Laplace "
         "labels, a decision tree."

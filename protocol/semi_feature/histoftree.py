@@ -40,6 +40,7 @@ from fedldp.protocol.core.base import (
     check_epsilons,
     valid_payloads,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.randomizers import rr_debias, rr_keep_probability
 from fedldp.protocol.semi_feature.common import (
@@ -128,6 +129,7 @@ class _HistOfTree(Protocol[H], Predictor[H]):
         "users who sent both (a user who leaves after its label helped the tree but not the "
         "cell values; diagnostics: label_reports, cell_reports, paired). No pair fails the study."
     )
+    population_rule: ClassVar[str] = "at least 2 participants"
 
     data_kind: ClassVar[DataKind] = "labeled"
     source: ClassVar[str] = (
@@ -448,6 +450,9 @@ class HistOfTree(_HistOfTree[HistOfTreeParams]):
     """
 
     name: ClassVar[str] = "histoftree"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "dimension", "label_low", "label_high", "partition", "mechanism", "labels", "label_mean"
+    )
     summary: ClassVar[str] = (
         "Semi-feature LDP regression: a histogram on private features times a tree on public "
         "ones, Laplace labels then GRR cell reports restricted to each user's potential cells."
@@ -476,6 +481,9 @@ class HistOfTreeTuned(_HistOfTree[TunedParams]):
     no data, no validation split, no privacy cost."""
 
     name: ClassVar[str] = "histoftree-tuned"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "dimension", "label_low", "label_high", "partition", "mechanism", "labels", "label_mean"
+    )
     summary: ClassVar[str] = (
         "AdHistOfTree: HistOfTree with the histogram dimensions, depth and bins chosen from the "
         "public masks and budgets by the paper's bound-minimising rule (15)."

@@ -37,6 +37,7 @@ from fedldp.protocol.core.base import (
     cohort_permutation,
     z_quantile,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.plausibility import around, laplace_mean_reach, laplace_reach
 from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
@@ -181,6 +182,30 @@ class UserMean(Protocol[UserMeanParams]):
     )
     data_kind: ClassVar[DataKind] = "scalar"
     params_model = UserMeanParams
+    population_rule: ClassVar[str] = (
+        "§1.5 feasibility: the ⌊n/2⌋ stage-one users need a score Σ min(ε_i², 1) of at least "
+        f"{ts.MIN_SCORE:g} (warning below {ts.FEASIBLE_SCORE:g}), so at equal ε at least "
+        f"2·⌈{ts.MIN_SCORE:g}/min(ε², 1)⌉ participants; with at most 2 stage-one bins "
+        "(samples_per_user <= 16, bounded data) only 2"
+    )
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "bound", "m", "h", "n_bins", "delta", "n_ref", "sample_var", "heavy_tail",
+        "sensitivity", "L", "R", "lo", "hi",
+    )  # fmt: skip
+
+    def min_participants(self, epsilon: float, params: UserMeanParams | None = None) -> int | None:
+        """With ``params``: the plan's own answer (``Protocol.min_participants``). Without: the
+        §1.5 condition at equal ε, for the general case of more than 2 stage-one bins: the
+        smallest n whose ⌊n/2⌋ stage-one users reach ``MIN_SCORE``."""
+        if params is not None:
+            return super().min_participants(epsilon, params)
+        per_user = float(min(check_epsilons(np.array([epsilon]))[0] ** 2, 1.0))
+        n1 = max(1, math.ceil(ts.MIN_SCORE / per_user))
+        while ts.stage_one_score(np.full(n1, epsilon)) < ts.MIN_SCORE:  # rounding of the sum
+            n1 += 1
+        while n1 > 1 and ts.stage_one_score(np.full(n1 - 1, epsilon)) >= ts.MIN_SCORE:
+            n1 -= 1
+        return 2 * n1
 
     def design(self, params: UserMeanParams, epsilon: FloatArray) -> ts.Design:
         """The public Alg-1 constants for these parameters and enrolled ε's (N_ref = n)."""
@@ -370,6 +395,8 @@ def baseline_variances(
 class _Baseline(Protocol[BaselineParams]):
     """One round: every participant sends one privatized scalar at its ε_i; weighted mean."""
 
+    population_rule: ClassVar[str] = "any population of at least 1 participant"
+
     kind: ClassVar[str]
     data_kind: ClassVar[DataKind] = "scalar"
     params_model = BaselineParams
@@ -458,6 +485,7 @@ class BaselineItemLevel(_Baseline):
     the user sends the mean of its m noisy samples (m draws per user)."""
 
     name: ClassVar[str] = "baseline-item-level"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("bound", "m")
     kind: ClassVar[str] = "item-level"
     summary: ClassVar[str] = "Item-level Laplace at ε/m on every sample, averaged (group privacy)."
     source: ClassVar[str] = (
@@ -482,6 +510,7 @@ class BaselineOneSample(_Baseline):
     plus Lap(2D/ε_i)."""
 
     name: ClassVar[str] = "baseline-one-sample"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("bound", "m")
     kind: ClassVar[str] = "one-sample"
     summary: ClassVar[str] = "One random sample per user with Laplace noise at ε (item-level)."
     source: ClassVar[str] = (
@@ -501,6 +530,7 @@ class BaselineClippedLaplace(_Baseline):
     """B0 (not in the paper, the natural comparator, spec §3.10): clip(Ȳ, −D, D) + Lap(2D/ε_i)."""
 
     name: ClassVar[str] = "baseline-clipped-laplace"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("bound", "m")
     kind: ClassVar[str] = "clipped-laplace"
     summary: ClassVar[str] = "Clipped user mean plus Laplace noise at sensitivity 2D."
     source: ClassVar[str] = (

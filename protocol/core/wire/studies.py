@@ -20,6 +20,17 @@ from fedldp.protocol.core.wire.common import (
 # --------------------------------------------------------------------------- catalogue
 
 
+class PopulationInfo(Model):
+    """The smallest population the protocol plans for, every participant at ``epsilon``."""
+
+    epsilon: float
+    min_participants: int | None = Field(
+        description="with the protocol's default parameters; None when it has none (the "
+        "minimum then depends on the parameters: see rule)"
+    )
+    rule: str = Field(description="the condition, in words (the paper's feasibility check)")
+
+
 class ProtocolInfo(Model):
     name: str
     version: str
@@ -30,6 +41,11 @@ class ProtocolInfo(Model):
     trust: Literal["local", "central"]
     data_kind: str
     parameters: dict[str, Any]
+    broadcast_fields: dict[str, str] = Field(
+        description="each field of the protocol's round broadcasts (a task's broadcast) and "
+        "what a client computes from it (docs/clients.md)"
+    )
+    population: PopulationInfo
 
 
 class ProtocolList(Model):

@@ -45,6 +45,23 @@ def test_protocols_json_lists_every_protocol(
     assert params["samples_per_user"]["required"]
 
 
+def test_protocols_state_the_minimum_population_for_an_epsilon(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "protocols", "--json", "--epsilon", "0.5")
+    listed = {p["name"]: p for p in json.loads(out)}
+    assert code == 0
+    user_mean = listed["user-mean"]["population"]
+    assert user_mean["epsilon"] == 0.5
+    assert user_mean["min_participants"] == 2 * 1200  # 2·⌈300/0.25⌉ (§1.5)
+    assert "§1.5" in user_mean["rule"]
+    assert listed["central-wme"]["population"]["min_participants"] == 2
+    assert "sensitivity" in listed["user-mean"]["broadcast_fields"]
+    code, out, _ = run(capsys, "protocols", "--epsilon", "0.5")
+    assert code == 0
+    assert "2400" in out
+
+
 def test_protocols_table(catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "protocols")
     assert code == 0
