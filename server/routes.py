@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
+from fastapi.responses import StreamingResponse
 
 from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core import wire
-from fedldp.server import participants, studies
+from fedldp.server import participants, streams, studies
 from fedldp.server.auth import check_admin
 from fedldp.server.bodies import documented, json_body
 from fedldp.server.context import Context
@@ -88,6 +89,30 @@ def list_studies(ctx: Ctx) -> wire.StudyList:
 def get_study(study_id: str, ctx: Ctx) -> wire.StudyView:
     """Phase and per-round progress (expected and received reports, time left)."""
     return studies.get(ctx, study_id)
+
+
+@router.get(
+    "/v1/studies/{study_id}/events",
+    response_class=StreamingResponse,
+    responses={**_RESPONSES, 200: {"content": {"text/event-stream": {}}}},
+    tags=["studies"],
+)
+async def get_events(
+    study_id: str,
+    ctx: Ctx,
+    last_event_id: Annotated[str | None, Header(alias="last-event-id")] = None,
+    after: Annotated[int | None, Query(ge=0, description="resume after this event")] = None,
+) -> StreamingResponse:
+    """Server-Sent Events of the study (fedldp.protocol.core.wire.events): phase changes, rounds
+    opened and closed with their outputs, the result, and ``progress`` snapshots of the
+    counters. Resumes after ``Last-Event-ID`` (or ``after``); ends once the study has ended."""
+    start = streams.parse_last_event_id(last_event_id, after)
+    body = await streams.event_stream(ctx, study_id, start)
+    return StreamingResponse(
+        body,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 @router.post("/v1/studies/{study_id}/start", responses=_RESPONSES, tags=["studies"])

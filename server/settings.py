@@ -30,6 +30,16 @@ class Settings(BaseSettings):
         0.5, gt=0, description="how often deadlines and complete rounds are checked"
     )
     busy_timeout_s: float = Field(30.0, gt=0, description="SQLite busy timeout")
+    events_poll_s: float = Field(
+        0.25,
+        gt=0,
+        le=60,
+        description="how often an event stream reads the database (at most 1/this progress "
+        "events per second per stream)",
+    )
+    events_heartbeat_s: float = Field(
+        15.0, gt=0, description="idle time after which an event stream sends a keep-alive comment"
+    )
     aggregate_chunk: int = Field(
         8192, ge=1, description="reports per chunk streamed from the database into aggregation"
     )

@@ -30,6 +30,7 @@ from fedldp.protocol.core.wire import (
     StudyCreate,
     StudyView,
 )
+from fedldp.server import eventlog
 from fedldp.server import repository as repo
 from fedldp.server.auth import block_token_for, new_secret, tokens_for
 from fedldp.server.context import Context
@@ -134,6 +135,7 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         with ctx.transaction() as session:
             session.add(study)
             session.flush()
+            eventlog.phase_changed(session, study.id, "enrolling")
             return _view(session, study)
     except IntegrityError:
         raise StudyExists(f"a study named {body.name!r} exists already") from None
@@ -175,6 +177,7 @@ def cancel(ctx: Context, study_id: str) -> StudyView:
         ):
             raise StudyEnded(f"study {study_id} is {study.phase} already; it cannot be cancelled")
         repo.forget_contributions(session, study_id)
+        eventlog.phase_changed(session, study_id, "cancelled", "cancelled by the administrator")
         return _view(session, require_study(session, study_id))
 
 
