@@ -1,18 +1,19 @@
 """``python -m fedldp.server [--host H] [--port P]``: run the aggregation server with uvicorn.
 
 Settings come from the environment (``FEDLDP_DATABASE_URL``, ``FEDLDP_ADMIN_KEY``,
-``FEDLDP_LOG_LEVEL``, …; see ``fedldp.server.settings``); the flags override host and port.
+``FEDLDP_LOG_LEVEL``, ``FEDLDP_LOG_FORMAT``, …; see ``fedldp.server.settings``); the flags
+override host and port.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import logging
 
 import uvicorn
 
 from fedldp.server.app import create_app
+from fedldp.server.observe import configure_logging
 from fedldp.server.settings import Settings
 
 GC_THRESHOLDS = (50_000, 10, 10)
@@ -29,9 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = Settings(**overrides)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     # The long-lived objects made so far (modules, the app) need never be traced again: frozen,
     # they leave the collector only the short-lived ones a request makes (the batch endpoints
@@ -44,7 +43,8 @@ def main(argv: list[str] | None = None) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
-        access_log=settings.log_level == "debug",
+        log_config=None,  # configure_logging did it (text or JSON, with request ids)
+        access_log=False,  # fedldp.server.observe logs each request at debug level
     )
 
 

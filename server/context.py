@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from fedldp.server.auth import TokenCache
 from fedldp.server.db import Database
+from fedldp.server.metrics import Metrics
 from fedldp.server.plans import PlanCache
 from fedldp.server.settings import Settings
 
@@ -58,6 +59,7 @@ class Context:
     plans: PlanCache = field(default_factory=PlanCache)
     tokens: TokenCache = field(default_factory=TokenCache)
     transitions: Transitions = field(default_factory=Transitions)
+    metrics: Metrics = field(default_factory=Metrics)
     _sqlite_turn: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @contextmanager

@@ -173,17 +173,22 @@ def close_round(ctx: Context, study_id: str, index: int) -> bool:
     """Close an open round that is complete or past its deadline (one transaction): True if
     this call closed it. Protocol code that raises fails the study (module docstring)."""
     try:
-        return _close_round(ctx, study_id, index)
+        closed = _close_round(ctx, study_id, index)
     except Exception as exc:
         reason = f"round {index} could not be closed: {_crash(exc)}"
         log.error("study %s: closing round %d raised", study_id, index, exc_info=exc)
+    else:
+        if closed:
+            ctx.metrics.rounds_closed.inc()
+        return closed
     with ctx.transaction() as session:
         # only if the round is still open: whoever closed it meanwhile decided its fate
         if not repo.close_round_if_open(session, study_id, index, utcnow()):
             return False
         ctx.transitions.bump()
         fail_study(session, study_id, reason)
-        return True
+    ctx.metrics.rounds_closed.inc()
+    return True
 
 
 def _close_round(ctx: Context, study_id: str, index: int) -> bool:

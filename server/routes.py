@@ -14,6 +14,7 @@ from fedldp.server import participants, streams, studies
 from fedldp.server.auth import check_admin
 from fedldp.server.bodies import documented, json_body
 from fedldp.server.context import Context
+from fedldp.server.errors import FedldpError
 from fedldp.server.grouping import ReportGrouper
 
 __all__ = ["router"]
@@ -225,7 +226,13 @@ def submit_reports(
 ) -> wire.BatchReceipt:
     """Many participants' privatized reports for one round (with each one's token, or block
     tokens covering them); rejected items are listed."""
-    return participants.submit_batch(ctx, study_id, body)
+    try:
+        receipt = participants.submit_batch(ctx, study_id, body)
+    except FedldpError as exc:
+        ctx.metrics.reports_refused(exc.code, len(body.participant_ids))
+        raise
+    ctx.metrics.batch(receipt)
+    return receipt
 
 
 @router.get("/v1/studies/{study_id}/rounds", responses=_RESPONSES, tags=["results"])
@@ -243,6 +250,14 @@ def get_round(study_id: str, index: int, ctx: Ctx) -> wire.RoundView:
 def get_result(study_id: str, ctx: Ctx) -> wire.ResultView:
     """Estimate, error bar, diagnostics and ε summary of a finished study (409 before)."""
     return studies.result(ctx, study_id)
+
+
+@router.get("/v1/studies/{study_id}/epsilon", responses=_RESPONSES, tags=["results"])
+def get_epsilon(
+    study_id: str, ctx: Ctx, bins: Annotated[int, Query(ge=1, le=200)] = 20
+) -> wire.EpsilonLedgerView:
+    """The ε ledger in aggregate: histograms of declared and spent ε over ``bins`` bins."""
+    return studies.epsilon_ledger(ctx, study_id, bins)
 
 
 @router.post("/v1/studies/{study_id}/predict", responses=_RESPONSES, tags=["results"])

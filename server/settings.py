@@ -25,7 +25,12 @@ class Settings(BaseSettings):
     admin_key: str | None = Field(
         None, description="when set, creating, starting and cancelling studies need X-Admin-Key"
     )
-    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "info", description="debug also logs one line per request"
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="json: one JSON object per log line, with the request id"
+    )
     sweep_interval_s: float = Field(
         0.5, gt=0, description="how often deadlines and complete rounds are checked"
     )

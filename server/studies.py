@@ -21,6 +21,7 @@ from fedldp.protocol.core.wire import (
     EPSILON_MIN,
     BlockToken,
     EnrollmentBatch,
+    EpsilonLedgerView,
     Lease,
     PredictRequest,
     PredictView,
@@ -57,8 +58,10 @@ from fedldp.server.views import result_view, round_view, study_view
 
 __all__ = [
     "cancel",
+    "count_by_phase",
     "create",
     "enroll",
+    "epsilon_ledger",
     "get",
     "lease",
     "list_all",
@@ -139,6 +142,12 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
             return _view(session, study)
     except IntegrityError:
         raise StudyExists(f"a study named {body.name!r} exists already") from None
+
+
+def count_by_phase(ctx: Context) -> dict[str, int]:
+    """How many studies are in each phase."""
+    with ctx.transaction() as session:
+        return repo.count_by_phase(session)
 
 
 def list_all(ctx: Context) -> list[StudyView]:
@@ -304,6 +313,28 @@ def round_of(ctx: Context, study_id: str, index: int) -> RoundView:
         if r is None:
             raise UnknownRound(f"study {study_id} has no round {index}")
         return round_view(r)
+
+
+def epsilon_ledger(ctx: Context, study_id: str, bins: int) -> EpsilonLedgerView:
+    """Histograms of the declared and the spent ε (a participant's spent ε: the sum its stored
+    reports charged), computed here so that no client scans participants one by one."""
+    with ctx.transaction() as session:
+        study = require_study(session, study_id)
+        declared = repo.declared_epsilons(session, study_id)
+        rounds = len(repo.list_rounds(session, study_id))
+        spent = repo.spent_per_participant(session, study_id, declared.size, rounds)
+    top = float(declared.max()) if declared.size else 1.0
+    # the ledger keeps spent <= declared; a float sum may pass it by an ulp: into the top bin
+    edges = np.linspace(0.0, top, bins + 1)
+    return EpsilonLedgerView(
+        study_id=study.id,
+        participants=int(declared.size),
+        edges=edges.tolist(),
+        declared=np.histogram(declared, edges)[0].tolist(),
+        spent=np.histogram(np.minimum(spent, top), edges)[0].tolist(),
+        spent_total=float(spent.sum()),
+        spent_max=float(spent.max()) if spent.size else 0.0,
+    )
 
 
 def predict(ctx: Context, study_id: str, body: PredictRequest) -> PredictView:

@@ -23,6 +23,7 @@ from fedldp.client.simulate import fill_from_population
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import (
     EVENT_ADAPTER,
+    EpsilonLedgerView,
     PhaseEvent,
     ProgressEvent,
     ResultEvent,
@@ -119,6 +120,18 @@ async def test_replicas_serve_one_sequence_and_resume_exactly(
     result = ResultView.model_validate_json(
         (await client.get(f"/v1/studies/{study_id}/result")).content
     )
+    ledger = EpsilonLedgerView.model_validate_json(
+        (await client.get(f"/v1/studies/{study_id}/epsilon", params={"bins": 4})).content
+    )
+    n = result.epsilon_spent.participants
+    assert ledger.participants == n == SPEC.users
+    assert len(ledger.edges) == 5
+    assert ledger.edges[-1] == SPEC.epsilon  # every user declares the same ε
+    assert sum(ledger.declared) == sum(ledger.spent) == n
+    assert ledger.spent_total == pytest.approx(result.epsilon_spent.mean * n, rel=1e-12)
+    assert ledger.spent_max == result.epsilon_spent.max
+    bad = await client.get(f"/v1/studies/{study_id}/epsilon", params={"bins": 0})
+    expect_error(bad, 422, "invalid_request")
     (ready,) = [e for e in one if isinstance(e, ResultEvent)]
     assert (ready.estimate, ready.error_bar, ready.epsilon_spent) == (
         result.estimate,
