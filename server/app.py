@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 from fedldp.server import __version__
 from fedldp.server.bodies import add_body_schemas, validation_detail
 from fedldp.server.context import Context
+from fedldp.server.dashboard import add_dashboard
 from fedldp.server.db import Database
 from fedldp.server.errors import FedldpError
 from fedldp.server.grouping import ReportGrouper
@@ -81,6 +82,7 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
     app.state.grouper = ReportGrouper(ctx)
     app.include_router(router)
     add_body_schemas(app)
+    add_dashboard(app)
     app.add_middleware(Observe, metrics=ctx.metrics, access_log=settings.log_level == "debug")
 
     @app.get("/metrics", tags=["service"], response_class=Response)
