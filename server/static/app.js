@@ -16,14 +16,19 @@ function el(tag, attrs, ...children) {
     if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) node.append(c);
+  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined && c !== false) node.append(c);
   return node;
+}
+
+// replaceChildren, skipping absent parts (the DOM would show null as text)
+function fill(node, ...children) {
+  node.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
 }
 
 function sv(tag, attrs, ...children) {
   const node = document.createElementNS(SVGNS, tag);
   for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) node.setAttribute(k, String(v));
-  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c);
+  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined) node.append(c);
   return node;
 }
 
@@ -37,6 +42,7 @@ function fmt(x, digits = 4) {
   return String(Number(x.toPrecision(digits)));
 }
 
+function vec(xs) { return `[${xs.slice(0, 6).map((x) => fmt(x)).join(", ")}${xs.length > 6 ? ", …" : ""}]`; }
 function isNum(x) { return typeof x === "number" && isFinite(x); }
 function isNumArray(x) { return Array.isArray(x) && x.length > 0 && x.every(isNum); }
 
@@ -97,7 +103,7 @@ function yAxis(svg, y, left, right) {
 }
 
 // bars: values (and optional outline values on the same axis), x labels at the edges
-function barChart({ title, values, outline, labels, width = 460, height = 190, color = COLORS[0], note }) {
+function barChart({ title, values, outline, labels, width = 460, height = 190, color = COLORS[0], note, highlight }) {
   const svg = frame(title, width, height);
   const left = 52, right = width - 8, top = 24, bottom = height - 30;
   const top_ = Math.max(...values, ...(outline || []), 0);
@@ -106,7 +112,7 @@ function barChart({ title, values, outline, labels, width = 460, height = 190, c
   const n = values.length, w = (right - left) / n;
   values.forEach((v, i) => {
     const h = bottom - y(v);
-    svg.append(sv("rect", { x: left + i * w + 1, y: y(v), width: Math.max(1, w - 2), height: Math.max(0, h), fill: color, rx: 1 },
+    svg.append(sv("rect", { x: left + i * w + 1, y: y(v), width: Math.max(1, w - 2), height: Math.max(0, h), fill: i === highlight ? COLORS[1] : color, rx: 1 },
       sv("title", {}, `${labels ? labels[i] + ": " : ""}${fmt(v, 6)}`)));
   });
   if (outline) outline.forEach((v, i) => {
@@ -145,11 +151,11 @@ function lineChart({ title, series, xs, xlabel, width = 460, height = 200 }) {
 
 // horizontal ranges: rows [{label, lo, hi, L, R, point, half}] each on its own number line
 function rangeChart({ title, rows, width = 460 }) {
-  const height = 30 + rows.length * 34;
+  const height = 34 + rows.length * 40;
   const svg = frame(title, width, height);
   const left = 70, right = width - 14;
   rows.forEach((r, i) => {
-    const yy = 38 + i * 34;
+    const yy = 44 + i * 40;
     const x = scale(r.lo, r.hi, left, right);
     svg.append(sv("text", { x: left - 8, y: yy + 4, "text-anchor": "end" }, r.label));
     svg.append(sv("line", { x1: left, x2: right, y1: yy, y2: yy, class: "axis" }));
@@ -187,7 +193,7 @@ function studyProgress(v) {
 
 function listPage() {
   let timer = null, stopped = false;
-  app.replaceChildren(el("div", { class: "card" }, el("h2", {}, "Studies"), el("p", { class: "muted" }, "Loading…")));
+  fill(app, el("div", { class: "card" }, el("h2", {}, "Studies"), el("p", { class: "muted" }, "Loading…")));
   async function refresh() {
     try {
       const { studies } = await api("/v1/studies");
@@ -207,13 +213,13 @@ function listPage() {
           el("td", { class: "muted" }, detail),
           el("td", { class: "muted" }, new Date(v.created_at).toLocaleString()));
       });
-      app.replaceChildren(el("div", { class: "card" },
+      fill(app, el("div", { class: "card" },
         el("h2", {}, `Studies (${studies.length})`),
         studies.length
           ? el("table", {}, el("thead", {}, el("tr", {}, ["study", "protocol", "phase", "participants", "progress", "", "created"].map((h) => el("th", { class: h === "participants" ? "num" : null }, h)))), el("tbody", {}, rows))
           : el("p", { class: "muted" }, "No studies yet: create one with POST /v1/studies or `fedldp swarm`.")));
     } catch (e) {
-      app.replaceChildren(el("div", { class: "card error" }, `Could not list the studies: ${e.message}`));
+      fill(app, el("div", { class: "card error" }, `Could not list the studies: ${e.message}`));
     }
     if (!stopped) timer = setTimeout(refresh, 2000);
   }
@@ -230,7 +236,7 @@ function studyPage(id) {
     rounds: el("div", { class: "card" }), output: el("div", { class: "card" }), series: el("div", { class: "card" }),
     result: el("div", { class: "card" }), ledger: el("div", { class: "card" }),
   };
-  app.replaceChildren(parts.head, el("div", { class: "grid" }, parts.progress, parts.result), el("div", { class: "grid" }, parts.rounds, parts.output),
+  fill(app, parts.head, el("div", { class: "grid" }, parts.progress, parts.result), el("div", { class: "grid" }, parts.rounds, parts.output),
     parts.series, el("div", { class: "grid" }, parts.ledger, parts.facts));
   let source = null, ticker = null, pending = new Set(), frameRequested = false, stopped = false;
 
@@ -259,10 +265,10 @@ function studyPage(id) {
       const actions = el("div", { class: "actions" });
       if (st.phase === "enrolling") actions.append(el("button", { onclick: () => admin("start") }, "Start now"));
       if (st.phase === "enrolling" || st.phase === "running") actions.append(el("button", { class: "danger", onclick: () => admin("cancel") }, "Cancel"));
-      parts.head.replaceChildren(
+      fill(parts.head, 
         el("div", { class: "headline" }, el("a", { href: "#/" }, "← studies"), el("h1", {}, v.name || "study"), el("span", { id: "phase" }, badge(st.phase)),
           el("span", { class: st.live ? "live on" : "live" }, st.live ? "live" : ENDED.includes(st.phase) ? "ended" : "connecting"), el("span", { class: "id" }, v.id)),
-        el("div", { class: "actions" }, el("span", { class: "muted" }, `${v.protocol} · ${v.trust} trust · seed ${v.seed}`), el("span", { style: "flex:1" }), actions),
+        el("div", { class: "actions" }, el("span", { class: "muted" }, `${v.protocol} · ${v.trust} trust${Number.isSafeInteger(v.seed) ? ` · seed ${v.seed}` : ""}`), el("span", { style: "flex:1" }), actions),
         st.reason ? el("p", { class: "error" }, st.reason) : null,
         el("p", { class: "error", id: "action-error" }));
     },
@@ -271,7 +277,7 @@ function studyPage(id) {
       const rows = [["participants", String(st.n)], ["enrollment target", v.enrollment_target ?? "–"], ["ε accepted", `${fmt(v.epsilon_min)} to ${fmt(v.epsilon_max)}`],
         ["round deadline", `${fmt(v.round_deadline_s)} s, quorum ${fmt(v.quorum)}`], ["parameters", JSON.stringify(v.params)], ["created", new Date(v.created_at).toLocaleString()]];
       for (const w of v.warnings) rows.push(["warning", w]);
-      parts.facts.replaceChildren(el("h2", {}, "Study"), el("dl", { class: "facts" }, rows.map(([k, val]) => [el("dt", {}, k), el("dd", {}, String(val))])));
+      fill(parts.facts, el("h2", {}, "Study"), el("dl", { class: "facts" }, rows.map(([k, val]) => [el("dt", {}, k), el("dd", {}, String(val))])));
     },
     progress() {
       const rounds = [...st.rounds.values()];
@@ -292,29 +298,35 @@ function studyPage(id) {
           bar(open.expected ? open.received / open.expected : 0));
         }
       }
-      parts.progress.replaceChildren(...body);
+      fill(parts.progress, ...body);
     },
     rounds() {
       const rows = [...st.rounds.values()].sort((a, b) => a.index - b.index).map((r) => el("tr", { class: r.output ? "link" : null, "data-round": r.index, onclick: r.output ? () => { st.selected = r.index; schedule("output"); } : null, style: st.selected === r.index ? "background:#f0f4fb" : null },
         el("td", { class: "num" }, String(r.index)), el("td", {}, r.name), el("td", {}, badge(r.status)),
         el("td", { class: "num", "data-testid": `round-received-${r.index}` }, `${r.received} / ${r.expected}`),
         el("td", {}, bar(r.expected ? r.received / r.expected : r.status === "closed" ? 1 : 0, r.status === "closed")),
-        el("td", { class: "muted" }, r.status === "open" ? timeLeft(r.deadline) : r.status === "closed" ? "closed" : "")));
-      parts.rounds.replaceChildren(el("h2", {}, "Rounds"), rows.length
-        ? el("div", { style: "max-height:360px;overflow:auto" }, el("table", {}, el("thead", {}, el("tr", {}, ["#", "round", "status", "reports", "", "deadline"].map((h) => el("th", {}, h)))), el("tbody", {}, rows)))
+        el("td", { class: "muted" }, r.status === "open" ? timeLeft(r.deadline) : "")));
+      fill(parts.rounds, el("h2", {}, "Rounds"), rows.length
+        ? el("div", { style: "max-height:360px;overflow:auto" }, el("table", {}, el("thead", {}, el("tr", {}, ["#", "round", "status", "reports", "", "time left"].map((h) => el("th", {}, h)))), el("tbody", {}, rows)))
         : el("p", { class: "muted" }, "Rounds are planned when enrollment closes."));
     },
     output() {
       const closed = [...st.rounds.values()].filter((r) => r.output).sort((a, b) => a.index - b.index);
-      const r = st.rounds.get(st.selected) && st.rounds.get(st.selected).output ? st.rounds.get(st.selected) : closed[closed.length - 1];
-      if (!r) { parts.output.replaceChildren(el("h2", {}, "Round output"), el("p", { class: "muted" }, "Each round's public output appears here when it closes.")); return; }
-      parts.output.replaceChildren(el("h2", {}, `Round ${r.index} output · ${r.name}`), ...drawOutput(r), el("p", { class: "muted" }, "Click a closed round to see its output."));
+      const chosen = st.rounds.get(st.selected);
+      const r = chosen && chosen.output ? chosen : closed[closed.length - 1];
+      const stageOne = [...closed].reverse().find(hasInterval);
+      const body = [];
+      if (!r) body.push(el("h2", {}, "Round outputs"), el("p", { class: "muted" }, "Each round's public output is drawn here when the round closes."));
+      if (stageOne && stageOne !== r) body.push(el("h2", {}, `Round ${stageOne.index} · ${stageOne.name}`), ...drawOutput(stageOne), el("hr", { style: "border:0;border-top:1px solid var(--line);margin:14px 0" }));
+      if (r) body.push(el("h2", {}, `Round ${r.index} · ${r.name}`), ...drawOutput(r));
+      if (closed.length > 1) body.push(el("p", { class: "muted" }, "Click a closed round in the table to draw its output."));
+      fill(parts.output, ...body);
     },
     series() {
       const closed = [...st.rounds.values()].filter((r) => r.output).sort((a, b) => a.index - b.index);
       const charts = [];
       const est = closed.filter((r) => r.output.estimate !== undefined);
-      if (est.length) {
+      if (est.length > 1) {
         const dims = Math.min(8, [].concat(est[0].output.estimate).length);
         const series = [...Array(dims).keys()].map((k) => ({ name: dims > 1 ? `component ${k}` : "estimate", values: est.map((r) => [].concat(r.output.estimate)[k]) }));
         charts.push(el("div", {}, lineChart({ title: "Per-round estimates", series, xs: est.map((r) => r.index), xlabel: "round" }), dims > 1 ? legend(series) : null));
@@ -329,13 +341,13 @@ function studyPage(id) {
       const loss = closed.filter((r) => isNum(r.output.loss));
       if (loss.length) charts.push(lineChart({ title: "Gradient rounds: loss", series: [{ name: "loss", values: loss.map((r) => r.output.loss), color: COLORS[1] }], xlabel: "gradient step" }));
       parts.series.style.display = charts.length ? "" : "none";
-      parts.series.replaceChildren(el("h2", {}, "Across rounds"), el("div", { class: "grid" }, charts));
+      fill(parts.series, el("h2", {}, "Across rounds"), el("div", { class: "grid" }, charts));
     },
     result() {
       const res = st.result;
       if (!res) {
         const msg = ENDED.includes(st.phase) && st.phase !== "finished" ? `The study ${st.phase}: no result.` : "The result appears when the last round closes.";
-        parts.result.replaceChildren(el("h2", {}, "Result"), el("p", { class: "muted" }, msg)); return;
+        fill(parts.result, el("h2", {}, "Result"), el("p", { class: "muted" }, msg)); return;
       }
       const bar_ = res.error_bar;
       const est = res.estimate;
@@ -349,18 +361,19 @@ function studyPage(id) {
         if (bar_) body.push(el("p", { class: "muted" }, `± ${fmt(bar_.half_width)} in ${bar_.norm} norm (${bar_.kind}, level ${fmt(bar_.level)})`));
         const shown = est.slice(0, 8);
         const h = bar_ ? bar_.half_width : 0;
-        const lo = Math.min(...shown) - 1.5 * h, hi = Math.max(...shown) + 1.5 * h;
+        const pad = Math.max(1.5 * h, 0.15 * (Math.max(...shown) - Math.min(...shown)) || 1);
+        const lo = Math.min(...shown) - pad, hi = Math.max(...shown) + pad;
         body.push(rangeChart({ title: "Components with the error bar", rows: shown.map((x, k) => ({ label: `[${k}]`, lo, hi, point: x, half: bar_ ? h : undefined })) }));
       }
       const s = res.epsilon_spent;
       body.push(el("p", { class: "muted" }, `ε spent: mean ${fmt(s.mean)}, median ${fmt(s.median)}, max ${fmt(s.max)} over ${s.participants} participants (${s.charged} charged)`));
-      parts.result.replaceChildren(...body);
+      fill(parts.result, ...body);
     },
     ledger() {
       const L = st.ledger;
-      if (!L || !L.participants) { parts.ledger.replaceChildren(el("h2", {}, "ε ledger"), el("p", { class: "muted" }, "No participants yet.")); return; }
+      if (!L || !L.participants) { fill(parts.ledger, el("h2", {}, "ε ledger"), el("p", { class: "muted" }, "No participants yet.")); return; }
       const labels = L.edges.slice(0, -1).map((e, i) => `${fmt(e, 2)}–${fmt(L.edges[i + 1], 2)}`);
-      parts.ledger.replaceChildren(el("h2", {}, "ε ledger"),
+      fill(parts.ledger, el("h2", {}, "ε ledger"),
         barChart({ title: "Participants by ε spent so far", values: L.spent, outline: L.declared, labels, color: COLORS[2], note: "ε" }),
         el("div", { class: "legend" }, el("span", {}, el("i", { style: `background:${COLORS[2]}` }), "spent"), el("span", {}, el("i", { style: "border:1px dashed #1d2430" }), "declared")),
         el("p", { class: "muted" }, `${L.participants} participants · total ε spent ${fmt(L.spent_total)} · largest ${fmt(L.spent_max)}`));
@@ -425,7 +438,7 @@ function studyPage(id) {
     try {
       mergeView(await api(`/v1/studies/${id}`));
     } catch (e) {
-      app.replaceChildren(el("div", { class: "card error" }, `Study ${id}: ${e.message}`), el("a", { href: "#/" }, "← studies"));
+      fill(app, el("div", { class: "card error" }, `Study ${id}: ${e.message}`), el("a", { href: "#/" }, "← studies"));
       return;
     }
     if (stopped) return;
@@ -438,16 +451,28 @@ function studyPage(id) {
   return () => { stopped = true; if (source) source.close(); clearInterval(ticker); };
 }
 
+function hasInterval(r) {
+  const o = r.output;
+  return ["sums", "counts", "histogram"].some((k) => isNumArray(o[k])) || (o.L !== undefined && o.R !== undefined);
+}
+
 // what a round's public output shows: a histogram and interval (stage one), estimates, the rest as JSON
 function drawOutput(r) {
   const o = r.output, out = [];
   const hist = ["sums", "counts", "histogram"].find((k) => isNumArray(o[k]) && o[k].length > 1);
-  if (hist) out.push(barChart({ title: `Stage-one histogram (${hist} per bin)`, values: o[hist], labels: o[hist].map((_, i) => String(i)), note: "bin" }));
+  const k = isNum(o.k_hat) ? o.k_hat - 1 : undefined;  // the paper's 1-based bin index
+  if (hist) out.push(barChart({ title: `Stage-one histogram (${hist} per bin${k !== undefined ? ", chosen bin in orange" : ""})`, values: o[hist], labels: o[hist].map((_, i) => String(i + 1)), note: "bin", highlight: k }));
   const rows = [];
   if (isNum(o.L) && isNum(o.R)) rows.push({ label: "interval", lo: isNum(o.lo) ? Math.min(o.lo, o.L) : o.L, hi: isNum(o.hi) ? Math.max(o.hi, o.R) : o.R, L: o.L, R: o.R });
   else if (isNumArray(o.L) && isNumArray(o.R)) o.L.slice(0, 8).forEach((L, k) => rows.push({ label: `[${k}]`, lo: isNumArray(o.lo) ? Math.min(o.lo[k], L) : L, hi: isNumArray(o.hi) ? Math.max(o.hi[k], o.R[k]) : o.R[k], L, R: o.R[k] }));
   if (rows.length) out.push(rangeChart({ title: "Stage-one interval [L, R] within the searched range", rows }));
   if (isNum(o.estimate)) out.push(el("p", {}, "Round estimate ", el("b", {}, fmt(o.estimate, 6)), isNum(o.predicted_mse) ? el("span", { class: "muted" }, ` (predicted MSE ${fmt(o.predicted_mse)})`) : null));
+  if (isNumArray(o.estimate)) out.push(el("p", {}, "Round estimate ", el("b", {}, vec(o.estimate))));
+  if (isNumArray(o.theta) && isNumArray(o.theta_next)) {
+    out.push(el("p", {}, "Gradient step: θ ", el("b", {}, vec(o.theta)), " → ", el("b", {}, vec(o.theta_next)),
+      isNumArray(o.gradient) ? el("span", { class: "muted" }, ` (gradient ${vec(o.gradient)}${isNum(o.step) ? `, step ${fmt(o.step)}` : ""})`) : null));
+  }
+  if (isNum(o.loss)) out.push(el("p", {}, "Loss ", el("b", {}, fmt(o.loss, 6))));
   if (isNum(o.n_reports)) out.push(el("p", { class: "muted" }, `${o.n_reports} reports aggregated`));
   out.push(el("details", {}, el("summary", {}, "output as JSON"), el("pre", {}, JSON.stringify(o, null, 1))));
   return out;
