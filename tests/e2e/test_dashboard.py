@@ -114,7 +114,8 @@ def test_the_dashboard_follows_a_study_live(
                 seen.append(value)
         page.wait_for_timeout(100)
     thread.join(timeout=5)
-    assert outcome and isinstance(outcome[0], SwarmResult), outcome
+    assert outcome, "the swarm did not end"
+    assert isinstance(outcome[0], SwarmResult), outcome
     total = sum(r.expected for r in outcome[0].study.rounds)
     # it advanced live: several distinct counts strictly between nothing and everything, rising
     inside = [v for v in seen if 0 < v < total]
