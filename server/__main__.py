@@ -23,6 +23,10 @@ young collection, the collector ran ~1,900 times in bench_e2e, a tenth of the se
 mostly tracing those live objects again and again. At 50,000 it runs a few times per study."""
 
 
+SHUTDOWN_GRACE_S = 5
+"""How long a stopping server waits for open requests (event streams among them) to end."""
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m fedldp.server", description=__doc__)
     parser.add_argument("--host", help="interface to bind (default $FEDLDP_HOST or 127.0.0.1)")
@@ -45,6 +49,8 @@ def main(argv: list[str] | None = None) -> None:
         log_level=settings.log_level,
         log_config=None,  # configure_logging did it (text or JSON, with request ids)
         access_log=False,  # fedldp.server.observe logs each request at debug level
+        # open event streams of running studies would otherwise hold a shutdown until they end
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
 
 
