@@ -3,22 +3,22 @@
 (``fedldp.server.schema_cli``).
 
 Settings come from the environment (``FEDLDP_DATABASE_URL``, ``FEDLDP_ADMIN_KEY``,
-``FEDLDP_LOG_LEVEL``, …; see ``fedldp.server.settings``); the flags override host and port. On
-start the server brings the database to the newest schema revision; one it cannot upgrade (written
-by a newer fedldp, or of an unknown schema) stops it with ``error: <code>: <detail>`` and exit
-status 1, untouched.
+``FEDLDP_LOG_LEVEL``, ``FEDLDP_LOG_FORMAT``, …; see ``fedldp.server.settings``); the flags
+override host and port. On start the server brings the database to the newest schema revision;
+one it cannot upgrade (written by a newer fedldp, or of an unknown schema) stops it with
+``error: <code>: <detail>`` and exit status 1, untouched.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import logging
 import sys
 
 import uvicorn
 
 from fedldp.server.app import create_app
+from fedldp.server.observe import configure_logging
 from fedldp.server.schema import SchemaError
 from fedldp.server.schema_cli import add_db_parser, run_db
 from fedldp.server.settings import Settings
@@ -28,6 +28,10 @@ GC_THRESHOLDS = (50_000, 10, 10)
 objects (rows, ids, receipts), nearly all alive until it ends; at the default 700 allocations per
 young collection, the collector ran ~1,900 times in bench_e2e, a tenth of the server's CPU,
 mostly tracing those live objects again and again. At 50,000 it runs a few times per study."""
+
+
+SHUTDOWN_GRACE_S = 5
+"""How long a stopping server waits for open requests (event streams among them) to end."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,9 +44,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(run_db(args))
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = Settings(**overrides)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     try:
         app = create_app(settings)
     except SchemaError as exc:
@@ -59,7 +61,10 @@ def main(argv: list[str] | None = None) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
-        access_log=settings.log_level == "debug",
+        log_config=None,  # configure_logging did it (text or JSON, with request ids)
+        access_log=False,  # fedldp.server.observe logs each request at debug level
+        # open event streams of running studies would otherwise hold a shutdown until they end
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
 
 

@@ -14,18 +14,22 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
 from fedldp.server import __version__
 from fedldp.server.bodies import add_body_schemas, validation_detail
 from fedldp.server.context import Context
+from fedldp.server.dashboard import add_dashboard
 from fedldp.server.db import Database
 from fedldp.server.errors import FedldpError
 from fedldp.server.grouping import ReportGrouper
+from fedldp.server.observe import Observe
 from fedldp.server.rounds import sweep
 from fedldp.server.routes import router
 from fedldp.server.settings import Settings
+from fedldp.server.studies import count_by_phase
 
 __all__ = ["create_app"]
 
@@ -53,6 +57,8 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
     deadline sweeper off (tests drive ``fedldp.server.rounds.sweep`` themselves)."""
     settings = settings or Settings()
     ctx = Context(settings, Database(settings))
+    ctx.metrics.watch_engine(ctx.db.engine)
+    ctx.metrics.watch_studies(lambda: count_by_phase(ctx))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -82,6 +88,13 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
     app.state.grouper = ReportGrouper(ctx)
     app.include_router(router)
     add_body_schemas(app)
+    add_dashboard(app)
+    app.add_middleware(Observe, metrics=ctx.metrics, access_log=settings.log_level == "debug")
+
+    @app.get("/metrics", tags=["service"], response_class=Response)
+    def metrics() -> Response:
+        """Prometheus metrics of this process (fedldp.server.metrics)."""
+        return Response(ctx.metrics.latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(FedldpError)
     async def _fedldp(request: Request, exc: FedldpError) -> JSONResponse:

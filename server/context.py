@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from fedldp.server.auth import TokenCache
 from fedldp.server.db import Database
 from fedldp.server.keys import KeyStore, default_key_dir
+from fedldp.server.metrics import Metrics
 from fedldp.server.plans import PlanCache
 from fedldp.server.settings import Settings
 
@@ -72,6 +73,7 @@ class Context:
     tokens: TokenCache = field(default_factory=TokenCache)
     transitions: Transitions = field(default_factory=Transitions)
     keys: KeyStore = field(init=False)
+    metrics: Metrics = field(default_factory=Metrics)
     _sqlite_turn: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:

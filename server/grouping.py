@@ -59,7 +59,12 @@ class ReportGrouper:
                 )
             except Exception as exc:  # a bug: every waiting request gets the 500
                 outcomes = [exc] * len(taken)
+            metrics = self.ctx.metrics
             for pending, outcome in zip(taken, outcomes, strict=True):
+                if isinstance(outcome, FedldpError):
+                    metrics.reports_refused(outcome.code)
+                elif isinstance(outcome, Receipt):
+                    metrics.reports_stored(int(not outcome.duplicate), int(outcome.duplicate))
                 if pending.future.done():  # the client went away
                     continue
                 if isinstance(outcome, Exception):

@@ -191,6 +191,11 @@ def list_studies(session: Session) -> list[StudyRow]:
     return list(session.scalars(select(StudyRow).order_by(StudyRow.created_at, StudyRow.id)))
 
 
+def count_by_phase(session: Session) -> dict[str, int]:
+    rows = session.execute(select(StudyRow.phase, func.count()).group_by(StudyRow.phase))
+    return {phase: int(n) for phase, n in rows}
+
+
 def transition_study(
     session: Session, study_id: str, from_phases: Sequence[str], **values: Any
 ) -> bool:
@@ -284,6 +289,15 @@ def add_participants(
 
 def participant(session: Session, study_id: str, participant_id: int) -> ParticipantRow | None:
     return session.get(ParticipantRow, (study_id, participant_id))
+
+
+def declared_epsilons(session: Session, study_id: str) -> FloatArray:
+    """Every participant's declared ε, in participant-id order."""
+    table = _PARTICIPANTS
+    stmt = (
+        select(table.c.epsilon).where(table.c.study_id == study_id).order_by(table.c.participant_id)
+    )
+    return np.asarray([r[0] for r in _raw(session, stmt)], dtype=np.float64)
 
 
 def load_participants(session: Session, study_id: str) -> tuple[FloatArray, list[dict[str, Any]]]:

@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from fedldp.protocol.core.base import JSON, ReportChunk, jsonable
 from fedldp.protocol.core.ledger import check_plan_budget
+from fedldp.server import eventlog
 from fedldp.server import repository as repo
 from fedldp.server.context import Context, shred_after_commit
 from fedldp.server.keys import KeyMissing
@@ -64,6 +65,7 @@ def fail_study(session: Session, study_id: str, reason: str) -> bool:
     )
     if failed:
         forget_contributions(session, study_id)
+        eventlog.phase_changed(session, study_id, "failed", reason)
     return failed
 
 
@@ -137,6 +139,7 @@ def start_study(
         warnings=[*study.warnings, *splan.plan.warnings],
     ):
         return None  # someone else started (or cancelled) it first
+    eventlog.phase_changed(session, study.id, "running")
     session.add_all(
         RoundRow(
             study_id=study.id,
@@ -172,17 +175,21 @@ def _open_round(
     outputs: list[JSON],
     now: datetime,
 ) -> None:
-    broadcast = splan.protocol.broadcast(splan.params, splan.plan, index, outputs)
+    broadcast = jsonable(splan.protocol.broadcast(splan.params, splan.plan, index, outputs))
+    deadline = now + timedelta(seconds=study.round_deadline_s)
     repo.update_round(
         session,
         study.id,
         index,
         status="open",
         opened_at=now,
-        deadline=now + timedelta(seconds=study.round_deadline_s),
-        broadcast=jsonable(broadcast),
+        deadline=deadline,
+        broadcast=broadcast,
     )
     repo.set_study(session, study.id, current_round=index)
+    r = repo.get_round(session, study.id, index)
+    if r is not None:
+        eventlog.round_opened(session, study.id, r, now, deadline, broadcast)
 
 
 def _chunks(
@@ -210,17 +217,22 @@ def close_round(ctx: Context, study_id: str, index: int) -> bool:
     """Close an open round that is complete or past its deadline (one transaction): True if
     this call closed it. Protocol code that raises fails the study (module docstring)."""
     try:
-        return _close_round(ctx, study_id, index)
+        closed = _close_round(ctx, study_id, index)
     except Exception as exc:
         reason = f"round {index} could not be closed: {_crash(exc)}"
         log.error("study %s: closing round %d raised", study_id, index, exc_info=exc)
+    else:
+        if closed:
+            ctx.metrics.rounds_closed.inc()
+        return closed
     with ctx.transaction() as session:
         # only if the round is still open: whoever closed it meanwhile decided its fate
         if not repo.close_round_if_open(session, study_id, index, utcnow()):
             return False
         ctx.transitions.bump()
         fail_study(session, study_id, reason)
-        return True
+    ctx.metrics.rounds_closed.inc()
+    return True
 
 
 def _close_round(ctx: Context, study_id: str, index: int) -> bool:
@@ -240,6 +252,7 @@ def _close_round(ctx: Context, study_id: str, index: int) -> bool:
         if not complete:
             needed = math.ceil(study.quorum * r.expected - 1e-9)
             if r.received < needed:
+                eventlog.round_closed(session, study_id, r, now, None)
                 fail_study(
                     session,
                     study_id,
@@ -261,10 +274,12 @@ def _close_round(ctx: Context, study_id: str, index: int) -> bool:
                 _chunks(ctx, session, study_id, splan, index),
             )
         except ValueError as exc:
+            eventlog.round_closed(session, study_id, r, now, None)
             fail_study(session, study_id, f"round {index} ({r.name}) could not aggregate: {exc}")
             return True
         output = jsonable(output)
         repo.update_round(session, study_id, index, output=output)
+        eventlog.round_closed(session, study_id, r, now, output)
         outputs.append(output)
         if index + 1 < len(splan.plan.rounds):
             _open_round(session, study, splan, index + 1, outputs, now)
@@ -310,14 +325,17 @@ def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[J
             "mean": float(spent.mean()),
         },
     }
-    repo.transition_study(
+    stored = jsonable(stored)
+    if repo.transition_study(
         session,
         study.id,
         ["running"],
         phase="finished",
         current_round=None,
-        result=jsonable(stored),
-    )
+        result=stored,
+    ):
+        eventlog.result_ready(session, study.id, stored)
+        eventlog.phase_changed(session, study.id, "finished")
     forget_contributions(session, study.id)
     log.info("study %s finished", study.id)
 

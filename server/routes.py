@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
+from fastapi.responses import StreamingResponse
 
 from fedldp.protocol.core import wire
-from fedldp.server import participants, studies
+from fedldp.server import participants, streams, studies
 from fedldp.server.auth import check_admin
 from fedldp.server.bodies import documented, json_body
 from fedldp.server.context import Context
+from fedldp.server.errors import FedldpError
 from fedldp.server.grouping import ReportGrouper
 
 __all__ = ["router"]
@@ -95,6 +97,30 @@ def list_studies(ctx: Ctx) -> wire.StudyList:
 def get_study(study_id: str, ctx: Ctx) -> wire.StudyView:
     """Phase and per-round progress (expected and received reports, time left)."""
     return studies.get(ctx, study_id)
+
+
+@router.get(
+    "/v1/studies/{study_id}/events",
+    response_class=StreamingResponse,
+    responses={**_RESPONSES, 200: {"content": {"text/event-stream": {}}}},
+    tags=["studies"],
+)
+async def get_events(
+    study_id: str,
+    ctx: Ctx,
+    last_event_id: Annotated[str | None, Header(alias="last-event-id")] = None,
+    after: Annotated[int | None, Query(ge=0, description="resume after this event")] = None,
+) -> StreamingResponse:
+    """Server-Sent Events of the study (fedldp.protocol.core.wire.events): phase changes, rounds
+    opened and closed with their outputs, the result, and ``progress`` snapshots of the
+    counters. Resumes after ``Last-Event-ID`` (or ``after``); ends once the study has ended."""
+    start = streams.parse_last_event_id(last_event_id, after)
+    body = await streams.event_stream(ctx, study_id, start)
+    return StreamingResponse(
+        body,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 @router.post("/v1/studies/{study_id}/start", responses=_RESPONSES, tags=["studies"])
@@ -207,7 +233,13 @@ def submit_reports(
 ) -> wire.BatchReceipt:
     """Many participants' privatized reports for one round (with each one's token, or block
     tokens covering them); rejected items are listed."""
-    return participants.submit_batch(ctx, study_id, body)
+    try:
+        receipt = participants.submit_batch(ctx, study_id, body)
+    except FedldpError as exc:
+        ctx.metrics.reports_refused(exc.code, len(body.participant_ids))
+        raise
+    ctx.metrics.batch(receipt)
+    return receipt
 
 
 @router.get("/v1/studies/{study_id}/rounds", responses=_RESPONSES, tags=["results"])
@@ -225,6 +257,14 @@ def get_round(study_id: str, index: int, ctx: Ctx) -> wire.RoundView:
 def get_result(study_id: str, ctx: Ctx) -> wire.ResultView:
     """Estimate, error bar, diagnostics and ε summary of a finished study (409 before)."""
     return studies.result(ctx, study_id)
+
+
+@router.get("/v1/studies/{study_id}/epsilon", responses=_RESPONSES, tags=["results"])
+def get_epsilon(
+    study_id: str, ctx: Ctx, bins: Annotated[int, Query(ge=1, le=200)] = 20
+) -> wire.EpsilonLedgerView:
+    """The ε ledger in aggregate: histograms of declared and spent ε over ``bins`` bins."""
+    return studies.epsilon_ledger(ctx, study_id, bins)
 
 
 @router.post("/v1/studies/{study_id}/predict", responses=_RESPONSES, tags=["results"])

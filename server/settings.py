@@ -26,11 +26,26 @@ class Settings(BaseSettings):
     admin_key: str | None = Field(
         None, description="when set, creating, starting and cancelling studies need X-Admin-Key"
     )
-    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "info", description="debug also logs one line per request"
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="json: one JSON object per log line, with the request id"
+    )
     sweep_interval_s: float = Field(
         0.5, gt=0, description="how often deadlines and complete rounds are checked"
     )
     busy_timeout_s: float = Field(30.0, gt=0, description="SQLite busy timeout")
+    events_poll_s: float = Field(
+        0.25,
+        gt=0,
+        le=60,
+        description="how often an event stream reads the database (at most 1/this progress "
+        "events per second per stream)",
+    )
+    events_heartbeat_s: float = Field(
+        15.0, gt=0, description="idle time after which an event stream sends a keep-alive comment"
+    )
     aggregate_chunk: int = Field(
         8192, ge=1, description="reports per chunk streamed from the database into aggregation"
     )

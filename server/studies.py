@@ -22,6 +22,7 @@ from fedldp.protocol.core.wire import (
     EPSILON_MIN,
     BlockToken,
     EnrollmentBatch,
+    EpsilonLedgerView,
     Lease,
     PredictRequest,
     PredictView,
@@ -33,6 +34,7 @@ from fedldp.protocol.core.wire import (
     StudyCreate,
     StudyView,
 )
+from fedldp.server import eventlog
 from fedldp.server import repository as repo
 from fedldp.server.auth import block_token_for, new_secret, tokens_for
 from fedldp.server.context import Context
@@ -62,8 +64,10 @@ from fedldp.server.views import result_view, round_view, study_view
 __all__ = [
     "cancel",
     "catalogue",
+    "count_by_phase",
     "create",
     "enroll",
+    "epsilon_ledger",
     "get",
     "lease",
     "list_all",
@@ -173,10 +177,17 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         with ctx.transaction() as session:
             session.add(study)
             session.flush()
+            eventlog.phase_changed(session, study.id, "enrolling")
             return _view(session, study)
     except IntegrityError:
         ctx.keys.destroy(study.id)
         raise StudyExists(f"a study named {body.name!r} exists already") from None
+
+
+def count_by_phase(ctx: Context) -> dict[str, int]:
+    """How many studies are in each phase."""
+    with ctx.transaction() as session:
+        return repo.count_by_phase(session)
 
 
 def list_all(ctx: Context) -> list[StudyView]:
@@ -218,6 +229,7 @@ def cancel(ctx: Context, study_id: str) -> StudyView:
         ):
             raise StudyEnded(f"study {study_id} is {study.phase} already; it cannot be cancelled")
         forget_contributions(session, study_id)
+        eventlog.phase_changed(session, study_id, "cancelled", "cancelled by the administrator")
         return _view(session, require_study(session, study_id))
 
 
@@ -344,6 +356,28 @@ def round_of(ctx: Context, study_id: str, index: int) -> RoundView:
         if r is None:
             raise UnknownRound(f"study {study_id} has no round {index}")
         return round_view(r)
+
+
+def epsilon_ledger(ctx: Context, study_id: str, bins: int) -> EpsilonLedgerView:
+    """Histograms of the declared and the spent ε (a participant's spent ε: the sum its stored
+    reports charged), computed here so that no client scans participants one by one."""
+    with ctx.transaction() as session:
+        study = require_study(session, study_id)
+        declared = repo.declared_epsilons(session, study_id)
+        rounds = len(repo.list_rounds(session, study_id))
+        spent = repo.spent_per_participant(session, study_id, declared.size, rounds)
+    top = float(declared.max()) if declared.size else 1.0
+    # the ledger keeps spent <= declared; a float sum may pass it by an ulp: into the top bin
+    edges = np.linspace(0.0, top, bins + 1)
+    return EpsilonLedgerView(
+        study_id=study.id,
+        participants=int(declared.size),
+        edges=edges.tolist(),
+        declared=np.histogram(declared, edges)[0].tolist(),
+        spent=np.histogram(np.minimum(spent, top), edges)[0].tolist(),
+        spent_total=float(spent.sum()),
+        spent_max=float(spent.max()) if spent.size else 0.0,
+    )
 
 
 def predict(ctx: Context, study_id: str, body: PredictRequest) -> PredictView:

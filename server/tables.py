@@ -29,6 +29,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 __all__ = [
     "Base",
     "ContributionRow",
+    "EventRow",
     "ParticipantRow",
     "ReportRow",
     "RoundRow",
@@ -94,6 +95,9 @@ class StudyRow(Base):
     failure_reason: Mapped[str | None] = mapped_column(Text)
     warnings: Mapped[list[Any]]
     result: Mapped[dict[str, Any] | None]
+    # the number of the study's last event (fedldp.server.eventlog allocates the next under
+    # this row's lock, so a study's events commit in the order of their numbers)
+    last_event: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class ParticipantRow(Base):
@@ -157,3 +161,17 @@ class ReportRow(Base):
     epsilon: Mapped[float] = mapped_column(Float)  # the ε this report charged
     digest: Mapped[str] = mapped_column(String(32))
     received_at: Mapped[datetime]
+
+
+class EventRow(Base):
+    """One stored study event (fedldp.protocol.core.wire.events): its number in the study
+    (``seq``, 1, 2, …), its kind, when, and the rest of the wire model as JSON. Written in the
+    transaction of the state change it reports, so it exists iff that change committed."""
+
+    __tablename__ = "events"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    at: Mapped[datetime]
+    data: Mapped[dict[str, Any]]

@@ -42,6 +42,11 @@ def test_wheel_holds_only_the_fedldp_namespace(wheel: Path) -> None:
     assert sources - set(names) == set(), "modules missing from the wheel (pyproject packages)"
     assert "fedldp/py.typed" in names
     assert "fedldp/server/migrations/script.py.mako" in names
+    static = {
+        f"fedldp/server/static/{path.name}" for path in (ROOT / "server" / "static").iterdir()
+    }
+    assert {"fedldp/server/static/index.html", "fedldp/server/static/app.js"} <= static
+    assert static - set(names) == set(), "dashboard files missing from the wheel (package-data)"
 
 
 def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:

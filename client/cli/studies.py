@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -22,14 +23,13 @@ from fedldp.client.cli.output import render_table
 from fedldp.client.http.agents import SwarmError
 from fedldp.client.http.api import ApiClient, ApiError
 from fedldp.client.http.swarm import view_summary
-from fedldp.protocol.core.wire import StudyView
+from fedldp.protocol.core.wire import ProgressEvent, StudyView
 
 __all__ = ["DEFAULT_SERVER", "add_server_option", "add_studies_parser", "remote"]
 
 Subparsers = Any
 Handler = Callable[[argparse.Namespace], int]
 DEFAULT_SERVER = os.environ.get("FEDLDP_SERVER", "http://127.0.0.1:8000")
-ENDED = ("finished", "failed", "cancelled")
 
 
 def remote(handler: Handler) -> Handler:
@@ -133,7 +133,7 @@ async def _studies(args: argparse.Namespace) -> int:
                 _console().print(table)
             return 0
         if args.action == "watch":
-            view = await _watch(api, args.id, args.interval, quiet=args.json)
+            view = await _watch(api, args.id, quiet=args.json)
             if view.phase != "finished":
                 reason = view.failure_reason or "no reason given"
                 raise SwarmError(f"study_{view.phase}", f"study {view.id}: {reason}")
@@ -162,20 +162,34 @@ def _feature_rows(text: str) -> list[list[float]]:
     return rows
 
 
-async def _watch(api: ApiClient, study_id: str, interval: float, *, quiet: bool) -> StudyView:
-    """Refresh the study's tables every ``interval`` s until it ends; the last view."""
+async def _watch(api: ApiClient, study_id: str, *, quiet: bool) -> StudyView:
+    """Follow the study's event stream until it ends, redrawing its tables on each event (a
+    ``progress`` event updates the open round's counters; a transition re-reads the study);
+    the last view."""
     view = await api.study(study_id)
-    if quiet:
-        while view.phase not in ENDED:
-            await asyncio.sleep(interval)
-            view = await api.study(study_id)
-        return view
-    with Live(_study_tables(view), console=_console(), auto_refresh=False) as live:
-        while view.phase not in ENDED:
-            await asyncio.sleep(interval)
-            view = await api.study(study_id)
-            live.update(_study_tables(view), refresh=True)
-    return view
+    with contextlib.ExitStack() as stack:
+        live = None
+        if not quiet:
+            live = stack.enter_context(
+                Live(_study_tables(view), console=_console(), auto_refresh=False)
+            )
+        async for event in api.events(study_id):
+            if isinstance(event, ProgressEvent):
+                view = _with_progress(view, event)
+            else:
+                view = await api.study(study_id)
+            if live is not None:
+                live.update(_study_tables(view), refresh=True)
+    return await api.study(study_id)
+
+
+def _with_progress(view: StudyView, event: ProgressEvent) -> StudyView:
+    """``view`` with the counters of a ``progress`` event."""
+    rounds = [
+        r.model_copy(update={"received": event.received}) if r.index == event.round else r
+        for r in view.rounds
+    ]
+    return view.model_copy(update={"n_participants": event.n_participants, "rounds": rounds})
 
 
 def _run_studies(args: argparse.Namespace) -> int:
@@ -200,16 +214,12 @@ def add_studies_parser(subparsers: Subparsers) -> None:
         ("list", "every study on the server"),
         ("show", "one study and its rounds"),
         ("result", "a finished study's result"),
-        ("watch", "refresh a study's rounds until it ends, then print its result"),
+        ("watch", "follow a study's live events until it ends, then print its result"),
         ("predict", "predictions of a finished user-classify or user-regress study"),
     ):
         sub = actions.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
         if action != "list":
             sub.add_argument("id", metavar="ID", help="study id")
-        if action == "watch":
-            sub.add_argument(
-                "--interval", type=float, default=1.0, metavar="S", help="refresh every S s"
-            )
         if action == "predict":
             sub.add_argument(
                 "--features",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -30,7 +30,10 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from fedldp.client.http.sse import messages
 from fedldp.protocol.core.wire import (
+    ENDED_PHASES,
+    EVENT_ADAPTER,
     BatchReceipt,
     BudgetView,
     EnrollBatch,
@@ -51,6 +54,7 @@ from fedldp.protocol.core.wire import (
     RoundsView,
     RoundView,
     StudyCreate,
+    StudyEvent,
     StudyList,
     StudyView,
     Task,
@@ -483,6 +487,43 @@ class ApiClient:
             f"/v1/studies/{study_id}/participants/{participant_id}/budget",
             token=token,
         )
+
+    async def events(self, study_id: str, *, after: int = 0) -> AsyncIterator[StudyEvent]:
+        """The study's events (Server-Sent Events, ``fedldp.protocol.core.wire.events``) after
+        event number ``after``, until the study has ended. A dropped connection is resumed with
+        ``Last-Event-ID`` (so no stored event is lost or repeated) under the retry policy; a 4xx
+        answer raises at once."""
+        last, failures, ended = after, 0, False
+        path = f"/v1/studies/{study_id}/events"
+        while True:
+            headers = {"accept": "text/event-stream", "last-event-id": str(last)}
+            try:
+                async with self._http.stream("GET", path, headers=headers) as response:
+                    if not response.is_success:
+                        await response.aread()
+                        error = _error_from_response(response)
+                        if response.status_code not in _RETRIED_STATUSES:
+                            raise error
+                        raise UnavailableError(error.code, error.detail, error.status)
+                    async for message in messages(response.aiter_lines()):
+                        event = EVENT_ADAPTER.validate_json(message.data)
+                        failures = 0
+                        last = event.id if event.id is not None else last
+                        if event.kind in ("phase", "progress"):
+                            ended = event.phase in ENDED_PHASES
+                        yield event
+                if ended:  # the server ends the stream only after the study's last event
+                    return
+                problem = "the event stream closed before the study ended"
+            except (httpx.TransportError, UnavailableError) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            except ValidationError as exc:
+                raise ServerError("invalid_response", f"GET {path}: bad event: {exc}", 200) from exc
+            failures += 1
+            if failures >= self.retry.attempts:
+                raise UnavailableError("unreachable", f"GET {self.base_url}{path}: {problem}", 0)
+            await self._sleep(self.retry.delay(failures, self._rng, None))
+            self.retries += 1
 
 
 def _decode(model: type[M], response: httpx.Response) -> M:

@@ -189,6 +189,9 @@ async def test_openapi_document_lists_every_route(client: httpx.AsyncClient) -> 
         "/v1/studies/{study_id}/result",
         "/v1/studies/{study_id}/predict",
         "/v1/studies/{study_id}/participants/{participant_id}/budget",
+        "/v1/studies/{study_id}/events",
+        "/v1/studies/{study_id}/epsilon",
+        "/metrics",
     }
 
 

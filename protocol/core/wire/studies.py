@@ -192,6 +192,20 @@ class ResultView(Model):
     failure_reason: str | None
 
 
+class EpsilonLedgerView(Model):
+    """The ε ledger of a study in aggregate: histograms of the participants' declared ε and of
+    the ε their stored reports have spent so far, over the same ``edges`` (``bins`` + 1 values
+    from 0 to the largest declared ε; the last bin includes its right edge)."""
+
+    study_id: str
+    participants: int
+    edges: list[float]
+    declared: list[int]
+    spent: list[int]
+    spent_total: float
+    spent_max: float
+
+
 MAX_PREDICT_ROWS = 10_000
 """Feature rows one prediction request may carry."""
 

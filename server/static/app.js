@@ -1,0 +1,490 @@
+// fedldp dashboard: the study list and a live study page, drawn from the public API.
+// Plain JavaScript written for fedldp (no framework, no third-party code, works offline).
+"use strict";
+
+const ENDED = ["finished", "failed", "cancelled"];
+const COLORS = ["#2f6fdb", "#e07b39", "#1f9d55", "#9b4dca", "#c93c37", "#0f8b8d", "#b58900", "#6b7483"];
+const SVGNS = "http://www.w3.org/2000/svg";
+const app = document.getElementById("app");
+
+// ------------------------------------------------------------------ helpers
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined && c !== false) node.append(c);
+  return node;
+}
+
+// replaceChildren, skipping absent parts (the DOM would show null as text)
+function fill(node, ...children) {
+  node.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
+}
+
+function sv(tag, attrs, ...children) {
+  const node = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) node.setAttribute(k, String(v));
+  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined) node.append(c);
+  return node;
+}
+
+function fmt(x, digits = 4) {
+  if (x === null || x === undefined) return "–";
+  if (typeof x !== "number") return String(x);
+  if (!isFinite(x)) return String(x);
+  if (x === 0) return "0";
+  const a = Math.abs(x);
+  if (a >= 1e5 || a < 1e-3) return x.toExponential(2);
+  return String(Number(x.toPrecision(digits)));
+}
+
+function vec(xs) { return `[${xs.slice(0, 6).map((x) => fmt(x)).join(", ")}${xs.length > 6 ? ", …" : ""}]`; }
+function isNum(x) { return typeof x === "number" && isFinite(x); }
+function isNumArray(x) { return Array.isArray(x) && x.length > 0 && x.every(isNum); }
+
+function adminHeaders() {
+  const key = document.getElementById("admin-key").value || sessionStorage.getItem("fedldp-admin") || "";
+  return key ? { "X-Admin-Key": key } : {};
+}
+document.getElementById("admin-key").value = sessionStorage.getItem("fedldp-admin") || "";
+document.getElementById("admin-key").addEventListener("change", (e) => sessionStorage.setItem("fedldp-admin", e.target.value));
+
+async function api(path, options) {
+  const response = await fetch(path, options);
+  const body = await response.json().catch(() => null);
+  if (!response.ok) {
+    const err = new Error(body && body.detail ? `${body.code}: ${body.detail}` : `HTTP ${response.status}`);
+    err.code = body && body.code;
+    throw err;
+  }
+  return body;
+}
+
+function badge(text) { return el("span", { class: `badge ${text}`, "data-testid": "phase" }, text); }
+
+function bar(fraction, done) {
+  const pct = Math.max(0, Math.min(1, fraction || 0)) * 100;
+  return el("div", { class: done ? "bar done" : "bar", title: `${pct.toFixed(0)} %` }, el("span", { style: `width:${pct}%` }));
+}
+
+function timeLeft(deadline) {
+  if (!deadline) return "–";
+  const s = (new Date(deadline) - Date.now()) / 1000;
+  if (s <= 0) return "due";
+  if (s < 120) return `${s.toFixed(0)} s`;
+  if (s < 7200) return `${(s / 60).toFixed(0)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+// ------------------------------------------------------------------ charts (hand-drawn SVG)
+
+function frame(title, width, height) {
+  const svg = sv("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": title });
+  svg.append(sv("text", { x: 0, y: 13, class: "title" }, title));
+  return svg;
+}
+
+function scale(lo, hi, a, b) {
+  if (!(hi > lo)) { const pad = Math.abs(lo) * 0.1 || 1; lo -= pad; hi += pad; }
+  const f = (x) => a + ((x - lo) / (hi - lo)) * (b - a);
+  f.lo = lo; f.hi = hi;
+  return f;
+}
+
+function yAxis(svg, y, left, right) {
+  for (const v of [y.lo, (y.lo + y.hi) / 2, y.hi]) {
+    svg.append(sv("line", { x1: left, x2: right, y1: y(v), y2: y(v), class: "gridline" }));
+    svg.append(sv("text", { x: left - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(v, 3)));
+  }
+}
+
+// bars: values (and optional outline values on the same axis), x labels at the edges
+function barChart({ title, values, outline, labels, width = 460, height = 190, color = COLORS[0], note, highlight }) {
+  const svg = frame(title, width, height);
+  const left = 52, right = width - 8, top = 24, bottom = height - 30;
+  const top_ = Math.max(...values, ...(outline || []), 0);
+  const y = scale(0, top_ || 1, bottom, top);
+  yAxis(svg, y, left, right);
+  const n = values.length, w = (right - left) / n;
+  values.forEach((v, i) => {
+    const h = bottom - y(v);
+    svg.append(sv("rect", { x: left + i * w + 1, y: y(v), width: Math.max(1, w - 2), height: Math.max(0, h), fill: i === highlight ? COLORS[1] : color, rx: 1 },
+      sv("title", {}, `${labels ? labels[i] + ": " : ""}${fmt(v, 6)}`)));
+  });
+  if (outline) outline.forEach((v, i) => {
+    svg.append(sv("rect", { x: left + i * w + 1, y: y(v), width: Math.max(1, w - 2), height: Math.max(0, bottom - y(v)), fill: "none", stroke: "#1d2430", "stroke-dasharray": "3 2" }));
+  });
+  svg.append(sv("line", { x1: left, x2: right, y1: bottom, y2: bottom, class: "axis" }));
+  if (labels) {
+    const ticks = n <= 10 ? [...Array(n).keys()] : [0, Math.floor(n / 2), n - 1];
+    for (const i of ticks) svg.append(sv("text", { x: left + (i + 0.5) * w, y: bottom + 14, "text-anchor": "middle" }, labels[i]));
+  }
+  if (note) svg.append(sv("text", { x: right, y: height - 2, "text-anchor": "end" }, note));
+  return svg;
+}
+
+// lines with points: series [{name, values, color}] over a shared x (0..n-1 or given xs)
+function lineChart({ title, series, xs, xlabel, width = 460, height = 200 }) {
+  const svg = frame(title, width, height);
+  const left = 52, right = width - 10, top = 24, bottom = height - 34;
+  const all = series.flatMap((s) => s.values.filter(isNum));
+  const n = Math.max(...series.map((s) => s.values.length));
+  const xv = xs || [...Array(n).keys()];
+  const x = scale(Math.min(...xv), Math.max(...xv), left, right);
+  const y = scale(Math.min(...all), Math.max(...all), bottom, top);
+  yAxis(svg, y, left, right);
+  svg.append(sv("line", { x1: left, x2: right, y1: bottom, y2: bottom, class: "axis" }));
+  for (const i of [0, xv.length - 1]) svg.append(sv("text", { x: x(xv[i]), y: bottom + 14, "text-anchor": "middle" }, fmt(xv[i])));
+  if (xlabel) svg.append(sv("text", { x: (left + right) / 2, y: bottom + 28, "text-anchor": "middle" }, xlabel));
+  series.forEach((s, k) => {
+    const color = s.color || COLORS[k % COLORS.length];
+    const pts = s.values.map((v, i) => [x(xv[i]), y(v), v]).filter((p) => isNum(p[2]));
+    if (pts.length > 1) svg.append(sv("polyline", { points: pts.map((p) => `${p[0]},${p[1]}`).join(" "), fill: "none", stroke: color, "stroke-width": 1.8 }));
+    for (const p of pts) svg.append(sv("circle", { cx: p[0], cy: p[1], r: pts.length > 40 ? 1.5 : 3, fill: color }, sv("title", {}, `${s.name}: ${fmt(p[2], 6)}`)));
+  });
+  return svg;
+}
+
+// horizontal ranges: rows [{label, lo, hi, L, R, point, half}] each on its own number line
+function rangeChart({ title, rows, width = 460 }) {
+  const height = 34 + rows.length * 40;
+  const svg = frame(title, width, height);
+  const left = 70, right = width - 14;
+  rows.forEach((r, i) => {
+    const yy = 44 + i * 40;
+    const x = scale(r.lo, r.hi, left, right);
+    svg.append(sv("text", { x: left - 8, y: yy + 4, "text-anchor": "end" }, r.label));
+    svg.append(sv("line", { x1: left, x2: right, y1: yy, y2: yy, class: "axis" }));
+    svg.append(sv("text", { x: left, y: yy + 16, "text-anchor": "start" }, fmt(x.lo)));
+    svg.append(sv("text", { x: right, y: yy + 16, "text-anchor": "end" }, fmt(x.hi)));
+    if (isNum(r.L) && isNum(r.R)) {
+      svg.append(sv("rect", { x: x(r.L), y: yy - 6, width: Math.max(2, x(r.R) - x(r.L)), height: 12, fill: COLORS[0], opacity: 0.35, rx: 2 },
+        sv("title", {}, `[${fmt(r.L, 6)}, ${fmt(r.R, 6)}]`)));
+      svg.append(sv("text", { x: (x(r.L) + x(r.R)) / 2, y: yy - 9, "text-anchor": "middle" }, `[${fmt(r.L)}, ${fmt(r.R)}]`));
+    }
+    if (isNum(r.point)) {
+      if (isNum(r.half)) svg.append(sv("line", { x1: x(r.point - r.half), x2: x(r.point + r.half), y1: yy, y2: yy, stroke: COLORS[4], "stroke-width": 3 }));
+      svg.append(sv("circle", { cx: x(r.point), cy: yy, r: 5, fill: COLORS[4] }, sv("title", {}, fmt(r.point, 8))));
+      svg.append(sv("text", { x: x(r.point), y: yy - 9, "text-anchor": "middle" }, fmt(r.point)));
+    }
+  });
+  return svg;
+}
+
+function legend(series) {
+  return el("div", { class: "legend" }, series.map((s, k) => el("span", {}, el("i", { style: `background:${s.color || COLORS[k % COLORS.length]}` }), s.name)));
+}
+
+// ------------------------------------------------------------------ the study list
+
+function studyProgress(v) {
+  const total = v.rounds.length;
+  if (v.phase === "enrolling") return v.enrollment_target ? v.n_participants / v.enrollment_target : 0;
+  if (v.phase === "finished") return 1;
+  if (!total) return 0;
+  let done = 0;
+  for (const r of v.rounds) done += r.status === "closed" ? 1 : r.status === "open" && r.expected ? r.received / r.expected : 0;
+  return done / total;
+}
+
+function listPage() {
+  let timer = null, stopped = false;
+  fill(app, el("div", { class: "card" }, el("h2", {}, "Studies"), el("p", { class: "muted" }, "Loading…")));
+  async function refresh() {
+    try {
+      const { studies } = await api("/v1/studies");
+      studies.sort((a, b) => (a.created_at < b.created_at ? 1 : -1));
+      const rows = studies.map((v) => {
+        const closed = v.rounds.filter((r) => r.status === "closed").length;
+        const open = v.rounds.find((r) => r.status === "open");
+        const detail = v.phase === "enrolling"
+          ? `${v.n_participants}${v.enrollment_target ? " / " + v.enrollment_target : ""} enrolled`
+          : `${closed} / ${v.rounds.length} rounds${open ? ` · ${open.received} / ${open.expected} reports` : ""}`;
+        return el("tr", { class: "link", "data-study": v.id, onclick: () => { location.hash = `#/study/${v.id}`; } },
+          el("td", {}, el("a", { href: `#/study/${v.id}` }, v.name || v.id.slice(0, 12))),
+          el("td", {}, v.protocol),
+          el("td", {}, badge(v.phase)),
+          el("td", { class: "num" }, String(v.n_participants)),
+          el("td", {}, bar(studyProgress(v), v.phase === "finished")),
+          el("td", { class: "muted" }, detail),
+          el("td", { class: "muted" }, new Date(v.created_at).toLocaleString()));
+      });
+      fill(app, el("div", { class: "card" },
+        el("h2", {}, `Studies (${studies.length})`),
+        studies.length
+          ? el("table", {}, el("thead", {}, el("tr", {}, ["study", "protocol", "phase", "participants", "progress", "", "created"].map((h) => el("th", { class: h === "participants" ? "num" : null }, h)))), el("tbody", {}, rows))
+          : el("p", { class: "muted" }, "No studies yet: create one with POST /v1/studies or `fedldp swarm`.")));
+    } catch (e) {
+      fill(app, el("div", { class: "card error" }, `Could not list the studies: ${e.message}`));
+    }
+    if (!stopped) timer = setTimeout(refresh, 2000);
+  }
+  refresh();
+  return () => { stopped = true; clearTimeout(timer); };
+}
+
+// ------------------------------------------------------------------ one study, live
+
+function studyPage(id) {
+  const st = { view: null, rounds: new Map(), n: 0, phase: null, reason: null, result: null, ledger: null, selected: null, live: false };
+  const parts = {
+    head: el("div", { class: "card" }), facts: el("div", { class: "card" }), progress: el("div", { class: "card" }),
+    rounds: el("div", { class: "card" }), output: el("div", { class: "card" }), series: el("div", { class: "card" }),
+    result: el("div", { class: "card" }), ledger: el("div", { class: "card" }),
+  };
+  fill(app, parts.head, el("div", { class: "grid" }, parts.progress, parts.result), el("div", { class: "grid" }, parts.rounds, parts.output),
+    parts.series, el("div", { class: "grid" }, parts.ledger, parts.facts));
+  let source = null, ticker = null, pending = new Set(), frameRequested = false, stopped = false;
+
+  function schedule(...names) {
+    names.forEach((n) => pending.add(n));
+    if (frameRequested) return;
+    frameRequested = true;
+    requestAnimationFrame(() => {
+      frameRequested = false;
+      const todo = [...pending]; pending.clear();
+      for (const n of todo) render[n]();
+    });
+  }
+
+  function mergeView(view) {
+    st.view = view; st.phase = st.phase || view.phase; st.n = view.n_participants;
+    for (const r of view.rounds) {
+      const known = st.rounds.get(r.index) || {};
+      st.rounds.set(r.index, { ...r, ...known, name: r.name, expected: known.expected ?? r.expected, received: Math.max(known.received || 0, r.received), status: known.status || r.status, deadline: known.deadline || r.deadline });
+    }
+  }
+
+  const render = {
+    head() {
+      const v = st.view;
+      const actions = el("div", { class: "actions" });
+      if (st.phase === "enrolling") actions.append(el("button", { onclick: () => admin("start") }, "Start now"));
+      if (st.phase === "enrolling" || st.phase === "running") actions.append(el("button", { class: "danger", onclick: () => admin("cancel") }, "Cancel"));
+      fill(parts.head, 
+        el("div", { class: "headline" }, el("a", { href: "#/" }, "← studies"), el("h1", {}, v.name || "study"), el("span", { id: "phase" }, badge(st.phase)),
+          el("span", { class: st.live ? "live on" : "live" }, st.live ? "live" : ENDED.includes(st.phase) ? "ended" : "connecting"), el("span", { class: "id" }, v.id)),
+        el("div", { class: "actions" }, el("span", { class: "muted" }, `${v.protocol} · ${v.trust} trust${Number.isSafeInteger(v.seed) ? ` · seed ${v.seed}` : ""}`), el("span", { style: "flex:1" }), actions),
+        st.reason ? el("p", { class: "error" }, st.reason) : null,
+        el("p", { class: "error", id: "action-error" }));
+    },
+    facts() {
+      const v = st.view;
+      const rows = [["participants", String(st.n)], ["enrollment target", v.enrollment_target ?? "–"], ["ε accepted", `${fmt(v.epsilon_min)} to ${fmt(v.epsilon_max)}`],
+        ["round deadline", `${fmt(v.round_deadline_s)} s, quorum ${fmt(v.quorum)}`], ["parameters", JSON.stringify(v.params)], ["created", new Date(v.created_at).toLocaleString()]];
+      for (const w of v.warnings) rows.push(["warning", w]);
+      fill(parts.facts, el("h2", {}, "Study"), el("dl", { class: "facts" }, rows.map(([k, val]) => [el("dt", {}, k), el("dd", {}, String(val))])));
+    },
+    progress() {
+      const rounds = [...st.rounds.values()];
+      const closed = rounds.filter((r) => r.status === "closed").length;
+      const open = rounds.find((r) => r.status === "open");
+      const received = rounds.reduce((a, r) => a + (r.received || 0), 0);
+      const expected = rounds.reduce((a, r) => a + (r.expected || 0), 0);
+      const body = [el("h2", {}, "Progress")];
+      if (st.phase === "enrolling") {
+        const t = st.view.enrollment_target;
+        body.push(el("p", {}, `Enrolling: ${st.n}${t ? " of " + t : ""} participants`), bar(t ? st.n / t : 0));
+      } else {
+        body.push(el("p", {}, el("b", {}, `${closed} of ${rounds.length}`), " rounds closed · ",
+          el("b", { id: "reports-total", "data-value": received }, String(received)), ` of ${expected} reports received`), bar(expected ? received / expected : 0, st.phase === "finished"));
+        if (open) {
+          body.push(el("p", { style: "margin-top:14px" }, "Open round ", el("b", {}, `${open.index} (${open.name})`), ": ",
+            el("b", { id: "open-received", "data-value": open.received }, String(open.received)), ` of ${open.expected} reports · deadline in `, el("b", {}, timeLeft(open.deadline))),
+          bar(open.expected ? open.received / open.expected : 0));
+        }
+      }
+      fill(parts.progress, ...body);
+    },
+    rounds() {
+      const rows = [...st.rounds.values()].sort((a, b) => a.index - b.index).map((r) => el("tr", { class: r.output ? "link" : null, "data-round": r.index, onclick: r.output ? () => { st.selected = r.index; schedule("output"); } : null, style: st.selected === r.index ? "background:#f0f4fb" : null },
+        el("td", { class: "num" }, String(r.index)), el("td", {}, r.name), el("td", {}, badge(r.status)),
+        el("td", { class: "num", "data-testid": `round-received-${r.index}` }, `${r.received} / ${r.expected}`),
+        el("td", {}, bar(r.expected ? r.received / r.expected : r.status === "closed" ? 1 : 0, r.status === "closed")),
+        el("td", { class: "muted" }, r.status === "open" ? timeLeft(r.deadline) : "")));
+      fill(parts.rounds, el("h2", {}, "Rounds"), rows.length
+        ? el("div", { style: "max-height:360px;overflow:auto" }, el("table", {}, el("thead", {}, el("tr", {}, ["#", "round", "status", "reports", "", "time left"].map((h) => el("th", {}, h)))), el("tbody", {}, rows)))
+        : el("p", { class: "muted" }, "Rounds are planned when enrollment closes."));
+    },
+    output() {
+      const closed = [...st.rounds.values()].filter((r) => r.output).sort((a, b) => a.index - b.index);
+      const chosen = st.rounds.get(st.selected);
+      const r = chosen && chosen.output ? chosen : closed[closed.length - 1];
+      const stageOne = [...closed].reverse().find(hasInterval);
+      const body = [];
+      if (!r) body.push(el("h2", {}, "Round outputs"), el("p", { class: "muted" }, "Each round's public output is drawn here when the round closes."));
+      if (stageOne && stageOne !== r) body.push(el("h2", {}, `Round ${stageOne.index} · ${stageOne.name}`), ...drawOutput(stageOne), el("hr", { style: "border:0;border-top:1px solid var(--line);margin:14px 0" }));
+      if (r) body.push(el("h2", {}, `Round ${r.index} · ${r.name}`), ...drawOutput(r));
+      if (closed.length > 1) body.push(el("p", { class: "muted" }, "Click a closed round in the table to draw its output."));
+      fill(parts.output, ...body);
+    },
+    series() {
+      const closed = [...st.rounds.values()].filter((r) => r.output).sort((a, b) => a.index - b.index);
+      const charts = [];
+      const est = closed.filter((r) => r.output.estimate !== undefined);
+      if (est.length > 1) {
+        const dims = Math.min(8, [].concat(est[0].output.estimate).length);
+        const series = [...Array(dims).keys()].map((k) => ({ name: dims > 1 ? `component ${k}` : "estimate", values: est.map((r) => [].concat(r.output.estimate)[k]) }));
+        charts.push(el("div", {}, lineChart({ title: "Per-round estimates", series, xs: est.map((r) => r.index), xlabel: "round" }), dims > 1 ? legend(series) : null));
+      }
+      const grad = closed.filter((r) => isNumArray(r.output.theta_next) || isNumArray(r.output.theta));
+      if (grad.length) {
+        const theta = grad.map((r) => r.output.theta_next || r.output.theta);
+        const dims = Math.min(8, theta[0].length);
+        const series = [...Array(dims).keys()].map((k) => ({ name: `θ${k}`, values: theta.map((t) => t[k]) }));
+        charts.push(el("div", {}, lineChart({ title: "Gradient rounds: θ trajectory", series, xlabel: "gradient step" }), legend(series)));
+      }
+      const loss = closed.filter((r) => isNum(r.output.loss));
+      if (loss.length) charts.push(lineChart({ title: "Gradient rounds: loss", series: [{ name: "loss", values: loss.map((r) => r.output.loss), color: COLORS[1] }], xlabel: "gradient step" }));
+      parts.series.style.display = charts.length ? "" : "none";
+      fill(parts.series, el("h2", {}, "Across rounds"), el("div", { class: "grid" }, charts));
+    },
+    result() {
+      const res = st.result;
+      if (!res) {
+        const msg = ENDED.includes(st.phase) && st.phase !== "finished" ? `The study ${st.phase}: no result.` : "The result appears when the last round closes.";
+        fill(parts.result, el("h2", {}, "Result"), el("p", { class: "muted" }, msg)); return;
+      }
+      const bar_ = res.error_bar;
+      const est = res.estimate;
+      const body = [el("h2", {}, "Result")];
+      if (isNum(est)) {
+        body.push(el("div", {}, el("span", { class: "result-value", id: "result-estimate", "data-value": String(est) }, fmt(est, 6)),
+          bar_ ? el("span", { class: "muted" }, `  ± ${fmt(bar_.half_width, 4)} (${bar_.kind}, level ${fmt(bar_.level)}${bar_.approximate ? ", approximate" : ""})`) : null));
+        if (bar_) body.push(rangeChart({ title: "Estimate with its error bar", rows: [{ label: "estimate", lo: est - 2 * bar_.half_width, hi: est + 2 * bar_.half_width, point: est, half: bar_.half_width }] }));
+      } else if (isNumArray(est)) {
+        body.push(el("div", { id: "result-estimate", "data-value": JSON.stringify(est) }, el("span", { class: "result-value" }, `[${est.slice(0, 6).map((x) => fmt(x)).join(", ")}${est.length > 6 ? ", …" : ""}]`)));
+        if (bar_) body.push(el("p", { class: "muted" }, `± ${fmt(bar_.half_width)} in ${bar_.norm} norm (${bar_.kind}, level ${fmt(bar_.level)})`));
+        const shown = est.slice(0, 8);
+        const h = bar_ ? bar_.half_width : 0;
+        const pad = Math.max(1.5 * h, 0.15 * (Math.max(...shown) - Math.min(...shown)) || 1);
+        const lo = Math.min(...shown) - pad, hi = Math.max(...shown) + pad;
+        body.push(rangeChart({ title: "Components with the error bar", rows: shown.map((x, k) => ({ label: `[${k}]`, lo, hi, point: x, half: bar_ ? h : undefined })) }));
+      }
+      const s = res.epsilon_spent;
+      body.push(el("p", { class: "muted" }, `ε spent: mean ${fmt(s.mean)}, median ${fmt(s.median)}, max ${fmt(s.max)} over ${s.participants} participants (${s.charged} charged)`));
+      fill(parts.result, ...body);
+    },
+    ledger() {
+      const L = st.ledger;
+      if (!L || !L.participants) { fill(parts.ledger, el("h2", {}, "ε ledger"), el("p", { class: "muted" }, "No participants yet.")); return; }
+      const labels = L.edges.slice(0, -1).map((e, i) => `${fmt(e, 2)}–${fmt(L.edges[i + 1], 2)}`);
+      fill(parts.ledger, el("h2", {}, "ε ledger"),
+        barChart({ title: "Participants by ε spent so far", values: L.spent, outline: L.declared, labels, color: COLORS[2], note: "ε" }),
+        el("div", { class: "legend" }, el("span", {}, el("i", { style: `background:${COLORS[2]}` }), "spent"), el("span", {}, el("i", { style: "border:1px dashed #1d2430" }), "declared")),
+        el("p", { class: "muted" }, `${L.participants} participants · total ε spent ${fmt(L.spent_total)} · largest ${fmt(L.spent_max)}`));
+    },
+  };
+
+  async function admin(action) {
+    try {
+      const view = await api(`/v1/studies/${id}/${action}`, { method: "POST", headers: adminHeaders() });
+      mergeView(view);
+      schedule("head", "facts", "rounds", "progress");
+    } catch (e) {
+      const box = document.getElementById("action-error");
+      if (box) box.textContent = e.code === "admin_key_required" || e.code === "admin_key_invalid" ? `${e.message} (type the admin key at the top right)` : e.message;
+    }
+  }
+
+  async function refreshLedger() {
+    try { st.ledger = await api(`/v1/studies/${id}/epsilon?bins=12`); schedule("ledger"); } catch (e) { /* shown on the next event */ }
+  }
+  async function refreshView() {
+    try { mergeView(await api(`/v1/studies/${id}`)); schedule("head", "facts", "rounds", "progress"); } catch (e) { /* kept */ }
+  }
+
+  function listen() {
+    source = new EventSource(`/v1/studies/${id}/events`);
+    source.onopen = () => { st.live = true; schedule("head"); };
+    source.onerror = () => { st.live = false; schedule("head"); };
+    const on = (kind, f) => source.addEventListener(kind, (m) => f(JSON.parse(m.data)));
+    on("phase", (e) => {
+      st.phase = e.phase; st.reason = e.reason;
+      if (e.phase === "running") refreshView();
+      if (ENDED.includes(e.phase)) { source.close(); st.live = false; refreshLedger(); }
+      schedule("head", "progress", "result");
+    });
+    on("round_opened", (e) => {
+      const r = st.rounds.get(e.index) || {};
+      st.rounds.set(e.index, { ...r, index: e.index, name: e.name, status: "open", expected: e.expected, received: r.received || 0, deadline: e.deadline, broadcast: e.broadcast });
+      schedule("rounds", "progress");
+    });
+    on("round_closed", (e) => {
+      const r = st.rounds.get(e.index) || {};
+      st.rounds.set(e.index, { ...r, index: e.index, name: e.name, status: "closed", expected: e.expected, received: e.received, output: e.output });
+      schedule("rounds", "progress", "output", "series");
+      refreshLedger();
+    });
+    on("progress", (e) => {
+      st.n = e.n_participants;
+      if (e.round !== null && st.rounds.has(e.round)) {
+        const r = st.rounds.get(e.round);
+        if (r.status === "open") { r.received = e.received; r.expected = e.expected; r.deadline = e.deadline; }
+      }
+      schedule("progress", "rounds");
+    });
+    on("result", async () => {
+      try { st.result = await api(`/v1/studies/${id}/result`); } catch (e) { /* the phase event follows */ }
+      schedule("result");
+    });
+  }
+
+  (async () => {
+    try {
+      mergeView(await api(`/v1/studies/${id}`));
+    } catch (e) {
+      fill(app, el("div", { class: "card error" }, `Study ${id}: ${e.message}`), el("a", { href: "#/" }, "← studies"));
+      return;
+    }
+    if (stopped) return;
+    st.phase = st.view.phase; st.reason = st.view.failure_reason;
+    Object.keys(render).forEach((n) => schedule(n));
+    refreshLedger();
+    listen();
+    ticker = setInterval(() => { if (st.phase === "running") schedule("progress", "rounds"); }, 1000);
+  })();
+  return () => { stopped = true; if (source) source.close(); clearInterval(ticker); };
+}
+
+function hasInterval(r) {
+  const o = r.output;
+  return ["sums", "counts", "histogram"].some((k) => isNumArray(o[k])) || (o.L !== undefined && o.R !== undefined);
+}
+
+// what a round's public output shows: a histogram and interval (stage one), estimates, the rest as JSON
+function drawOutput(r) {
+  const o = r.output, out = [];
+  const hist = ["sums", "counts", "histogram"].find((k) => isNumArray(o[k]) && o[k].length > 1);
+  const k = isNum(o.k_hat) ? o.k_hat - 1 : undefined;  // the paper's 1-based bin index
+  if (hist) out.push(barChart({ title: `Stage-one histogram (${hist} per bin${k !== undefined ? ", chosen bin in orange" : ""})`, values: o[hist], labels: o[hist].map((_, i) => String(i + 1)), note: "bin", highlight: k }));
+  const rows = [];
+  if (isNum(o.L) && isNum(o.R)) rows.push({ label: "interval", lo: isNum(o.lo) ? Math.min(o.lo, o.L) : o.L, hi: isNum(o.hi) ? Math.max(o.hi, o.R) : o.R, L: o.L, R: o.R });
+  else if (isNumArray(o.L) && isNumArray(o.R)) o.L.slice(0, 8).forEach((L, k) => rows.push({ label: `[${k}]`, lo: isNumArray(o.lo) ? Math.min(o.lo[k], L) : L, hi: isNumArray(o.hi) ? Math.max(o.hi[k], o.R[k]) : o.R[k], L, R: o.R[k] }));
+  if (rows.length) out.push(rangeChart({ title: "Stage-one interval [L, R] within the searched range", rows }));
+  if (isNum(o.estimate)) out.push(el("p", {}, "Round estimate ", el("b", {}, fmt(o.estimate, 6)), isNum(o.predicted_mse) ? el("span", { class: "muted" }, ` (predicted MSE ${fmt(o.predicted_mse)})`) : null));
+  if (isNumArray(o.estimate)) out.push(el("p", {}, "Round estimate ", el("b", {}, vec(o.estimate))));
+  if (isNumArray(o.theta) && isNumArray(o.theta_next)) {
+    out.push(el("p", {}, "Gradient step: θ ", el("b", {}, vec(o.theta)), " → ", el("b", {}, vec(o.theta_next)),
+      isNumArray(o.gradient) ? el("span", { class: "muted" }, ` (gradient ${vec(o.gradient)}${isNum(o.step) ? `, step ${fmt(o.step)}` : ""})`) : null));
+  }
+  if (isNum(o.loss)) out.push(el("p", {}, "Loss ", el("b", {}, fmt(o.loss, 6))));
+  if (isNum(o.n_reports)) out.push(el("p", { class: "muted" }, `${o.n_reports} reports aggregated`));
+  out.push(el("details", {}, el("summary", {}, "output as JSON"), el("pre", {}, JSON.stringify(o, null, 1))));
+  return out;
+}
+
+// ------------------------------------------------------------------ routing
+
+let leave = null;
+function route() {
+  if (leave) leave();
+  const m = location.hash.match(/^#\/study\/([0-9a-zA-Z]+)/);
+  leave = m ? studyPage(m[1]) : listPage();
+}
+window.addEventListener("hashchange", route);
+route();
