@@ -3,6 +3,10 @@
 Errors: every ``FedldpError`` renders as ``{"code", "detail"}`` with its status; request bodies that
 fail validation as 422 ``invalid_request``; unknown routes as 404 ``not_found``; anything else as a
 500 ``internal_error`` without a stack trace (which goes to the log).
+
+Docs: ``/docs`` (Swagger UI) and ``/redoc`` load their scripts and styles from ``/docs-assets``,
+files that ship in the ``fastapi-offline`` wheel, so they render with no network (FastAPI's default
+pages fetch them from a CDN).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 
 from fedldp.server import __version__
@@ -30,6 +35,9 @@ from fedldp.server.settings import Settings
 __all__ = ["create_app"]
 
 log = logging.getLogger("fedldp.server")
+
+DOCS_ASSETS = "/docs-assets"
+"""Where the Swagger UI and ReDoc assets are served from (the installed package's files)."""
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
@@ -66,7 +74,9 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
                     await task
             ctx.db.dispose()
 
-    app = FastAPI(
+    app = FastAPIOffline(
+        static_url=DOCS_ASSETS,
+        swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from swagger.io
         title="fedldp aggregation server",
         version=__version__,
         description="Runs multi-round federated LDP protocols over privatized reports.",
