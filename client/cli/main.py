@@ -82,15 +82,18 @@ def _run_protocols(args: argparse.Namespace) -> int:
         print(json.dumps(catalogue, indent=2))
         return 0
     table = Table(title="fedldp protocols", show_lines=True)
-    for col in ("protocol", "description", "source", "trust", "parameters (default)"):
-        table.add_column(col, overflow="fold")
+    table.add_column("protocol", no_wrap=True)
+    for col in ("description", "source", "trust", "unequal ε", "parameters (default)"):
+        table.add_column(
+            col, overflow="fold", ratio=3 if col in ("description", "unequal ε") else 1
+        )
     for p in catalogue:
         params = "\n".join(
             f"{q['name']}" + (" (required)" if q["required"] else f"={json.dumps(q['default'])}")
             for q in p["parameters"]
         )
-        table.add_row(p["name"], p["summary"], p["source"], p["trust"], params)
-    Console(width=160).print(table)
+        table.add_row(p["name"], p["summary"], p["source"], p["trust"], p["heterogeneity"], params)
+    Console(width=max(160, Console().width)).print(table)
     return 0
 
 
@@ -99,7 +102,8 @@ def add_protocols_parser(subparsers: Subparsers) -> None:
         "protocols",
         help="list the protocol catalogue",
         description="List every protocol: name, description, source (paper and algorithm), "
-        "trust model, data kind, and its parameters with their defaults.",
+        "trust model, how it combines unequal ε's, data kind, and its parameters with their "
+        "defaults.",
         epilog="examples:\n  fedldp protocols\n  fedldp protocols --json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
