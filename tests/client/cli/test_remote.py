@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from fedldp.client.cli.main import main
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
+from fedldp.client.http.server_process import ServerProcess, free_port, sqlite_url
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
@@ -63,6 +64,7 @@ def test_swarm_json_matches_simulate_and_studies_show_it(
     assert remote["estimate"] == pytest.approx(local["estimate"], rel=1e-9)
     assert remote["truth"] == local["truth"]
     assert remote["epsilon_spent"] == local["epsilon_spent"]
+    assert remote["users_served"] == 600  # it ran every user itself
     study_id = remote["study_id"]
 
     code, out, _ = run_cli(capsys, "studies", "list", "--server", server, "--json")
@@ -72,9 +74,14 @@ def test_swarm_json_matches_simulate_and_studies_show_it(
     assert code == 0
     shown = json.loads(out)
     assert (shown["id"], shown["phase"], shown["n_participants"]) == (study_id, "finished", 600)
-    code, out, _ = run_cli(capsys, "studies", "result", study_id, "--server", server, "--json")
+    code, out, _ = run_cli(
+        capsys, "studies", "result", study_id[:8], "--server", server, "--json"
+    )  # a unique prefix, as the CLI accepts everywhere it takes an id
     assert code == 0
     assert json.loads(out)["estimate"] == remote["estimate"]
+    code, out, _ = run_cli(capsys, "studies", "list", "--server", server)
+    assert code == 0
+    assert study_id in out  # whole, on one line
     code, out, _ = run_cli(capsys, "studies", "watch", study_id, "--server", server)
     assert code == 0
     assert "estimate" in out
@@ -179,3 +186,19 @@ def test_a_classification_swarm_reports_its_excess_risk_and_predicts(
     )
     assert code == 2
     assert "invalid_request" in err
+
+
+def test_an_unreachable_server_is_announced_and_timeout_gives_up(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    began = time.monotonic()
+    code, _, err = run_cli(capsys, "studies", "list", "--server", url, "--timeout", "1.5")
+    took = time.monotonic() - began
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert lines[0].startswith(f"GET {url}/v1/studies: retrying in ")
+    assert "(connection refused; giving up after 1.5 s)…" in lines[0]
+    assert lines[-1].startswith("error: unreachable: ")
+    assert "connection refused" in lines[-1]
+    assert took < 1.5 + 2.0  # the deadline, and the start of the interpreter's work
