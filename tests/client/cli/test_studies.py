@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -17,7 +18,7 @@ IDS = ["3fa0" + "0" * 28, "3fb1" + "1" * 28, "9c00" + "2" * 28]
 
 def listing(request: httpx.Request) -> httpx.Response:
     assert request.url.path == "/v1/studies"
-    studies = [
+    studies: list[dict[str, Any]] = [
         {
             "id": i,
             "name": None,
