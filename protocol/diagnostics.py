@@ -12,6 +12,9 @@ from __future__ import annotations
 __all__ = ["DIAGNOSTICS", "describe_diagnostic"]
 
 DIAGNOSTICS: dict[str, str] = {
+    # --- every result (added by the simulator and the server, not the protocol)
+    "participation": "per round: reports planned, dropped, late, refused and received (and users "
+    "who joined too late)",
     # --- sizes and budgets
     "n": "participants whose data the estimate uses",
     "N": "samples over every participant (Σ m_i)",

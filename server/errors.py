@@ -15,6 +15,7 @@ __all__ = [
     "EnrollmentFull",
     "EpsilonOutOfRange",
     "FedldpError",
+    "ImplausibleReport",
     "InvalidParams",
     "InvalidPayload",
     "InvalidRequest",
@@ -143,6 +144,13 @@ class PredictionUnsupported(FedldpError):
 
 class InvalidPayload(FedldpError):
     code, status = "invalid_payload", 422
+
+
+class ImplausibleReport(FedldpError):
+    """A report outside the protocol's plausibility bounds (probability below 10^-12 per entry
+    under the honest randomizer at the declared ε; fedldp.protocol.mechanisms.plausibility)."""
+
+    code, status = "implausible_report", 422
 
 
 class BudgetExceeded(FedldpError):

@@ -45,6 +45,7 @@ from fedldp.server.errors import (
     BudgetExceeded,
     DuplicateConflict,
     FedldpError,
+    ImplausibleReport,
     InvalidPayload,
     InvalidRequest,
     InvalidToken,
@@ -387,12 +388,32 @@ def _ingest(
             )
         except ValueError as exc:
             raise InvalidPayload(str(exc)) from None
-        for i in idx[~np.asarray(valid, dtype=np.bool_)]:
+        valid = np.asarray(valid, dtype=np.bool_)
+        for i in idx[~valid]:
             reject(
                 int(i),
                 InvalidPayload(f"participant {ids[i]}'s payload is outside the mechanism's range"),
             )
-        ok[idx[~np.asarray(valid, dtype=np.bool_)]] = False
+        ok[idx[~valid]] = False
+        idx, rows_k = idx[valid], rows_k[valid]
+        # unbounded (Laplace) reports: refused where the honest randomizer almost never lands
+        try:
+            groups = rp.groups()[pos[idx]]
+            plausible = splan.protocol.plausible(splan.params, task, charge[idx], groups, rows_k)
+        except ValueError as exc:
+            raise InvalidPayload(str(exc)) from None
+        for i in idx[~plausible]:
+            reject(
+                int(i),
+                ImplausibleReport(
+                    f"participant {ids[i]}'s report lies outside the plausibility bounds of "
+                    f"round {k} (probability below 1e-12 under the honest randomizer)"
+                ),
+            )
+        ok[idx[~plausible]] = False
+        refused = int(np.count_nonzero(~valid)) + int(np.count_nonzero(~plausible))
+        if refused:
+            repo.add_refused(session, study_id, k, refused=refused)
     now = utcnow()
     accepted = np.flatnonzero(ok)
     accepted_ids = pids[accepted].tolist()
@@ -466,6 +487,8 @@ def submit_many(
                     out.append(exc)
                 else:
                     out.append(_receipt(pid, index, again[pid], duplicate=True))
+            if isinstance(exc, RoundClosed):
+                repo.add_refused(session, study_id, index, late=sum(o is exc for o in out))
             return out
         outcome = _ingest(
             ctx, session, study, r, ids, Credentials(tokens=tokens), kind, _Rows(lists=rows)
@@ -482,19 +505,31 @@ def submit_many(
 
 
 def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceipt:
+    closed: RoundClosed | StudyNotRunning | None = None
+    late = 0
     with ctx.transaction() as session:
         study = require_study(session, study_id)
         try:
             r = _open_round(session, study, batch.round)
-        except (RoundClosed, StudyNotRunning):
+        except (RoundClosed, StudyNotRunning) as exc:
             args = (batch.participant_ids, batch, batch.kind, _Rows.of(batch))
             if _resent(ctx, session, study, batch.round, *args) is None:
-                raise
-            n = len(batch.participant_ids)
-            return BatchReceipt(round=batch.round, accepted=0, duplicates=n, rejected=0, items=[])
-        outcome = _ingest(
-            ctx, session, study, r, batch.participant_ids, batch, batch.kind, _Rows.of(batch)
-        )
+                late = len(batch.participant_ids) if isinstance(exc, RoundClosed) else 0
+                closed = exc
+            else:
+                n = len(batch.participant_ids)
+                return BatchReceipt(
+                    round=batch.round, accepted=0, duplicates=n, rejected=0, items=[]
+                )
+        else:
+            outcome = _ingest(
+                ctx, session, study, r, batch.participant_ids, batch, batch.kind, _Rows.of(batch)
+            )
+    if closed is not None:
+        if late:  # counted in a transaction of its own: the refusal itself stores nothing
+            with ctx.transaction() as session:
+                repo.add_refused(session, study_id, batch.round, late=late)
+        raise closed
     if outcome.complete:
         advance(ctx, study_id, batch.round)
     rejected = [

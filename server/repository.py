@@ -37,6 +37,7 @@ __all__ = [
     "IN_CHUNK",
     "add_participants",
     "add_received",
+    "add_refused",
     "close_round_if_open",
     "count_participants",
     "due_enrollments",
@@ -355,6 +356,17 @@ def add_received(session: Session, study_id: str, index: int, count: int) -> int
         .returning(RoundRow.received)
     )
     return int(session.execute(stmt).scalar_one())
+
+
+def add_refused(
+    session: Session, study_id: str, index: int, *, refused: int = 0, late: int = 0
+) -> None:
+    """Count reports of round ``index`` refused by its checks, or sent after it closed."""
+    session.execute(
+        update(RoundRow)
+        .where(RoundRow.study_id == study_id, RoundRow.index == index)
+        .values(refused=RoundRow.refused + refused, late=RoundRow.late + late)
+    )
 
 
 def due_rounds(session: Session, now: datetime) -> list[tuple[str, int]]:

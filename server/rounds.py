@@ -110,6 +110,8 @@ def start_study(ctx: Context, session: Session, study: StudyRow, now: datetime) 
             payload_shape=list(rp.payload_shape),
             expected=int(rp.cohort.size),
             received=0,
+            refused=0,
+            late=0,
         )
         for rp in splan.plan.rounds
     )
@@ -240,10 +242,23 @@ def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[J
         return
     rounds = len(splan.plan.rounds)
     spent = repo.spent_per_participant(session, study.id, splan.plan.n_participants, rounds)
+    participation = {
+        "rounds": [
+            {
+                "round": r.index,
+                "name": r.name,
+                "planned": r.expected,
+                "late": r.late,
+                "refused": r.refused,
+                "received": r.received,
+            }
+            for r in repo.list_rounds(session, study.id)
+        ]
+    }
     stored: dict[str, Any] = {
         "estimate": result.estimate,
         "error_bar": None if result.error_bar is None else result.error_bar.as_json(),
-        "diagnostics": result.diagnostics,
+        "diagnostics": {**result.diagnostics, "participation": participation},
         "warnings": list(result.warnings),
         "epsilon_spent": {
             "participants": int(spent.size),

@@ -117,6 +117,10 @@ class RoundRow(Base):
     payload_shape: Mapped[list[Any]]
     expected: Mapped[int]
     received: Mapped[int] = mapped_column(Integer, default=0)
+    # reports refused by the protocol's checks or plausibility bounds, and reports that came
+    # after the round had closed (counted until the study ends)
+    refused: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    late: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     opened_at: Mapped[datetime | None]
     deadline: Mapped[datetime | None]
     closed_at: Mapped[datetime | None]

@@ -19,15 +19,21 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fedldp.client.cli.db import add_db_parser
 from fedldp.client.cli.output import jsonable, render_table
-from fedldp.client.cli.params import one_line_error, parse_params
+from fedldp.client.cli.params import (
+    add_behaviour_arguments,
+    behaviour_from_args,
+    one_line_error,
+    parse_params,
+)
 from fedldp.client.cli.remote import REMOTE_COMMANDS
 from fedldp.client.population.build import (
     add_population_arguments,
     build_population,
     population_spec_from_args,
 )
-from fedldp.client.simulate import ProgressFn, fill_from_population, simulate
+from fedldp.client.simulate import ProgressFn, StudyFailed, fill_from_population, simulate
 
 __all__ = ["COMMANDS", "build_parser", "main", "protocol_catalogue"]
 
@@ -70,6 +76,7 @@ def protocol_catalogue() -> list[dict[str, Any]]:
                 "trust": p.trust,
                 "data_kind": p.data_kind,
                 "heterogeneity": p.heterogeneity,
+                "dropout": p.dropout,
                 "parameters": params,
             }
         )
@@ -131,6 +138,10 @@ examples:
   fedldp simulate --protocol hetero-frequency --users 20000 --distribution categorical \\
       --items 100 --zipf 1 --epsilon-uniform 0.5:2 --seed 3
   fedldp simulate --protocol user-mean --csv users.csv --epsilon-column eps --seed 0
+  fedldp simulate --protocol user-mean --users 20000 --samples 16 --seed 1 \\
+      --dropout 0.2 --late 0.05:30 --round-deadline 10 --quorum 0.7
+  fedldp simulate --protocol hetero-frequency --users 20000 --distribution categorical \\
+      --items 20 --seed 1 --attack max-gain --attackers 0.05 --targets 3
 """
 
 
@@ -161,9 +172,21 @@ def _run_simulate(args: argparse.Namespace) -> int:
     params = protocol.parse_params(fill_from_population(protocol, parse_params(args), population))
     context, progress = _progress_bar(args)
     with context:
-        result = simulate(
-            protocol, params, population, args.seed, chunk_size=args.chunk_size, progress=progress
-        )
+        try:
+            result = simulate(
+                protocol,
+                params,
+                population,
+                args.seed,
+                chunk_size=args.chunk_size,
+                progress=progress,
+                behaviour=behaviour_from_args(args),
+                round_deadline_s=args.round_deadline,
+                quorum=args.quorum,
+            )
+        except StudyFailed as exc:
+            sys.stderr.write(f"error: the study failed: {exc}\n")
+            return 1
     summary = result.as_json()
     if args.json:
         print(json.dumps(summary))
@@ -207,6 +230,7 @@ def add_simulate_parser(subparsers: Subparsers) -> None:
     parser.add_argument("--progress", action="store_true", help="progress bar on stderr")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_population_arguments(parser)
+    add_behaviour_arguments(parser)
     parser.set_defaults(handler=_run_simulate)
 
 
@@ -216,6 +240,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     add_protocols_parser,
     add_simulate_parser,
     *REMOTE_COMMANDS,
+    add_db_parser,
 ]
 """Subcommand registrars; another module's ``add_parser`` is added with one line here."""
 

@@ -116,7 +116,8 @@ class InvalidRequestError(ApiError):
 
 
 class ReportRejectedError(InvalidRequestError):
-    """invalid_payload, invalid_epsilon, budget_exceeded, duplicate_conflict."""
+    """invalid_payload, implausible_report, invalid_epsilon, budget_exceeded,
+    duplicate_conflict."""
 
 
 class StudyConfigError(InvalidRequestError):
@@ -152,7 +153,13 @@ _FAMILIES: dict[str, type[ApiError]] = {
         PhaseError,
     ),
     **dict.fromkeys(
-        ("invalid_payload", "invalid_epsilon", "budget_exceeded", "duplicate_conflict"),
+        (
+            "invalid_payload",
+            "implausible_report",
+            "invalid_epsilon",
+            "budget_exceeded",
+            "duplicate_conflict",
+        ),
         ReportRejectedError,
     ),
     **dict.fromkeys(("unknown_protocol", "invalid_params", "plan_infeasible"), StudyConfigError),

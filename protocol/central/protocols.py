@@ -255,6 +255,10 @@ P = TypeVar("P", bound=CentralParams)
 class _Central(Protocol[P]):
     """One upload round of user-wise statistics; the server releases in ``aggregate``."""
 
+    dropout: ClassVar[str] = (
+        "The release is computed from the responders' statistics alone (n and N are theirs, so "
+        "the noise is calibrated to them); the ε released is still the smallest declared one."
+    )
     trust: ClassVar[Trust] = "central"
     heterogeneity: ClassVar[str] = HETEROGENEITY
 

@@ -283,6 +283,12 @@ class Protocol(ABC, Generic[ParamsT]):
     summary: ClassVar[str]  # one line
     source: ClassVar[str]  # paper and algorithm, e.g. "Zhao et al. 2024, Alg. 1"
     heterogeneity: ClassVar[str]  # how unequal ε's are combined
+    dropout: ClassVar[str] = (
+        "A round closed on a quorum (DESIGN.md 'Flow of a study') aggregates its responders: "
+        "the estimator runs on them, its weights renormalised over who reported, and the error "
+        "bar uses their count."
+    )
+    """What a round closed with fewer reports than planned estimates (the catalogue shows it)."""
     trust: ClassVar[Trust] = "local"
     data_kind: ClassVar[DataKind]
     params_model: type[ParamsT]
@@ -299,6 +305,7 @@ class Protocol(ABC, Generic[ParamsT]):
             "summary": self.summary,
             "source": self.source,
             "heterogeneity": self.heterogeneity,
+            "dropout": self.dropout,
             "trust": self.trust,
             "data_kind": self.data_kind,
             "parameters": self.params_model.model_json_schema(),
@@ -343,6 +350,35 @@ class Protocol(ABC, Generic[ParamsT]):
     ) -> BoolArray:
         """Which payloads are admissible; subclasses add range checks to the generic ones."""
         return valid_payloads(task, payloads)
+
+    def report_bounds(
+        self, params: ParamsT, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray] | None:
+        """Plausibility bounds of honest reports for senders charged ``epsilon`` in ``group``:
+        ``(lo, hi)`` broadcastable to ``(n, *task.payload_shape)``, outside which the honest
+        randomizer lands with probability below 10^-12 per entry
+        (``fedldp.protocol.mechanisms.plausibility``), or None when it declares none. Protocols
+        with unbounded (Laplace) reports declare them; the server refuses reports outside them
+        (``implausible_report``) and an ``output`` attacker sends the bound itself."""
+        return None
+
+    def plausible(
+        self,
+        params: ParamsT,
+        task: RoundTask,
+        epsilon: FloatArray,
+        group: IntArray,
+        payloads: FloatArray,
+    ) -> BoolArray:
+        """Which payloads lie inside ``report_bounds`` (all of them when it declares none)."""
+        p = np.asarray(payloads, dtype=np.float64)
+        n = p.shape[0]
+        bounds = self.report_bounds(params, task, epsilon, group)
+        if bounds is None or n == 0:
+            return np.ones(n, dtype=np.bool_)
+        lo, hi = (np.broadcast_to(b, p.shape) for b in bounds)
+        inside = (p >= lo) & (p <= hi)
+        return np.asarray(np.all(inside.reshape(n, -1), axis=1), dtype=np.bool_)
 
     def check_members(
         self,

@@ -46,6 +46,7 @@ from fedldp.protocol.core.base import (
 )
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.heterogeneous import estimators as est
+from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
 from fedldp.protocol.mechanisms.randomizers import (
     JL_MAX_ENTRIES,
     duchi_radius,
@@ -55,6 +56,7 @@ from fedldp.protocol.mechanisms.randomizers import (
     jl_estimate,
     jl_report,
     laplace_mean_report,
+    laplace_scale,
     one_bit_report,
     randomized_response,
     rr_debias,
@@ -134,6 +136,11 @@ def jl_public_seed(seed: int) -> int:
 class _Hetero(Protocol[P]):
     """One round, every participant, weighted average of unbiased reports (§2.0, §2.9)."""
 
+    dropout: ClassVar[str] = (
+        "The weighted average runs over the responders, its weights a_i renormalised over them "
+        "(unbiased on the responders); the error bar is computed from their weights. Sizes fixed "
+        "at planning (the JL dimension m) stay those of the enrolled ε's."
+    )
     mechanism: ClassVar[est.Mechanism]
     payload_kind: ClassVar[PayloadKind]
     bar_kind: ClassVar[str]
@@ -311,6 +318,12 @@ class HeteroLaplaceMean(_Hetero[LaplaceParams]):
     ) -> FloatArray:
         return laplace_mean_report(_local_means(data), eps, rng, params.lo, params.hi)
 
+    def report_bounds(
+        self, params: LaplaceParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """[−1, 1] (the clipped unit-scale mean) ± the reach of Lap(2/ε_i)."""
+        return around(-1.0, 1.0, laplace_reach(laplace_scale(2.0, check_epsilons(epsilon))), 0)
+
     bar_kind: ClassVar[str] = "laplace-chernoff"
 
     def add(
@@ -386,6 +399,12 @@ class HeteroRRMean(_Hetero[RRParams]):
         ok = valid_payloads(task, payloads)
         return np.asarray(ok & (np.abs(np.nan_to_num(payloads)) == 1.0), dtype=np.bool_)
 
+    def report_bounds(
+        self, params: RRParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """A ±1 bit (bounded: nothing is refused beyond ``check``)."""
+        return np.array(-1.0), np.array(1.0)
+
     bar_kind: ClassVar[str] = "hoeffding"
 
     def add(
@@ -455,6 +474,15 @@ class HeteroDuchiMean(_Hetero[DuchiParams]):
         b = duchi_radius(eps, params.dimension, params.radius)
         norm = np.linalg.norm(np.nan_to_num(payloads), axis=1)
         return np.asarray(ok & (np.abs(norm - b) <= 1e-9 * b), dtype=np.bool_)
+
+    def report_bounds(
+        self, params: DuchiParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Each coordinate of a report on the sphere of radius B_i lies in [−B_i, B_i] (bounded:
+        nothing is refused beyond ``check``)."""
+        eps = est.capped_epsilons(epsilon, params.eps_cap)
+        b = duchi_radius(eps, params.dimension, params.radius)
+        return around(0.0, 0.0, b, 1)
 
     bar_kind: ClassVar[str] = "clt"
     bar_approximate: ClassVar[bool] = True

@@ -48,6 +48,7 @@ from fedldp.protocol.semi_feature.common import (
     SemiParams,
     enrollment,
     features_of,
+    label_bounds,
     label_report,
     plan_epsilons,
     semi_feature_block,
@@ -120,6 +121,13 @@ H = TypeVar("H", bound=HotParams)
 
 class _HistOfTree(Protocol[H], Predictor[H]):
     """Rounds, randomizers, checks and estimator shared by HistOfTree and AdHistOfTree."""
+
+    dropout: ClassVar[str] = (
+        "The same users send a label (round 0) and a cell (round 1). The tree grows from the "
+        "round-0 responders' labels; the cell estimates pair labels and cells and use only the "
+        "users who sent both (a user who leaves after its label helped the tree but not the "
+        "cell values; diagnostics: label_reports, cell_reports, paired). No pair fails the study."
+    )
 
     data_kind: ClassVar[DataKind] = "labeled"
     source: ClassVar[str] = (
@@ -263,6 +271,12 @@ class _HistOfTree(Protocol[H], Predictor[H]):
         else:
             ok = np.all((p == 0.0) | (p == 1.0), axis=1) & np.all(p[:, cells:] == 0.0, axis=1)
         return np.asarray(valid & ok, dtype=np.bool_)
+
+    def report_bounds(
+        self, params: H, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray] | None:
+        """Round 0's Laplace label (``label_bounds``); round 1's cells are bounded already."""
+        return label_bounds(params, epsilon) if task.round == 0 else None
 
     def check_members(
         self, params: H, plan: Plan, task: RoundTask, slots: IntArray, payloads: FloatArray

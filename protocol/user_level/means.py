@@ -38,6 +38,7 @@ from fedldp.protocol.core.base import (
     z_quantile,
 )
 from fedldp.protocol.core.streams import RandomSource
+from fedldp.protocol.mechanisms.plausibility import around, laplace_mean_reach, laplace_reach
 from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
 from fedldp.protocol.user_level import two_stage as ts
 
@@ -156,6 +157,13 @@ class UserMean(Protocol[UserMeanParams]):
     """
 
     name: ClassVar[str] = "user-mean"
+    dropout: ClassVar[str] = (
+        "Stage one and stage two have disjoint cohorts, so a stage-one user who leaves never "
+        "owed a stage-two report. Stage one's interval comes from its responders' summed "
+        "histograms (the argmax does not depend on how many reported); stage two is the "
+        "inverse-variance mean of its responders (unbiased on them), its error bar from their "
+        "variances. A stage with no report fails the study."
+    )
     summary: ClassVar[str] = (
         "Two-stage user-level LDP mean of scalars: noisy histograms find an interval, "
         "clipped Laplace means estimate inside it."
@@ -247,6 +255,17 @@ class UserMean(Protocol[UserMeanParams]):
             radius = design.bound if design.heavy_tail else None
             return ts.stage_two_report(means, lo, hi, epsilon, rng, radius)
         raise ValueError(f"user-mean has rounds 0 and 1, not {task.round}")
+
+    def report_bounds(
+        self, params: UserMeanParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Stage I: each bin entry is 0 or 1 plus Lap(2/ε_i); stage II: clip(Ȳ) in [lo, hi]
+        plus Lap((hi − lo)/ε_i); each ± the Laplace reach (module plausibility)."""
+        eps = check_epsilons(epsilon)
+        if task.round == 0:
+            return around(0.0, 1.0, laplace_reach(ts.stage_one_scale(eps)), 1)
+        lo, hi = float(task.broadcast["lo"]), float(task.broadcast["hi"])
+        return around(lo, hi, laplace_reach(ts.stage_two_scale(lo, hi, eps)), 0)
 
     def aggregate(
         self,
@@ -371,6 +390,16 @@ class _Baseline(Protocol[BaselineParams]):
     ) -> FloatArray:
         """The privatized scalar of each user from its (n, m) samples."""
 
+    def reach(self, params: BaselineParams, epsilon: FloatArray) -> FloatArray:
+        """How far past [−D, D] an honest report plausibly lands: one Lap(2D/ε_i) draw."""
+        return laplace_reach(laplace_scale(2.0 * params.bound, epsilon))
+
+    def report_bounds(
+        self, params: BaselineParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        d = params.bound
+        return around(-d, d, self.reach(params, check_epsilons(epsilon)), 0)
+
     def plan(
         self,
         params: BaselineParams,
@@ -441,6 +470,11 @@ class BaselineItemLevel(_Baseline):
         d, m = params.bound, params.samples_per_user
         noisy = laplace(np.clip(samples, -d, d), laplace_scale(2.0 * d * m, epsilon), rng)
         return np.asarray(noisy.mean(axis=1), dtype=np.float64)
+
+    def reach(self, params: BaselineParams, epsilon: FloatArray) -> FloatArray:
+        """The mean of m Lap(2Dm/ε_i) draws: its Gamma-tail reach (module plausibility)."""
+        m, d = params.samples_per_user, params.bound
+        return laplace_mean_reach(laplace_scale(2.0 * d * m, epsilon), m)
 
 
 class BaselineOneSample(_Baseline):

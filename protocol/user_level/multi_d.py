@@ -142,6 +142,13 @@ class ComponentProtocol(Protocol[P]):
     N_ref (§2.7) is the total enrolment n. Subclasses give the components and the decoding.
     """
 
+    dropout: ClassVar[str] = (
+        "Stage one and stage two of each invocation have disjoint cohorts. A component's "
+        "interval is the argmax of its stage-one responders' histograms; its estimate the "
+        "inverse-variance mean of its stage-two responders, renormalised over them, with the "
+        "error bar from their variances. A component with no stage-two report fails the study."
+    )
+
     @abstractmethod
     def n_components(self, params: P, public: JSON) -> int:
         """C: the components of one invocation, given the plan's public constants."""
@@ -305,6 +312,12 @@ class ComponentProtocol(Protocol[P]):
         if task.round % 2 == 0:
             return comp.stage_one_reports(values, layout, families, group, epsilon, rng)
         return comp.stage_two_reports(values, layout, families, task.broadcast, group, epsilon, rng)
+
+    def report_bounds(
+        self, params: P, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Both stages' messages carry Laplace noise: ``components.report_bounds``."""
+        return comp.report_bounds(task.broadcast, task.round % 2, group, epsilon)
 
     def aggregate(
         self,

@@ -57,9 +57,12 @@ def _drop_this_runs_schema() -> Iterator[None]:
 
 
 def drop_all(url: str) -> None:
+    """Drop fedldp's tables and Alembic's record of their revision."""
     engine = create_engine(url)
     try:
-        Base.metadata.drop_all(engine)
+        with engine.begin() as connection:
+            Base.metadata.drop_all(connection)
+            connection.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
     finally:
         engine.dispose()
 

@@ -26,6 +26,7 @@ class ProtocolInfo(Model):
     summary: str
     source: str
     heterogeneity: str
+    dropout: str = ""  # what a round closed on a quorum estimates
     trust: Literal["local", "central"]
     data_kind: str
     parameters: dict[str, Any]
@@ -89,6 +90,8 @@ class RoundProgress(Model):
     status: Literal["pending", "open", "closed"]
     expected: int
     received: int
+    refused: int = 0  # by the protocol's checks or plausibility bounds
+    late: int = 0  # sent after the round had closed
     deadline: datetime | None
     seconds_left: float | None
 
@@ -132,6 +135,8 @@ class RoundView(Model):
     status: Literal["pending", "open", "closed"]
     expected: int
     received: int
+    refused: int = 0  # by the protocol's checks or plausibility bounds
+    late: int = 0  # sent after the round had closed
     opened_at: datetime | None
     closed_at: datetime | None
     broadcast: dict[str, Any] | None
