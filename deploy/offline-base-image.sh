@@ -1,25 +1,71 @@
 #!/usr/bin/env bash
 # Make the deploy images buildable on a machine that reaches PyPI and Debian mirrors but no
-# container registry (issue #4). Idempotent; run as root. Steps:
+# container registry (issue #4). Idempotent; run as root (`sudo bash ...` if you are not root).
+# Steps:
 #   1. install docker, docker-compose and debootstrap from Debian if dockerd is missing;
-#   2. start dockerd in the background if no engine answers, and wait for it;
+#   2. start dockerd in the background if no engine answers, and wait for it (it keeps running
+#      after the script; the script says so and how to stop it: `--stop`);
 #   3. if the image python:3.11-slim is absent, build a stand-in: a minimal Debian bookworm
 #      (debootstrap) with python3, pip and venv, imported with `docker import`;
 #   4. fill deploy/wheelhouse/ with CPython 3.11 manylinux x86_64 wheels of the project's
 #      dependencies (with psycopg[binary]) and build backend, for `pip install --no-index`.
-# Settings (environment): BASE_IMAGE, DEBIAN_MIRROR, WHEELHOUSE, SKIP_WHEELHOUSE=1.
+# Compose: scripts/compose runs whichever is installed (`docker compose` v2, else this one).
+#   bash deploy/offline-base-image.sh --stop   stops the dockerd this script started (if any)
+# Settings (environment): BASE_IMAGE, DEBIAN_MIRROR, WHEELHOUSE, SKIP_WHEELHOUSE=1, DOCKERD_LOG,
+# DOCKERD_MARK (where the started dockerd's pid is kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE_IMAGE=${BASE_IMAGE:-python:3.11-slim}
 WHEELHOUSE=${WHEELHOUSE:-deploy/wheelhouse}
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/fedldp-dockerd.log}
+DOCKERD_MARK=${DOCKERD_MARK:-/run/fedldp-dockerd.pid}
 log() { printf '[offline-base-image] %s\n' "$*" >&2; }
 
-[ "$(id -u)" = 0 ] || { log "error: run as root"; exit 1; }
+[ "$(id -u)" = 0 ] || { log "error: run as root (sudo bash $0 $*)"; exit 1; }
+
+# The pid of the dockerd this script started, if it still runs (else nothing).
+started_dockerd() {
+  local pid
+  [ -f "$DOCKERD_MARK" ] || return 0
+  pid=$(cat "$DOCKERD_MARK")
+  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]; then
+    echo "$pid"
+  fi
+}
+
+if [ "${1:-}" = --stop ]; then
+  pid=$(started_dockerd)
+  if [ -z "$pid" ]; then
+    rm -f "$DOCKERD_MARK"
+    log "no dockerd started by this script is running (nothing stopped)"
+    exit 0
+  fi
+  log "stopping dockerd (pid $pid); its containers stop with it"
+  kill -TERM "$pid"
+  for _ in $(seq 60); do [ -d "/proc/$pid" ] || break; sleep 1; done
+  if [ -d "/proc/$pid" ]; then log "error: dockerd (pid $pid) still runs after 60 s"; exit 1; fi
+  rm -f "$DOCKERD_MARK"
+  log "dockerd stopped"
+  exit 0
+elif [ $# -gt 0 ]; then
+  log "error: unknown argument $1 (only --stop)"
+  exit 2
+fi
+
+rootfs="" note=""
+finish() {
+  if [ -n "$rootfs" ]; then rm -rf "$rootfs"; fi
+  if [ -n "$note" ]; then log "$note"; fi
+}
+trap finish EXIT
 
 # 1. Docker engine, compose v1 and debootstrap, from Debian's packages.
+#    (Compose too when neither `docker compose` v2 nor `docker-compose` is there.)
+has_compose() {
+  { docker compose version 2>/dev/null | grep -qi compose; } || command -v docker-compose >/dev/null
+}
 if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null ||
-   ! command -v debootstrap >/dev/null; then
+   ! command -v debootstrap >/dev/null || ! has_compose; then
   log "installing docker.io docker-compose debootstrap"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io docker-compose debootstrap >/dev/null
@@ -29,8 +75,13 @@ fi
 if ! docker info >/dev/null 2>&1; then
   log "starting dockerd (log: $DOCKERD_LOG)"
   setsid nohup dockerd >"$DOCKERD_LOG" 2>&1 </dev/null &
+  echo $! >"$DOCKERD_MARK"  # setsid and nohup exec: this is dockerd's pid
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || { log "error: dockerd did not come up"; tail -20 "$DOCKERD_LOG" >&2; exit 1; }
+fi
+pid=$(started_dockerd)
+if [ -n "$pid" ]; then
+  note="dockerd (pid $pid, log $DOCKERD_LOG) was started by this script and keeps running; stop it with: bash deploy/offline-base-image.sh --stop"
 fi
 
 # 3. The stand-in base image, from the Debian mirror apt already uses.
@@ -40,7 +91,6 @@ if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
     2>/dev/null | head -1 | tr -d ' ' || true)}
   mirror=${mirror:-http://deb.debian.org/debian}
   rootfs=$(mktemp -d /var/tmp/fedldp-rootfs.XXXXXX)
-  trap 'rm -rf "$rootfs"' EXIT
   log "building $BASE_IMAGE with debootstrap from $mirror"
   debootstrap --variant=minbase --include=python3,python3-pip,python3-venv,ca-certificates,curl \
     bookworm "$rootfs" "$mirror" >/dev/null

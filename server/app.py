@@ -3,6 +3,10 @@
 Errors: every ``FedldpError`` renders as ``{"code", "detail"}`` with its status; request bodies that
 fail validation as 422 ``invalid_request``; unknown routes as 404 ``not_found``; anything else as a
 500 ``internal_error`` without a stack trace (which goes to the log).
+
+Docs: ``/docs`` (Swagger UI) and ``/redoc`` load their scripts and styles from ``/docs-assets``,
+files that ship in the ``fastapi-offline`` wheel, so they render with no network (FastAPI's default
+pages fetch them from a CDN).
 """
 
 from __future__ import annotations
@@ -10,13 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
+from starlette.routing import compile_path
 
 from fedldp.server import __version__
 from fedldp.server.bodies import add_body_schemas, validation_detail
@@ -35,11 +41,17 @@ __all__ = ["create_app"]
 
 log = logging.getLogger("fedldp.server")
 
+DOCS_ASSETS = "/docs-assets"
+"""Where the Swagger UI and ReDoc assets are served from (the installed package's files)."""
+
+_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
-def _error(status: int, code: str, detail: str) -> JSONResponse:
-    return JSONResponse({"code": code, "detail": detail}, status_code=status)
+def _error(
+    status: int, code: str, detail: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"code": code, "detail": detail}, status_code=status, headers=headers)
 
 
 async def _sweeper(ctx: Context) -> None:
@@ -50,6 +62,16 @@ async def _sweeper(ctx: Context) -> None:
         except Exception:
             log.exception("sweep failed; retrying in %.1f s", ctx.settings.sweep_interval_s)
         await asyncio.sleep(ctx.settings.sweep_interval_s)
+
+
+def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods the OpenAPI document lists for every path template matching ``path`` (RFC
+    9110's ``Allow``)."""
+    methods: set[str] = set()
+    for template, operations in app.openapi().get("paths", {}).items():
+        if compile_path(template)[0].match(path):
+            methods |= {m.upper() for m in operations if m in _METHODS}
+    return sorted(methods)
 
 
 def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> FastAPI:
@@ -72,7 +94,9 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
                     await task
             ctx.db.dispose()
 
-    app = FastAPI(
+    app = FastAPIOffline(
+        static_url=DOCS_ASSETS,
+        swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from swagger.io
         title="fedldp aggregation server",
         version=__version__,
         description=(
@@ -106,8 +130,14 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI's "error parsing the body": a body that is not JSON
+            return _error(422, "invalid_request", f"body: not valid JSON ({exc.detail})")
+        headers = dict(exc.headers or {})
+        allowed = _allowed_methods(app, request.url.path) if exc.status_code == 405 else []
+        if allowed:  # every method of the path, not only those of the first route matched
+            headers["Allow"] = ", ".join(allowed)
         code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
-        return _error(exc.status_code, code, str(exc.detail))
+        return _error(exc.status_code, code, str(exc.detail), headers)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:

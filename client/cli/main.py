@@ -97,8 +97,15 @@ def _run_protocols(args: argparse.Namespace) -> int:
         return 0
     table = Table(title="fedldp protocols", show_lines=True)
     least = f"min. users at ε={args.epsilon:g}"
-    for col in ("protocol", "description", "source", "trust", "parameters (default)", least):
-        table.add_column(col, overflow="fold")
+    table.add_column("protocol", no_wrap=True)
+    for col in ("description", "source", "trust", "unequal ε", "parameters (default)", least):
+        table.add_column(
+            col,
+            overflow="fold",
+            ratio=3 if col in ("description", "unequal ε") else 1,
+            # one parameter a line, never folded mid-name
+            min_width=30 if col == "parameters (default)" else None,
+        )
     for p in catalogue:
         params = "\n".join(
             f"{q['name']}" + (" (required)" if q["required"] else f"={json.dumps(q['default'])}")
@@ -107,8 +114,10 @@ def _run_protocols(args: argparse.Namespace) -> int:
         population = p["population"]
         smallest = population["min_participants"]
         rule = population["rule"] if smallest is None else f"{smallest}: {population['rule']}"
-        table.add_row(p["name"], p["summary"], p["source"], p["trust"], params, rule)
-    Console(width=160).print(table)
+        table.add_row(
+            p["name"], p["summary"], p["source"], p["trust"], p["heterogeneity"], params, rule
+        )
+    Console(width=max(200, Console().width)).print(table)  # seven columns: wide
     return 0
 
 
@@ -117,9 +126,9 @@ def add_protocols_parser(subparsers: Subparsers) -> None:
         "protocols",
         help="list the protocol catalogue",
         description="List every protocol: name, description, source (paper and algorithm), "
-        "trust model, data kind, its parameters with their defaults, the fields of its round "
-        "broadcasts (--json; docs/clients.md), and the smallest population it can plan for "
-        "with every participant at --epsilon.",
+        "trust model, how it combines unequal ε's, data kind, its parameters with their "
+        "defaults, the fields of its round broadcasts (--json; docs/clients.md), and the "
+        "smallest population it can plan for with every participant at --epsilon.",
         epilog="examples:\n  fedldp protocols\n  fedldp protocols --epsilon 0.5 --json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

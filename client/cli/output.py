@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedldp.protocol.core.base import JSON, jsonable
+from fedldp.protocol.diagnostics import describe_diagnostic
 
 __all__ = ["estimation_error", "jsonable", "render_table", "result_summary"]
 
@@ -112,15 +113,30 @@ def _value(x: Any) -> str:
     return _number(x)
 
 
-def render_table(summary: Mapping[str, Any], *, width: int = 100) -> str:
-    """``summary`` (from ``result_summary``) as a plain-text table."""
+def _heterogeneity(protocol: Any) -> str | None:
+    """How the catalogue protocol combines unequal ε's (None for an unknown name)."""
+    from fedldp.protocol.catalogue import CATALOGUE
+
+    entry = CATALOGUE.get(str(protocol))
+    return None if entry is None else entry.heterogeneity
+
+
+def render_table(summary: Mapping[str, Any], *, width: int = 120) -> str:
+    """``summary`` (from ``result_summary``) as a plain-text table: every field, the protocol's
+    rule for unequal ε's, the ``evaluation`` of a learning task, and each diagnostic with the
+    catalogue's line on what it is (``fedldp.protocol.diagnostics``)."""
     table = Table(title=f"fedldp · {summary.get('protocol', '?')}", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value", overflow="fold")
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold", ratio=3)
+    table.add_column("meaning", overflow="fold", ratio=2, style="dim")
     if summary.get("study_id") is not None:
         table.add_row("study", str(summary["study_id"]))
     table.add_row("params", _value(summary.get("params", {})))
     table.add_row("users", _number(summary.get("n")))
+    if summary.get("users_served") is not None:
+        table.add_row(
+            "users served", _number(summary["users_served"]), "by this swarm (leases split them)"
+        )
     table.add_row("seed", _number(summary.get("seed")))
     table.add_row("estimate", _value(summary.get("estimate")))
     table.add_row("truth", _value(summary.get("truth")))
@@ -142,8 +158,15 @@ def render_table(summary: Mapping[str, Any], *, width: int = 100) -> str:
         f"max {_number(spent.get('max'))}, median {_number(spent.get('median'))}, "
         f"mean {_number(spent.get('mean'))}",
     )
+    rule = _heterogeneity(summary.get("protocol"))
+    if rule:
+        table.add_row("unequal ε", rule, "how the protocol combines users' different ε's")
+    for key, value in (summary.get("evaluation") or {}).items():
+        table.add_row(f"evaluation: {key}", _value(value), "the learning task's own score")
+    if summary.get("diagnostics"):
+        table.add_row("diagnostics", "", "")
     for key, value in (summary.get("diagnostics") or {}).items():
-        table.add_row(f"  {key}", _value(value))
+        table.add_row(f"  {key}", _value(value), describe_diagnostic(key))
     if summary.get("elapsed_s") is not None:
         table.add_row("elapsed", f"{summary['elapsed_s']:.3g} s")
     for w in summary.get("warnings") or []:

@@ -30,7 +30,15 @@ from typing import Any
 
 from fedldp.client.cli.output import render_table
 from fedldp.client.cli.params import add_behaviour_arguments, behaviour_from_args, parse_params
-from fedldp.client.cli.studies import add_server_option, add_studies_parser, remote
+from fedldp.client.cli.studies import (
+    add_server_option,
+    add_studies_parser,
+    remote,
+    resolve_study_id,
+    retry_policy,
+)
+from fedldp.client.http.api import ApiClient
+from fedldp.client.http.retry import RetryPolicy
 from fedldp.client.http.server_process import ServerProcess, exec_server, free_port, sqlite_url
 from fedldp.client.http.swarm import SwarmResult, run_swarm
 from fedldp.client.population.build import (
@@ -159,11 +167,13 @@ def _run_swarm(args: argparse.Namespace) -> int:
         )
     if args.lease and (create is None or not args.name):
         raise ValueError("--lease needs --create PROTOCOL and --name NAME (the study to share)")
+    retry = retry_policy(args)
+    study_id = None if args.study is None else asyncio.run(_resolve(args.server, args.study, retry))
     run = asyncio.run(
         run_swarm(
             args.server,
             population=population,
-            study_id=args.study,
+            study_id=study_id,
             create=create,
             concurrency=args.concurrency,
             batch=args.batch,
@@ -174,6 +184,7 @@ def _run_swarm(args: argparse.Namespace) -> int:
             lease=args.lease,
             epsilon_min=args.epsilon_min,
             epsilon_max=args.epsilon_max,
+            retry=retry,
             round_deadline_s=args.round_deadline,
             quorum=args.quorum,
             behaviour=behaviour_from_args(args),
@@ -181,6 +192,11 @@ def _run_swarm(args: argparse.Namespace) -> int:
     )
     _print_summary(run.summary(), args.json)
     return 0
+
+
+async def _resolve(server: str, given: str, retry: RetryPolicy) -> str:
+    async with ApiClient(server, retry=retry) as api:
+        return await resolve_study_id(api, given)
 
 
 def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
@@ -208,7 +224,9 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
     )
     add_server_option(parser)
     target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--study", metavar="ID", help="join this (empty, enrolling) study")
+    target.add_argument(
+        "--study", metavar="ID", help="join this (empty, enrolling) study: an id or unique prefix"
+    )
     target.add_argument("--create", metavar="PROTOCOL", help="create a study of this protocol")
     _add_param_options(parser)
     parser.add_argument("--name", help="study name (with --create); unique on the server")

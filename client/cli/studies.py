@@ -21,15 +21,25 @@ from rich.table import Table
 
 from fedldp.client.cli.output import render_table
 from fedldp.client.http.agents import SwarmError
-from fedldp.client.http.api import ApiClient, ApiError
+from fedldp.client.http.api import ApiClient, ApiError, InvalidRequestError, NotFoundError
+from fedldp.client.http.retry import RetryPolicy, stderr_notice
 from fedldp.client.http.swarm import view_summary
 from fedldp.protocol.core.wire import ProgressEvent, StudyView
 
-__all__ = ["DEFAULT_SERVER", "add_server_option", "add_studies_parser", "remote"]
+__all__ = [
+    "DEFAULT_SERVER",
+    "add_server_option",
+    "add_studies_parser",
+    "remote",
+    "resolve_study_id",
+    "retry_policy",
+]
 
 Subparsers = Any
 Handler = Callable[[argparse.Namespace], int]
 DEFAULT_SERVER = os.environ.get("FEDLDP_SERVER", "http://127.0.0.1:8000")
+ENDED = ("finished", "failed", "cancelled")
+STUDY_ID_LENGTH = 32  # the server's ids: uuid4 hex
 
 
 def remote(handler: Handler) -> Handler:
@@ -57,6 +67,45 @@ def add_server_option(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help=f"server base URL (default $FEDLDP_SERVER or {DEFAULT_SERVER})",
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="give up on a request after retrying it for S seconds (default: 10 tries over "
+        "about 20 s); each retry is announced on stderr",
+    )
+
+
+def retry_policy(args: argparse.Namespace) -> RetryPolicy:
+    """The retries of a remote command: announced on stderr, bounded by ``--timeout``."""
+    timeout: float | None = args.timeout
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"--timeout must be >= 0, got {timeout:g}")
+    if timeout is None:
+        return RetryPolicy(notify=stderr_notice)
+    return RetryPolicy(attempts=1_000_000, deadline_s=timeout, notify=stderr_notice)
+
+
+async def resolve_study_id(api: ApiClient, given: str) -> str:
+    """The id of the one study whose id starts with ``given`` (a full id or a unique prefix, as
+    ``studies list`` shows them); NotFoundError for none, InvalidRequestError for several."""
+    given = given.strip().lower()
+    if len(given) == STUDY_ID_LENGTH:
+        return given  # a whole id: the server says whether it exists
+    if not given:
+        raise InvalidRequestError("ambiguous_study_id", "give a study id or a prefix of one", 0)
+    ids = [v.id for v in (await api.list_studies()).studies]
+    matches = [i for i in ids if i.startswith(given)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise NotFoundError("unknown_study", f"no study id starts with {given!r}", 404)
+    shown = ", ".join(sorted(matches)[:5]) + (", …" if len(matches) > 5 else "")
+    raise InvalidRequestError(
+        "ambiguous_study_id",
+        f"{len(matches)} studies start with {given!r} ({shown}): give more characters",
+        0,
+    )
 
 
 def _console() -> Console:
@@ -65,7 +114,8 @@ def _console() -> Console:
 
 def _studies_table(views: list[StudyView]) -> Table:
     table = Table(title="fedldp studies")
-    for col in ("id", "name", "protocol", "phase", "participants", "round", "created"):
+    table.add_column("id", no_wrap=True, min_width=32)  # whole, so that it can be copied
+    for col in ("name", "protocol", "phase", "participants", "round", "created"):
         table.add_column(col, overflow="fold")
     for v in views:
         current = "-" if v.current_round is None else f"{v.current_round + 1}/{len(v.rounds)}"
@@ -107,7 +157,9 @@ def _study_tables(view: StudyView) -> Group:
 
 
 async def _studies(args: argparse.Namespace) -> int:
-    async with ApiClient(args.server) as api:
+    async with ApiClient(args.server, retry=retry_policy(args)) as api:
+        if args.action != "list":
+            args.id = await resolve_study_id(api, args.id)
         if args.action == "list":
             views = (await api.list_studies()).studies
             if args.json:
@@ -219,7 +271,7 @@ def add_studies_parser(subparsers: Subparsers) -> None:
     ):
         sub = actions.add_parser(action, help=text, description=text[0].upper() + text[1:] + ".")
         if action != "list":
-            sub.add_argument("id", metavar="ID", help="study id")
+            sub.add_argument("id", metavar="ID", help="study id, or a unique prefix of one")
         if action == "predict":
             sub.add_argument(
                 "--features",

@@ -13,23 +13,23 @@ Retries (exponential backoff with jitter, ``RetryPolicy``):
   have reached the server. GETs are idempotent, and so are the task batch and both report
   submissions: a report resent after a lost answer is stored once and comes back as a duplicate.
 
-A 4xx answer is never retried: it would fail the same way again.
+A 4xx answer is never retried: it would fail the same way again. The policy may also bound the
+retries by time and report each wait (``fedldp.client.http.retry``; the command line prints them).
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import TypeVar
 
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from fedldp.client.http.retry import RetryPolicy, failure_reason, parse_retry_after
 from fedldp.client.http.sse import messages
 from fedldp.protocol.core.wire import (
     ENDED_PHASES,
@@ -218,53 +218,6 @@ _IDEMPOTENT_RETRIED = (
 _RETRIED_STATUSES = frozenset({429, 503})
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How often and how long to retry (the defaults ride out a server restart of ~20 s)."""
-
-    attempts: int = 10
-    """Total tries of one request, the first included."""
-    base_delay: float = 0.1
-    max_delay: float = 5.0
-    max_retry_after: float = 60.0
-    """Upper bound on a server-sent ``Retry-After``."""
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError("attempts must be >= 1")
-        if not 0 <= self.base_delay <= self.max_delay:
-            raise ValueError("need 0 <= base_delay <= max_delay")
-
-    def backoff(self, retry: int, rng: random.Random) -> float:
-        """Delay before retry number ``retry`` (1, 2, ...): doubling, capped, "equal jitter"
-        (uniform in [½, 1] of the step) so that a crowd of clients does not retry in lockstep."""
-        step = min(self.max_delay, self.base_delay * 2.0 ** (retry - 1))
-        return step * (0.5 + 0.5 * rng.random())
-
-    def delay(self, retry: int, rng: random.Random, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(max(retry_after, 0.0), self.max_retry_after)
-        return self.backoff(retry, rng)
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-
-
 # --------------------------------------------------------------------------- the client
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -273,8 +226,8 @@ Sleep = Callable[[float], Awaitable[None]]
 class ApiClient:
     """The fedldp API over one shared ``httpx.AsyncClient`` (see the module docstring).
 
-    ``transport`` (e.g. ``httpx.ASGITransport`` or ``httpx.MockTransport`` in tests) and ``sleep``
-    are injectable; ``retries`` counts the retries made so far.
+    ``transport`` (e.g. ``httpx.ASGITransport`` or ``httpx.MockTransport`` in tests), ``sleep`` and
+    ``clock`` are injectable; ``retries`` counts the retries made so far.
     """
 
     def __init__(
@@ -288,12 +241,14 @@ class ApiClient:
         max_connections: int = 100,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.admin_key = admin_key
         self.retry = retry or RetryPolicy()
         self.retries = 0
         self._sleep = sleep
+        self._clock = clock
         self._rng = rng or random.Random()
         limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
@@ -345,19 +300,20 @@ class ApiClient:
         if admin and self.admin_key is not None:
             headers["x-admin-key"] = self.admin_key
         retryable = _ALWAYS_RETRIED + _IDEMPOTENT_RETRIED if idempotent else _ALWAYS_RETRIED
-        attempt = 1
+        attempt, began = 1, self._clock()
         while True:
             retry_after: float | None = None
             try:
                 response = await self._http.request(method, path, content=content, headers=headers)
             except retryable as exc:
-                if attempt >= self.retry.attempts:
-                    raise UnavailableError(
-                        "unreachable",
-                        f"{method} {self.base_url}{path} failed {attempt} times, last: "
-                        f"{type(exc).__name__}: {exc}".rstrip(": "),
-                        0,
-                    ) from exc
+                reason = failure_reason(exc)
+                unavailable = UnavailableError(
+                    "unreachable",
+                    f"{method} {self.base_url}{path} failed {attempt} times in "
+                    f"{self._clock() - began:.3g} s, last: {reason}",
+                    0,
+                )
+                cause: Exception = exc
             except httpx.TransportError as exc:
                 raise UnavailableError(
                     "unreachable", f"{method} {self.base_url}{path}: {exc}", 0
@@ -368,10 +324,18 @@ class ApiClient:
                 error = _error_from_response(response)
                 if response.status_code not in _RETRIED_STATUSES:
                     raise error
-                if attempt >= self.retry.attempts:
-                    raise UnavailableError(error.code, error.detail, error.status)
+                unavailable = UnavailableError(error.code, error.detail, error.status)
+                cause, reason = error, f"{error.status} {error.code}"
                 retry_after = parse_retry_after(response.headers.get("retry-after"))
-            await self._sleep(self.retry.delay(attempt, self._rng, retry_after))
+            delay = self.retry.delay(attempt, self._rng, retry_after)
+            if self.retry.gives_up(attempt, self._clock() - began, delay):
+                raise unavailable from cause
+            if self.retry.notify is not None:
+                self.retry.notify(
+                    f"{method} {self.base_url}{path}: retrying in {delay:.2g} s ({reason}; "
+                    f"{self.retry.progress(attempt)})…"
+                )
+            await self._sleep(delay)
             self.retries += 1
             attempt += 1
 

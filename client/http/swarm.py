@@ -78,6 +78,9 @@ class SwarmResult:
     elapsed_s: float
     stats: DriveStats = field(default_factory=DriveStats)
     predictions: FloatArray | None = None  # at a semi-feature population's test features
+    users_served: int | None = None
+    """How many of the study's users this swarm enrolled and ran (all of them unless it shared
+    the study through leases: then 0 for a swarm that leased no block)."""
 
     @property
     def study_id(self) -> str:
@@ -106,6 +109,7 @@ class SwarmResult:
             warnings=pop.warnings,
         )
         out["population"] = pop.describe()
+        out["users_served"] = pop.n if self.users_served is None else self.users_served
         return evaluate_summary(out, pop, self.predictions)
 
 
@@ -583,7 +587,8 @@ async def run_swarm(
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
-    return SwarmResult(study, result, pop, time.perf_counter() - began, stats, predictions)
+    elapsed = time.perf_counter() - began
+    return SwarmResult(study, result, pop, elapsed, stats, predictions, len(roster))
 
 
 def _roles(behaviour: Behaviour | None, population_seed: int) -> Roles | None:

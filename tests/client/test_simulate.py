@@ -14,6 +14,7 @@ from fedldp.client.population.build import Population, PopulationSpec, build_pop
 from fedldp.client.seeds import derive_seeds
 from fedldp.client.simulate import SimulationError, fill_from_population, simulate
 from fedldp.protocol.core.base import Protocol, UserData
+from fedldp.protocol.diagnostics import DIAGNOSTICS
 from tests.client.toy_protocol import RejectingToy, ToyMean
 
 TOY = ToyMean()
@@ -204,6 +205,8 @@ def test_catalogue_protocols_are_chunk_invariant_and_deterministic(name: str) ->
         for count in r.result.diagnostics["participation"]["rounds"]:
             assert count["refused"] == count["late"] == count["dropped"] == 0
             assert count["received"] == count["planned"]
+    undescribed = set(results[0].result.diagnostics) - set(DIAGNOSTICS)
+    assert not undescribed, f"add these to fedldp.protocol.diagnostics: {sorted(undescribed)}"
 
 
 def test_each_warning_is_shown_once() -> None:

@@ -5,11 +5,12 @@ HTTP from the host equals the in-process simulation of the same seed (DESIGN.md:
 * profile ``postgres``: PostgreSQL, two server replicas behind an nginx balancer, and two swarms
   (``--scale swarm-pg=2``) sharing one study through the balancer.
 
-Needs a Docker engine and compose (``docker compose`` v2 or Debian's ``docker-compose`` v1; set
-``FEDLDP_COMPOSE`` to pick one). As root, ``deploy/offline-base-image.sh`` is run first: it
-installs and starts Docker when needed and builds the registry-free base image and wheelhouse.
-Without a usable engine the tests are skipped with the reason. Run with ``pytest -m docker
-tests/deploy`` (the default run excludes the ``docker`` marker).
+Needs a Docker engine and compose (``docker compose`` v2 or Debian's ``docker-compose`` v1), run
+through ``scripts/compose`` as the README does (``FEDLDP_COMPOSE`` picks one). As root,
+``deploy/offline-base-image.sh`` is run first: it installs and starts Docker when needed and
+builds the registry-free base image and wheelhouse. Without a usable engine the tests are
+skipped with the reason. Run with ``pytest -m docker tests/deploy`` (the default run excludes
+the ``docker`` marker).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import json
 import math
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import uuid
@@ -77,12 +77,10 @@ def engine_answers() -> bool:
 
 
 def compose_command() -> list[str] | None:
-    """``$FEDLDP_COMPOSE``, else ``docker compose`` (v2) when present, else ``docker-compose``."""
-    if os.environ.get("FEDLDP_COMPOSE"):
-        return shlex.split(os.environ["FEDLDP_COMPOSE"])
-    if run(["docker", "compose", "version"], 60).returncode == 0:
-        return ["docker", "compose"]
-    return ["docker-compose"] if shutil.which("docker-compose") else None
+    """``scripts/compose`` (the README's command), when it finds a compose to run: it picks
+    ``$FEDLDP_COMPOSE``, else ``docker compose`` (v2) when present, else ``docker-compose``."""
+    wrapper = str(ROOT / "scripts" / "compose")
+    return [wrapper] if run([wrapper, "which"], 60).returncode == 0 else None
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +156,8 @@ def deployed(
     port = free_port()
     prefixes = ("FEDLDP_", "SWARM_", "SERVER_", "BALANCER_", "POSTGRES_", "COMPOSE_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    if "FEDLDP_COMPOSE" in os.environ:  # scripts/compose's choice, not a deployment setting
+        env["FEDLDP_COMPOSE"] = os.environ["FEDLDP_COMPOSE"]
     env |= {
         "FEDLDP_IMAGE_TAG": "deploy-test",
         port_variable: str(port),

@@ -141,8 +141,22 @@ async def test_unknown_route_is_not_found(client: httpx.AsyncClient) -> None:
 
 
 async def test_wrong_method_is_refused(client: httpx.AsyncClient) -> None:
-    expect_error(await client.delete("/v1/studies"), 405, "method_not_allowed")
-    expect_error(await client.put("/health"), 405, "method_not_allowed")
+    refused = await client.delete("/v1/studies")
+    expect_error(refused, 405, "method_not_allowed")
+    assert refused.headers["allow"] == "GET, POST"  # every method of the path (RFC 9110)
+    refused = await client.put("/health")
+    expect_error(refused, 405, "method_not_allowed")
+    assert refused.headers["allow"] == "GET"
+
+
+@pytest.mark.parametrize("path", ["/v1/studies/x/participants", "/v1/studies/x/predict"])
+async def test_a_body_that_is_not_json_is_an_invalid_request(
+    client: httpx.AsyncClient, path: str
+) -> None:
+    sent = await client.post(
+        path, content=b"\xff\xfe{", headers={"content-type": "application/json"}
+    )
+    assert "not valid JSON" in expect_error(sent, 422, "invalid_request").detail
 
 
 @pytest.mark.parametrize(

@@ -67,6 +67,8 @@ def test_protocols_table(catalogue: dict[str, Any], capsys: pytest.CaptureFixtur
     assert code == 0
     assert "toy-mean" in out
     assert "samples_per_user (required)" in out
+    assert "unequal ε" in out  # the column of how each protocol combines unequal ε's
+    assert " ".join(ToyMean.heterogeneity.split()[:3]) in " ".join(out.split("│"))
 
 
 def test_simulate_json(catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from fedldp.client.cli.output import estimation_error, jsonable, render_table, result_summary
+from fedldp.protocol.catalogue import CATALOGUE
+from fedldp.protocol.diagnostics import DIAGNOSTICS
 
 
 def summary(**overrides: object) -> dict[str, object]:
@@ -90,3 +92,17 @@ def test_table_shows_every_part() -> None:
         "max 1, median 0.75",
     ):
         assert part in text
+
+
+def test_table_explains_diagnostics_evaluation_and_unequal_epsilons() -> None:
+    s = summary(protocol="hetero-mean-rr", diagnostics={"S_RR": 12.5, "sum_w2": 0.01, "odd": 1})
+    s["evaluation"] = {"excess_risk": 0.0125}
+    s["users_served"] = 0
+    text = " ".join(render_table(s, width=400).split())
+    assert f"S_RR │ 12.5 │ {DIAGNOSTICS['S_RR']}" in text
+    assert f"sum_w2 │ 0.01 │ {DIAGNOSTICS['sum_w2']}" in text
+    assert "odd │ 1 │ │" in text  # an undescribed diagnostic still shows, with no line
+    assert "evaluation: excess_risk │ 0.0125" in text
+    assert "users served │ 0 │" in text
+    rule = CATALOGUE["hetero-mean-rr"].heterogeneity.split()
+    assert f"unequal ε │ {' '.join(rule[:8])}" in text  # its start: the rule folds over lines

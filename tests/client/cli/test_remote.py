@@ -77,6 +77,7 @@ def test_swarm_json_matches_simulate_and_studies_show_it(
     assert remote["estimate"] == pytest.approx(local["estimate"], rel=1e-9)
     assert remote["truth"] == local["truth"]
     assert remote["epsilon_spent"] == local["epsilon_spent"]
+    assert remote["users_served"] == 600  # it ran every user itself
     study_id = remote["study_id"]
 
     code, out, _ = run_cli(capsys, "studies", "list", "--server", server, "--json")
@@ -86,9 +87,14 @@ def test_swarm_json_matches_simulate_and_studies_show_it(
     assert code == 0
     shown = json.loads(out)
     assert (shown["id"], shown["phase"], shown["n_participants"]) == (study_id, "finished", 600)
-    code, out, _ = run_cli(capsys, "studies", "result", study_id, "--server", server, "--json")
+    code, out, _ = run_cli(
+        capsys, "studies", "result", study_id[:8], "--server", server, "--json"
+    )  # a unique prefix, as the CLI accepts everywhere it takes an id
     assert code == 0
     assert json.loads(out)["estimate"] == remote["estimate"]
+    code, out, _ = run_cli(capsys, "studies", "list", "--server", server)
+    assert code == 0
+    assert study_id in out  # whole, on one line
     code, out, _ = run_cli(capsys, "studies", "watch", study_id, "--server", server)
     assert code == 0
     assert "estimate" in out
@@ -193,6 +199,22 @@ def test_a_classification_swarm_reports_its_excess_risk_and_predicts(
     )
     assert code == 2
     assert "invalid_request" in err
+
+
+def test_an_unreachable_server_is_announced_and_timeout_gives_up(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    began = time.monotonic()
+    code, _, err = run_cli(capsys, "studies", "list", "--server", url, "--timeout", "1.5")
+    took = time.monotonic() - began
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert lines[0].startswith(f"GET {url}/v1/studies: retrying in ")
+    assert "(connection refused; giving up after 1.5 s)…" in lines[0]
+    assert lines[-1].startswith("error: unreachable: ")
+    assert "connection refused" in lines[-1]
+    assert took < 1.5 + 2.0  # the deadline, and the start of the interpreter's work
 
 
 def test_sigkill_of_fedldp_server_leaves_nothing_serving(tmp_path: Path) -> None:

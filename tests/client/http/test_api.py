@@ -31,6 +31,7 @@ from fedldp.client.http.api import (
     error_for,
     parse_retry_after,
 )
+from fedldp.client.http.retry import failure_reason
 from fedldp.protocol.core.wire import EnrollRequest, ReportSubmit, ScalarPayload, StudyCreate
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -326,3 +327,91 @@ async def test_requests_carry_tokens_admin_key_and_wire_json() -> None:
         "round": 1,
         "payload": {"kind": "scalar", "value": 0.25},
     }
+
+
+class Clock:
+    """Stands in for time.monotonic and asyncio.sleep together: sleeping advances the clock."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.delays: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.delays.append(seconds)
+        self.now += seconds
+
+
+def refusing_client(policy: RetryPolicy, clock: Clock) -> tuple[ApiClient, list[httpx.Request]]:
+    seen: list[httpx.Request] = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        clock.now += 0.25  # each failed connect takes a while
+        raise httpx.ConnectError("connection refused", request=request)
+
+    client = ApiClient(
+        "http://fedldp.test",
+        transport=httpx.MockTransport(refuse),
+        retry=policy,
+        sleep=clock.sleep,
+        clock=clock,
+        rng=random.Random(3),
+    )
+    return client, seen
+
+
+async def test_every_retry_is_announced_with_its_delay_and_reason() -> None:
+    lines: list[str] = []
+    clock = Clock()
+    client, seen = refusing_client(RetryPolicy(attempts=4, notify=lines.append), clock)
+    async with client:
+        with pytest.raises(UnavailableError) as info:
+            await client.list_studies()
+    assert len(seen) == 4
+    assert len(lines) == len(clock.delays) == 3  # one line before each wait, none at the end
+    for n, (line, delay) in enumerate(zip(lines, clock.delays, strict=True), start=2):
+        assert line == (
+            f"GET http://fedldp.test/v1/studies: retrying in {delay:.2g} s "
+            f"(connection refused; attempt {n} of 4)…"
+        )
+    assert "failed 4 times" in info.value.detail
+
+
+@pytest.mark.parametrize("deadline", [0.0, 1.0, 3.0])
+async def test_a_deadline_gives_up_before_the_next_try_would_start_past_it(
+    deadline: float,
+) -> None:
+    lines: list[str] = []
+    clock = Clock()
+    policy = RetryPolicy(attempts=1000, deadline_s=deadline, notify=lines.append)
+    client, seen = refusing_client(policy, clock)
+    async with client:
+        with pytest.raises(UnavailableError) as info:
+            await client.list_studies()
+    assert info.value.code == "unreachable"
+    elapsed = clock.now - 100.0
+    assert elapsed <= deadline + 0.25  # the last try ends at most one connect past the deadline
+    # it gave up because the next wait (at most the full backoff step) would have passed it
+    step = min(policy.max_delay, policy.base_delay * 2.0 ** (len(seen) - 1))
+    assert elapsed + step > deadline
+    assert all(f"giving up after {deadline:g} s" in line for line in lines)
+    assert len(lines) == len(seen) - 1
+
+
+def test_connect_failures_are_named() -> None:
+    request = httpx.Request("GET", "http://fedldp.test/")
+    try:
+        try:
+            raise ExceptionGroup("connect", [ConnectionRefusedError(111, "refused")])
+        except ExceptionGroup as group:
+            raise OSError("All connection attempts failed") from group
+    except OSError as cause:
+        wrapped = httpx.ConnectError("All connection attempts failed", request=request)
+        wrapped.__cause__ = cause
+    assert failure_reason(wrapped) == "connection refused"
+    assert failure_reason(httpx.ConnectError("boom", request=request)) == "cannot connect"
+    assert failure_reason(httpx.ConnectTimeout("slow", request=request)) == "connect timed out"
+    assert failure_reason(httpx.ReadTimeout("slow", request=request)) == "read timed out"
