@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fedldp.client.cli.experiments import EXPERIMENT_COMMANDS
 from fedldp.client.cli.output import jsonable, render_table
 from fedldp.client.cli.params import one_line_error, parse_params
 from fedldp.client.cli.remote import REMOTE_COMMANDS
@@ -212,6 +213,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     add_protocols_parser,
     add_simulate_parser,
     *REMOTE_COMMANDS,
+    *EXPERIMENT_COMMANDS,
 ]
 """Subcommand registrars; another module's ``add_parser`` is added with one line here."""
 
