@@ -153,6 +153,8 @@ def describe_where(where: Mapping[str, Any]) -> str:
 def population_text(manifest: Mapping[str, Any]) -> str:
     """A short description of the experiment's base population (for titles)."""
     pop = manifest.get("population", {})
-    parts = [f"{k.replace('_', '-')}={json.dumps(v) if not isinstance(v, str) else v}"
-             for k, v in pop.items()]
+    parts = [
+        f"{k.replace('_', '-')}={json.dumps(v) if not isinstance(v, str) else v}"
+        for k, v in pop.items()
+    ]
     return ", ".join(parts)

@@ -92,7 +92,8 @@ def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> C
             v = math.nan if slope is None else slope
             measured.append((group, v, _in_range(v, check)))
         elif check.kind == "ratio":
-            assert check.numerator is not None and check.denominator is not None
+            assert check.numerator is not None
+            assert check.denominator is not None
             sides = []
             for q in (check.numerator, check.denominator):
                 mine = [r for r in members if matches(r, q.where)]

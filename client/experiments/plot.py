@@ -83,10 +83,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
 def _title(manifest: Mapping[str, Any], plot: PlotSpec, rows: Sequence[Mapping[str, str]]) -> str:
     exp = manifest["experiment"]
-    if plot.title:
-        head = plot.title
-    else:
-        head = exp.get("title") or exp["name"]
+    head = plot.title or (exp.get("title") or exp["name"])
     protocols = ", ".join(dict.fromkeys(r["protocol"] for r in rows)) or "?"
     lines = [head, f"{protocols} · {population_text(exp)}"]
     if plot.where:

@@ -23,7 +23,13 @@ from fedldp.client.experiments.results import read_rows
 from fedldp.client.experiments.runner import RunSummary, provenance, run_experiment
 from fedldp.client.experiments.spec import Experiment, load_experiment
 
-__all__ = ["ReproducedExperiment", "experiments_dir", "find_experiments", "reproduce", "write_report"]
+__all__ = [
+    "ReproducedExperiment",
+    "experiments_dir",
+    "find_experiments",
+    "reproduce",
+    "write_report",
+]
 
 _PREFIXES = ("user-level-", "heterogeneous-", "huber-", "semi-feature-")
 

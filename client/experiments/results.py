@@ -5,10 +5,10 @@ configuration and seed: the resumption key), ``protocol`` and every grid key, ``
 key of ``fedldp simulate --json`` flattened with dots (``error_bar.half_width``,
 ``diagnostics.S``; lists as JSON), then ``runtime_s`` (the trial's wall time). A new column (a
 protocol with other diagnostics) rewrites the file with the wider header, atomically (a temporary
-file and ``os.replace``); so does ``finish``, which sorts the rows by grid point and seed and the result columns
-by name, so the file does not depend on the number of workers or on the finishing order (its
-timing columns ``elapsed_s`` and ``runtime_s`` aside). A row cut short by a killed process is
-dropped when the file is read again.
+file and ``os.replace``); so does ``finish``, which sorts the rows by grid point and seed and
+the result columns by name, so the file does not depend on the number of workers or on the
+finishing order (its timing columns ``elapsed_s`` and ``runtime_s`` aside). A row cut short
+by a killed process is dropped when the file is read again.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
-    """The complete rows of a trials CSV, sorted by grid point and seed (a torn last line is left out)."""
+    """The complete rows of a trials CSV, by grid point and seed (a torn last line left out)."""
     try:
         text = path.read_text()
     except FileNotFoundError:

@@ -120,7 +120,7 @@ def _write_manifest(experiment: Experiment, out: Path) -> None:
 def _one_thread_each() -> Iterator[None]:
     """Spawned workers inherit the environment: one BLAS/OpenMP thread each."""
     saved = {k: os.environ.get(k) for k in _THREAD_VARS}
-    os.environ.update({k: "1" for k in _THREAD_VARS})
+    os.environ.update(dict.fromkeys(_THREAD_VARS, "1"))
     try:
         yield
     finally:

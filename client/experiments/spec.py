@@ -12,7 +12,7 @@ An experiment file is YAML::
     seeds: 20                         # seeds 0..19, or an explicit list
     plots:
       - {x: epsilon-mix, y: error, hue: params.weights}
-    checks: [...]                     # claims checked on the results (fedldp.client.experiments.checks)
+    checks: [...]                     # claims checked on the results (experiments.checks)
     scales: {paper: {seeds: 200}}     # overrides for `fedldp reproduce --scale paper`
 
 Population keys are the ``PopulationSpec`` fields (``fedldp simulate``'s population flags, with
@@ -136,6 +136,21 @@ class CheckSpec(BaseModel):
         return self
 
 
+class ProtocolEntry(BaseModel):
+    """A protocol under a label of its own, with parameters of its own (over ``params``): one
+    protocol compared in several settings, e.g. central-huber under both calibrations."""
+
+    model_config = _FROZEN
+
+    name: str
+    label: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def column(self) -> str:
+        return self.label or self.name
+
+
 class ScaleSpec(BaseModel):
     """Overrides of one scale (``quick`` or ``paper``)."""
 
@@ -156,7 +171,7 @@ class ExperimentSpec(BaseModel):
     title: str | None = None
     description: str = ""
     protocol: str | None = None
-    protocols: list[str] | None = None
+    protocols: list[str | ProtocolEntry] | None = None
     population: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
     grid: dict[str, list[Any]] = Field(default_factory=dict)
@@ -190,7 +205,25 @@ class ExperimentSpec(BaseModel):
             raise ValueError("give protocol or protocols (exactly one)")
         if self.protocols is not None and "protocol" in self.grid:
             raise ValueError("protocols and a protocol grid axis exclude each other")
+        labels = [p if isinstance(p, str) else p.column for p in self.protocols or []]
+        if len(set(labels)) != len(labels):
+            raise ValueError("two protocols share a label: give each its own label")
         return self
+
+    def entries(self) -> dict[str, ProtocolEntry]:
+        """Every protocol by the label its rows carry in the ``protocol`` column."""
+        listed = self.protocols or self.grid.get("protocol") or [self.protocol]
+        out = {}
+        for p in listed:
+            entry = (
+                ProtocolEntry(name=p)
+                if isinstance(p, str)
+                else p
+                if isinstance(p, ProtocolEntry)
+                else ProtocolEntry.model_validate(p)
+            )
+            out[entry.column] = entry
+        return out
 
 
 @dataclass(frozen=True)
@@ -228,8 +261,9 @@ class Experiment:
         out = []
         for point_index, values in enumerate(itertools.product(*self.axes.values())):
             point = dict(zip(keys, values, strict=True))
+            entry = self.spec.entries()[str(point["protocol"])]
             population = dict(self.population)
-            params = dict(self.params)
+            params = {**self.params, **entry.params}
             for k, v in point.items():
                 if k.startswith("params."):
                     params[k.removeprefix("params.")] = v
@@ -243,7 +277,7 @@ class Experiment:
                         key=trial_key(config, seed),
                         config=config,
                         seed=seed,
-                        protocol=str(point["protocol"]),
+                        protocol=entry.name,
                         population=population,
                         params=params,
                     )
@@ -256,11 +290,9 @@ class Experiment:
         base.update(
             population=self.population,
             params=self.params,
-            grid={k: v for k, v in self.axes.items()},
+            grid=dict(self.axes.items()),
             seeds=self.seeds,
         )
-        base.pop("protocol", None)
-        base.pop("protocols", None)
         return base
 
 
@@ -271,7 +303,7 @@ def trial_key(config: dict[str, Any], seed: int) -> str:
 
 
 def _scaled(spec: ExperimentSpec, scale: str, source: Path | None) -> Experiment:
-    over = spec.scales.get(scale) if scale in ("quick", "paper") else None  # type: ignore[call-overload]
+    over = next((v for k, v in spec.scales.items() if k == scale), None)
     population = {_population_key(k): v for k, v in spec.population.items()}
     params = dict(spec.params)
     grid = dict(spec.grid)
@@ -281,11 +313,11 @@ def _scaled(spec: ExperimentSpec, scale: str, source: Path | None) -> Experiment
         params.update(over.params)
         grid.update(over.grid)
         seeds = over.seeds if over.seeds is not None else seeds
-    if isinstance(population.get("csv"), str) and source is not None:
-        if not Path(population["csv"]).is_absolute():
-            population["csv"] = str(source.parent / population["csv"])
-    protocols = grid.pop("protocol", None) or spec.protocols or [spec.protocol]
-    axes = {"protocol": list(protocols), **grid}
+    csv = population.get("csv")
+    if isinstance(csv, str) and source is not None and not Path(csv).is_absolute():
+        population["csv"] = str(source.parent / population["csv"])
+    grid.pop("protocol", None)
+    axes: dict[str, list[Any]] = {"protocol": list(spec.entries()), **grid}
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     return Experiment(spec, scale, source, axes, seed_list, population, params)
 
@@ -301,7 +333,7 @@ def _validate_trials(experiment: Experiment, source: str, lines: Lines) -> None:
     seen: set[str] = set()
     scale = experiment.scale
     for trial in experiment.trials():
-        probe = json.dumps([trial.protocol, trial.population, trial.params], default=str)
+        probe = json.dumps([trial.config, trial.population, trial.params], default=str)
         if probe in seen:
             continue
         seen.add(probe)
@@ -334,7 +366,10 @@ def _validate_trials(experiment: Experiment, source: str, lines: Lines) -> None:
         except ValidationError as e:
             loc, msg = validation_message(e)[0]
             key = str(loc[0]) if loc else None
-            raise MarkedError(source, where("population", key), f"population: {msg}") from None
+            name = f"{key.replace('_', '-')}: " if key else ""
+            raise MarkedError(
+                source, where("population", key), f"population: {name}{msg}"
+            ) from None
         try:
             population = build_population(pop_spec, trial.seed)
         except ValueError as e:
@@ -352,7 +387,7 @@ def _validate_trials(experiment: Experiment, source: str, lines: Lines) -> None:
             loc, msg = validation_message(e)[0]
             key = str(loc[0]) if loc else None
             raise MarkedError(
-                source, where("params", key), f"params of {protocol.name}: {msg}"
+                source, where("params", key), f"params of {protocol.name}: {key}: {msg}"
             ) from None
         except ValueError as e:
             raise MarkedError(source, where("params", None), f"params: {e}") from None

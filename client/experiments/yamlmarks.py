@@ -56,7 +56,9 @@ def load_marked(text: str, source: str) -> tuple[Any, Lines]:
                         source, key_node.start_mark.line + 1, "mapping keys must be plain values"
                     )
                 if key in out:
-                    raise MarkedError(source, key_node.start_mark.line + 1, f"duplicate key {key!r}")
+                    raise MarkedError(
+                        source, key_node.start_mark.line + 1, f"duplicate key {key!r}"
+                    )
                 out[key] = convert(value_node, (*path, str(key)))
             lines.pop((*path, "<key>"), None)
             return out
