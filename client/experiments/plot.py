@@ -8,6 +8,7 @@ log-log slope in the legend where asked. Needs matplotlib (``pip install 'fedldp
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,11 +57,14 @@ def _column_text(column: str) -> str:
     return _COLUMN_TEXT.get(column, column)
 
 
+_SHORT_STAT = {"mean": "mean", "median": "median", "mse": "MSE", "rmse": "RMSE"}
+
+
 def axis_label(column: str, stat: str | None = None, norm: str | None = None) -> str:
     """A reader's label for a column (and the statistic taken of it)."""
     if column == "error":
         what = {"abs": "|θ̂ − θ|", "l2": "‖θ̂ − θ‖₂", "linf": "‖θ̂ − θ‖∞"}.get(
-            norm or "", "error of the estimate"
+            norm or "", norm or "error of the estimate"
         )
         if stat in ("mse", "rmse"):
             return f"{_STAT_TEXT[stat]} error over seeds, {what}"
@@ -85,7 +89,10 @@ def _title(manifest: Mapping[str, Any], plot: PlotSpec, rows: Sequence[Mapping[s
     exp = manifest["experiment"]
     head = plot.title or (exp.get("title") or exp["name"])
     protocols = ", ".join(dict.fromkeys(r["protocol"] for r in rows)) or "?"
-    lines = [head, f"{protocols} · {population_text(exp)}"]
+    swept = set(exp.get("grid", {}))
+    fixed = {k: v for k, v in exp.get("population", {}).items() if k not in swept}
+    fixed = {k: v for k, v in fixed.items() if k.replace("_", "-") not in swept}
+    lines = [head, *textwrap.wrap(f"{protocols} · {population_text({'population': fixed})}", 95)]
     if plot.where:
         lines.append(describe_where(plot.where))
     return "\n".join(lines)
@@ -96,28 +103,51 @@ def draw(
 ) -> tuple[Figure, list[Series]]:
     """The figure of ``plot`` from ``rows`` and the series it draws (for tests and reports)."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullLocator
 
     series = plot_series(rows, plot)
     numeric = x_is_numeric(rows, plot)
     norm = next((r.get("error_norm") for r in rows if r.get("error_norm")), None)
     fig = Figure(figsize=(7.5, 5.0), layout="constrained")
     ax = fig.add_subplot()
+    measured = _SHORT_STAT[plot.stat] if plot.y == "error" else f"{plot.stat} {plot.y}"
     for i, s in enumerate(series):
         color = f"C{i % 10}"
-        label = s.label if s.slope is None else f"{s.label} (slope {s.slope:+.2f})"
-        ax.plot(s.x, s.y, marker="o", color=color, label=label)
-        ax.fill_between(s.x, s.lo, s.hi, color=color, alpha=0.2, linewidth=0)
-        if s.theory is not None:
+        name = s.label if plot.hue else f"measured {measured}"
+        label = name if s.slope is None else f"{name} (slope {s.slope:+.2f})"
+        # categories are not a continuum: markers and bars, no joining line or band
+        style = "-" if numeric else "none"
+        ax.plot(s.x, s.y, marker="o", linestyle=style, color=color, label=label)
+        if numeric:
+            ax.fill_between(s.x, s.lo, s.hi, color=color, alpha=0.2, linewidth=0)
+        else:
+            ax.vlines(s.x, s.lo, s.hi, color=color, alpha=0.5, linewidth=4)
+        if s.theory is not None and plot.theory is not None:
             root = "√" if plot.theory_sqrt else ""
-            theory_label = f"{s.label}: theory, {root}{plot.theory}"
-            ax.plot(s.x, s.theory, linestyle="--", color=color, label=theory_label)
+            what = f"{root}{plot.theory.removeprefix('diagnostics.')}"
+            theory_label = f"{s.label}: theory ({what})" if plot.hue else f"theory ({what})"
+            ax.plot(
+                s.x,
+                s.theory,
+                linestyle="--" if numeric else "none",
+                marker="_",
+                markersize=14,
+                color=color,
+                label=theory_label,
+            )
     if plot.logx and numeric:
         ax.set_xscale("log")
+    if numeric and series:
+        # tick the grid values themselves, written plainly (4000, not 4×10³)
+        xs = sorted({x for s in series for x in s.x})
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.xaxis.set_minor_locator(NullLocator())
     if plot.logy:
         ax.set_yscale("log")
     if not numeric and series:
         ticks = {x: t for s in series for x, t in zip(s.x, s.x_labels, strict=True)}
         ax.set_xticks(sorted(ticks), [ticks[x] for x in sorted(ticks)])
+        ax.set_xlim(-0.5, max(ticks) + 0.5)
     ax.set_xlabel(plot.xlabel or axis_label(plot.x))
     ax.set_ylabel(plot.ylabel or axis_label(plot.y, plot.stat, norm))
     ax.set_title(_title(manifest, plot, rows), fontsize=10)

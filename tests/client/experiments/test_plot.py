@@ -53,17 +53,24 @@ def test_each_line_is_the_csv_aggregate_over_seeds(run_dir: Path) -> None:
         )
         label = next(k for k in lines if k.startswith(f"weights = {weights} (slope"))
         line = lines[label]
-        np.testing.assert_allclose(np.asarray(line.get_xdata(), dtype=float), agg.index.to_numpy(dtype=float))
-        np.testing.assert_allclose(np.asarray(line.get_ydata(), dtype=float), agg["rmse"].to_numpy(), rtol=1e-12)
+        np.testing.assert_allclose(
+            np.asarray(line.get_xdata(), dtype=float), agg.index.to_numpy(dtype=float)
+        )
+        np.testing.assert_allclose(
+            np.asarray(line.get_ydata(), dtype=float), agg["rmse"].to_numpy(), rtol=1e-12
+        )
         slope = np.polyfit(np.log(agg.index.to_numpy(float)), np.log(agg["rmse"]), 1)[0]
         assert label == f"weights = {weights} (slope {slope:+.2f})"
-        theory = lines[f"weights = {weights}: theory, √diagnostics.variance_bound"]
-        np.testing.assert_allclose(np.asarray(theory.get_ydata(), dtype=float), np.sqrt(agg["theory"]), rtol=1e-12)
+        theory = lines[f"weights = {weights}: theory (√variance_bound)"]
+        np.testing.assert_allclose(
+            np.asarray(theory.get_ydata(), dtype=float), np.sqrt(agg["theory"]), rtol=1e-12
+        )
         assert set(agg["seeds"]) == {4}
     assert ax.get_xscale() == "log"
     assert ax.get_yscale() == "log"
     assert "hetero-mean-rr" in ax.get_title()
-    assert "users=400" in ax.get_title()
+    assert "users=" not in ax.get_title()  # swept, so not a fact of the population
+    assert "mean=0.2" in ax.get_title()
     assert "ε" not in ax.get_xlabel()
     assert ax.get_xlabel() == "number of users n"
     assert ax.get_ylabel() == "root mean squared error over seeds, |θ̂ − θ|"
@@ -77,9 +84,11 @@ def test_a_categorical_axis_and_a_filter(run_dir: Path) -> None:
     plot = PlotSpec.model_validate(manifest["experiment"]["plots"][1])
     fig, _ = draw(rows, plot, manifest)
     (ax,) = fig.axes
-    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "error"]
+    (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "measured mean"]
     expected = frame[frame["users"] == 400].groupby("params.weights", sort=False)["error"].mean()
-    np.testing.assert_allclose(np.asarray(line.get_ydata(), dtype=float), expected.to_numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(line.get_ydata(), dtype=float), expected.to_numpy(), rtol=1e-12
+    )
     assert [t.get_text() for t in ax.get_xticklabels()] == list(expected.index)
 
 
