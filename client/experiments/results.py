@@ -3,7 +3,8 @@
 Columns: ``point`` (the trial's grid point, in the experiment's order), ``key`` (a hash of its
 configuration and seed: the resumption key), ``protocol`` and every grid key, ``seed``, then every
 key of ``fedldp simulate --json`` flattened with dots (``error_bar.half_width``,
-``diagnostics.S``; lists as JSON), then ``runtime_s`` (the trial's wall time). A new column (a
+``diagnostics.S``; lists as JSON; ``failed`` 1 and ``failure`` the reason when the protocol
+refused the trial), then ``runtime_s`` (the trial's wall time). A new column (a
 protocol with other diagnostics) rewrites the file with the wider header, atomically (a temporary
 file and ``os.replace``); so does ``finish``, which sorts the rows by grid point and seed and
 the result columns by name, so the file does not depend on the number of workers or on the

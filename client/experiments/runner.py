@@ -53,7 +53,9 @@ class RunSummary:
 
 
 def run_trial(trial: Trial) -> dict[str, str]:
-    """One trial's CSV row (run in a worker process)."""
+    """One trial's CSV row (run in a worker process). A trial the protocol refuses (a ValueError
+    from ``simulate``: an infeasible plan, say) is a row with ``failed`` = 1 and the reason in
+    ``failure``, and no result columns; others have ``failed`` = 0."""
     from fedldp.client.population.build import build_population
     from fedldp.client.population.spec import PopulationSpec
     from fedldp.client.simulate import fill_from_population, simulate
@@ -63,8 +65,12 @@ def run_trial(trial: Trial) -> dict[str, str]:
     protocol = get_protocol(trial.protocol)
     population = build_population(PopulationSpec.model_validate(trial.population), trial.seed)
     params = protocol.parse_params(fill_from_population(protocol, trial.params, population))
-    result = simulate(protocol, params, population, trial.seed)
-    summary = flatten(result.as_json())
+    try:
+        summary = flatten(simulate(protocol, params, population, trial.seed).as_json())
+        summary.update(failed="0", failure="")
+    except ValueError as e:
+        # a refusal is a result (e.g. an infeasible plan at this n and ε): a row, not a crash
+        summary = {"failed": "1", "failure": " ".join(str(e).split())}
     row = {"point": str(trial.point), "key": trial.key, "seed": str(trial.seed)}
     row.update({k: cell(v) for k, v in trial.config.items()})
     for k, v in summary.items():

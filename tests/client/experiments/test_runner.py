@@ -108,3 +108,17 @@ def test_a_killed_run_resumes_losing_only_the_trials_in_flight(tmp_path: Path) -
     fresh = tmp_path / "fresh"
     run_experiment(experiment, fresh, progress=False)
     assert _without_timing(csv_path) == _without_timing(fresh / "trials.csv")
+
+
+def test_a_refused_trial_is_a_row_with_its_reason(tmp_path: Path) -> None:
+    # stage one of user-mean needs Σ min(ε², 1) >= 300 over its half of the users once the data
+    # needs more than two bins (m > 16): 400 users at ε = 0.5 score 50, so m = 256 is refused
+    text = SLOW.replace("users: 4000", "users: 400").replace("[0.5, 1, 2]", "[0.5]")
+    (tmp_path / "e.yaml").write_text(text.replace("samples: 64", "samples: 256"))
+    experiment = load_experiment(tmp_path / "e.yaml")
+    run_experiment(experiment, tmp_path / "out", progress=False)
+    rows = read_rows(tmp_path / "out" / "trials.csv")
+    assert len(rows) == 20
+    assert {r["failed"] for r in rows} == {"1"}
+    assert all("infeasible plan" in r["failure"] for r in rows)
+    assert {r["error"] for r in rows} == {""}
