@@ -42,6 +42,7 @@ _COLUMN_TEXT = {
     "private": "private features s*",
     "protocol": "protocol",
     "shape": "Lomax shape a",
+    "failed": "fraction of trials the protocol refused",
 }
 _STAT_TEXT = {
     "mean": "mean over seeds of",
@@ -110,10 +111,10 @@ def draw(
     norm = next((r.get("error_norm") for r in rows if r.get("error_norm")), None)
     fig = Figure(figsize=(7.5, 5.0), layout="constrained")
     ax = fig.add_subplot()
-    measured = _SHORT_STAT[plot.stat] if plot.y == "error" else f"{plot.stat} {plot.y}"
+    measured = f"measured {_SHORT_STAT[plot.stat]}" if plot.y == "error" else "measured"
     for i, s in enumerate(series):
         color = f"C{i % 10}"
-        name = s.label if plot.hue else f"measured {measured}"
+        name = s.label if plot.hue else measured
         label = name if s.slope is None else f"{name} (slope {s.slope:+.2f})"
         # categories are not a continuum: markers and bars, no joining line or band
         style = "-" if numeric else "none"
