@@ -15,15 +15,18 @@ __all__ = [
     "EnrollmentFull",
     "EpsilonOutOfRange",
     "FedldpError",
+    "ImplausibleReport",
     "InvalidParams",
     "InvalidPayload",
     "InvalidRequest",
     "InvalidToken",
+    "KeyUnavailable",
     "NotFinished",
     "NotInCohort",
     "NothingToLease",
     "ParticipantExists",
     "PlanInfeasible",
+    "PopulationTooSmall",
     "PredictionUnsupported",
     "RoundClosed",
     "StudyEnded",
@@ -75,6 +78,12 @@ class InvalidParams(FedldpError):
 
 class PlanInfeasible(FedldpError):
     code, status = "plan_infeasible", 422
+
+
+class PopulationTooSmall(FedldpError):
+    """A study's ``enrollment_target`` is below the protocol's minimum population."""
+
+    code, status = "population_too_small", 422
 
 
 class AdminKeyRequired(FedldpError):
@@ -145,9 +154,23 @@ class InvalidPayload(FedldpError):
     code, status = "invalid_payload", 422
 
 
+class ImplausibleReport(FedldpError):
+    """A report outside the protocol's plausibility bounds (probability below 10^-12 per entry
+    under the honest randomizer at the declared ε; fedldp.protocol.mechanisms.plausibility)."""
+
+    code, status = "implausible_report", 422
+
+
 class BudgetExceeded(FedldpError):
     code, status = "budget_exceeded", 409
 
 
 class DuplicateConflict(FedldpError):
     code, status = "duplicate_conflict", 409
+
+
+class KeyUnavailable(FedldpError):
+    """A central-trust study's contribution key is not in this server's key directory (a replica
+    configured with another ``FEDLDP_KEY_DIR``): nothing of the request was stored."""
+
+    code, status = "key_unavailable", 500

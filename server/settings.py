@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -32,4 +33,13 @@ class Settings(BaseSettings):
     busy_timeout_s: float = Field(30.0, gt=0, description="SQLite busy timeout")
     aggregate_chunk: int = Field(
         8192, ge=1, description="reports per chunk streamed from the database into aggregation"
+    )
+    key_dir: Path | None = Field(
+        None,
+        description=(
+            "where each central-trust study's contribution key lives (one file per study, "
+            "destroyed when the study ends); default: beside the SQLite file (fedldp.db.keys/), "
+            "or a per-user directory under the system's temporary directory for PostgreSQL, "
+            "whose replicas must all be given the same (shared) directory"
+        ),
     )
