@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fedldp.client.cli.db import add_db_parser
+from fedldp.client.cli.experiments import EXPERIMENT_COMMANDS
 from fedldp.client.cli.output import jsonable, render_table
 from fedldp.client.cli.params import (
     add_behaviour_arguments,
@@ -265,6 +266,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     add_simulate_parser,
     *REMOTE_COMMANDS,
     add_db_parser,
+    *EXPERIMENT_COMMANDS,
 ]
 """Subcommand registrars; another module's ``add_parser`` is added with one line here."""
 

@@ -1,0 +1,3 @@
+"""Experiments: declarative sweeps of in-process simulations, their CSV of trials, their figures,
+and the papers' figures reproduced with their claims checked (``fedldp experiment``,
+``fedldp reproduce``)."""

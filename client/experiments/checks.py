@@ -1,0 +1,120 @@
+"""Claims of the papers checked on an experiment's trial rows.
+
+A check (``CheckSpec``) is evaluated once per group of its ``per`` values (after keeping the rows
+matching its ``where``): ``slope`` fits the log-log slope of ``stat(y)`` against ``x``; ``ratio``
+divides the numerator's aggregate by the denominator's (each ``stat`` of a column over the rows
+of the group matching its own ``where``); ``bound`` takes ``stat(y)`` at every configuration of
+the group (every distinct value of the grid columns the check does not fix). A group passes when
+its value is in [min, max]. Verdict: ``holds`` (every group passes), ``partly`` (some),
+``fails`` (none), ``no data`` (no group could be measured).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from fedldp.client.experiments.aggregate import (
+    loglog_slope,
+    matches,
+    number,
+    stat_band,
+    values,
+)
+from fedldp.client.experiments.spec import CheckSpec
+
+__all__ = ["CheckOutcome", "evaluate", "evaluate_all"]
+
+Row = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    check: CheckSpec
+    measured: list[tuple[str, float, bool]]  # (group, value, passes)
+
+    @property
+    def verdict(self) -> str:
+        finite = [ok for _, v, ok in self.measured if math.isfinite(v)]
+        if not finite:
+            return "no data"
+        if all(ok for _, _, ok in self.measured):
+            return "holds"
+        return "partly" if any(finite) else "fails"
+
+    def measured_text(self) -> str:
+        parts = []
+        for group, v, ok in self.measured:
+            mark = "" if ok else " ✗"
+            parts.append(f"{group}: {v:.3g}{mark}" if group else f"{v:.3g}{mark}")
+        return "; ".join(parts) or "–"
+
+    def range_text(self) -> str:
+        lo, hi = self.check.min, self.check.max
+        if lo is not None and hi is not None:
+            return f"in [{lo:g}, {hi:g}]"
+        return f"≥ {lo:g}" if lo is not None else f"≤ {hi:g}"
+
+
+def _in_range(v: float, check: CheckSpec) -> bool:
+    if not math.isfinite(v):
+        return False
+    if check.min is not None and v < check.min:
+        return False
+    return not (check.max is not None and v > check.max)
+
+
+def _groups(rows: Sequence[Row], keys: Sequence[str]) -> list[tuple[str, list[Row]]]:
+    out: dict[tuple[str, ...], list[Row]] = {}
+    for r in rows:
+        out.setdefault(tuple(r.get(k, "") for k in keys), []).append(r)
+    return [
+        (", ".join(f"{k}={v}" for k, v in zip(keys, g, strict=True)), members)
+        for g, members in out.items()
+    ]
+
+
+def _configurations(rows: Sequence[Row], fixed: set[str], columns: Sequence[str]) -> list[str]:
+    return [c for c in columns if c not in fixed and len({r.get(c) for r in rows}) > 1]
+
+
+def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> CheckOutcome:
+    """``check`` on ``rows``; ``columns`` are the experiment's configuration columns."""
+    kept = [r for r in rows if matches(r, check.where)]
+    measured: list[tuple[str, float, bool]] = []
+    for group, members in _groups(kept, check.per):
+        if check.kind == "slope":
+            assert check.x is not None
+            xs = sorted({v for v in (number(r.get(check.x, "")) for r in members) if v is not None})
+            ys = [stat_band(values(_at(members, check.x, x), check.y), check.stat)[0] for x in xs]
+            slope = loglog_slope(xs, ys)
+            v = math.nan if slope is None else slope
+            measured.append((group, v, _in_range(v, check)))
+        elif check.kind == "ratio":
+            assert check.numerator is not None
+            assert check.denominator is not None
+            sides = []
+            for q in (check.numerator, check.denominator):
+                mine = [r for r in members if matches(r, q.where)]
+                sides.append(stat_band(values(mine, q.y or check.y), q.stat or check.stat)[0])
+            v = sides[0] / sides[1] if sides[1] else math.nan
+            measured.append((group, v, _in_range(v, check)))
+        else:
+            fixed = {*check.where, *check.per}
+            free = _configurations(members, fixed, columns)
+            for sub, at in _groups(members, free):
+                v = stat_band(values(at, check.y), check.stat)[0]
+                name = ", ".join(x for x in (group, sub) if x)
+                measured.append((name, v, _in_range(v, check)))
+    return CheckOutcome(check, measured)
+
+
+def _at(rows: Sequence[Row], column: str, x: float) -> list[Row]:
+    return [r for r in rows if number(r.get(column, "")) == x]
+
+
+def evaluate_all(
+    checks: Sequence[CheckSpec], rows: Sequence[Row], columns: Sequence[str]
+) -> list[CheckOutcome]:
+    return [evaluate(c, rows, columns) for c in checks]

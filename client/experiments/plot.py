@@ -1,0 +1,177 @@
+"""Figures of an experiment, drawn from its trials CSV only (``fedldp experiment plot DIR``).
+
+Each declared plot becomes ``DIR/plot-K.png``: per hue value, ``stat`` of the y column over the
+seeds against x (``fedldp.client.experiments.aggregate.plot_series``), with its 95% band, the
+theory curve dashed where the plot names a theory column the protocol fills, and the fitted
+log-log slope in the legend where asked. Needs matplotlib (``pip install 'fedldp[plot]'``).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from fedldp.client.experiments.aggregate import (
+    Series,
+    describe_where,
+    plot_series,
+    population_text,
+    x_is_numeric,
+)
+from fedldp.client.experiments.results import read_rows
+from fedldp.client.experiments.spec import PlotSpec
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["axis_label", "draw", "plot_directory", "read_manifest"]
+
+_COLUMN_TEXT = {
+    "epsilon": "privacy budget ε (every user)",
+    "epsilon-mix": "ε profile (ε:fraction of users)",
+    "epsilon-uniform": "ε uniform on [a:b]",
+    "users": "number of users n",
+    "samples": "samples per user m",
+    "imbalance": "imbalance γ (s_i = ⌈N (i/n)^γ⌉)",
+    "dimension": "dimension d",
+    "items": "domain size k",
+    "private": "private features s*",
+    "protocol": "protocol",
+    "shape": "Lomax shape a",
+    "failed": "fraction of trials the protocol refused",
+}
+_STAT_TEXT = {
+    "mean": "mean over seeds of",
+    "median": "median over seeds of",
+    "mse": "mean squared",
+    "rmse": "root mean squared",
+}
+
+
+def _column_text(column: str) -> str:
+    if column.startswith("params."):
+        return f"protocol parameter {column.removeprefix('params.')}"
+    return _COLUMN_TEXT.get(column, column)
+
+
+_SHORT_STAT = {"mean": "mean", "median": "median", "mse": "MSE", "rmse": "RMSE"}
+
+
+def axis_label(column: str, stat: str | None = None, norm: str | None = None) -> str:
+    """A reader's label for a column (and the statistic taken of it)."""
+    if column == "error":
+        what = {"abs": "|θ̂ − θ|", "l2": "‖θ̂ − θ‖₂", "linf": "‖θ̂ − θ‖∞"}.get(
+            norm or "", norm or "error of the estimate"
+        )
+        if stat in ("mse", "rmse"):
+            return f"{_STAT_TEXT[stat]} error over seeds, {what}"
+        return f"{_STAT_TEXT.get(stat or 'mean', '')} error {what}".strip()
+    text = _column_text(column)
+    return f"{_STAT_TEXT[stat]} {text}" if stat else text
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """``DIR/experiment.yaml`` as written by ``fedldp experiment run``."""
+    path = directory / "experiment.yaml"
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror} (run the experiment first)") from None
+    if not isinstance(loaded, dict) or "experiment" not in loaded:
+        raise ValueError(f"{path} is not an experiment manifest")
+    return loaded
+
+
+def _title(manifest: Mapping[str, Any], plot: PlotSpec, rows: Sequence[Mapping[str, str]]) -> str:
+    exp = manifest["experiment"]
+    head = plot.title or (exp.get("title") or exp["name"])
+    protocols = ", ".join(dict.fromkeys(r["protocol"] for r in rows)) or "?"
+    swept = set(exp.get("grid", {}))
+    fixed = {k: v for k, v in exp.get("population", {}).items() if k not in swept}
+    fixed = {k: v for k, v in fixed.items() if k.replace("_", "-") not in swept}
+    lines = [head, *textwrap.wrap(f"{protocols} · {population_text({'population': fixed})}", 95)]
+    if plot.where:
+        lines.append(describe_where(plot.where))
+    return "\n".join(lines)
+
+
+def draw(
+    rows: Sequence[Mapping[str, str]], plot: PlotSpec, manifest: Mapping[str, Any]
+) -> tuple[Figure, list[Series]]:
+    """The figure of ``plot`` from ``rows`` and the series it draws (for tests and reports)."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullLocator
+
+    series = plot_series(rows, plot)
+    numeric = x_is_numeric(rows, plot)
+    norm = next((r.get("error_norm") for r in rows if r.get("error_norm")), None)
+    fig = Figure(figsize=(7.5, 5.0), layout="constrained")
+    ax = fig.add_subplot()
+    measured = f"measured {_SHORT_STAT[plot.stat]}" if plot.y == "error" else "measured"
+    for i, s in enumerate(series):
+        color = f"C{i % 10}"
+        name = s.label if plot.hue else measured
+        label = name if s.slope is None else f"{name} (slope {s.slope:+.2f})"
+        # categories are not a continuum: markers and bars, no joining line or band
+        style = "-" if numeric else "none"
+        ax.plot(s.x, s.y, marker="o", linestyle=style, color=color, label=label)
+        if numeric:
+            ax.fill_between(s.x, s.lo, s.hi, color=color, alpha=0.2, linewidth=0)
+        else:
+            ax.vlines(s.x, s.lo, s.hi, color=color, alpha=0.5, linewidth=4)
+        if s.theory is not None and plot.theory is not None:
+            root = "√" if plot.theory_sqrt else ""
+            what = f"{root}{plot.theory.removeprefix('diagnostics.')}"
+            theory_label = f"{s.label}: theory ({what})" if plot.hue else f"theory ({what})"
+            ax.plot(
+                s.x,
+                s.theory,
+                linestyle="--" if numeric else "none",
+                marker="_",
+                markersize=14,
+                color=color,
+                label=theory_label,
+            )
+    if plot.logx and numeric:
+        ax.set_xscale("log")
+    if numeric and series:
+        # tick the grid values themselves, written plainly (4000, not 4×10³)
+        xs = sorted({x for s in series for x in s.x})
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.xaxis.set_minor_locator(NullLocator())
+    if plot.logy:
+        ax.set_yscale("log")
+    if not numeric and series:
+        ticks = {x: t for s in series for x, t in zip(s.x, s.x_labels, strict=True)}
+        ax.set_xticks(sorted(ticks), [ticks[x] for x in sorted(ticks)])
+        ax.set_xlim(-0.5, max(ticks) + 0.5)
+    ax.set_xlabel(plot.xlabel or axis_label(plot.x))
+    ax.set_ylabel(plot.ylabel or axis_label(plot.y, plot.stat, norm))
+    ax.set_title(_title(manifest, plot, rows), fontsize=10)
+    seeds = sorted({n for s in series for n in s.seeds})
+    seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}" if seeds else "0"
+    ax.plot([], [], " ", label=f"bands: 95% CI over {seed_text} seeds")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    return fig, series
+
+
+def plot_directory(directory: Path, *, plots: Sequence[PlotSpec] | None = None) -> list[Path]:
+    """Draw every plot the experiment in ``directory`` declares; the paths of the PNG files."""
+    manifest = read_manifest(directory)
+    if plots is None:
+        plots = [PlotSpec.model_validate(p) for p in manifest["experiment"].get("plots", [])]
+    rows = read_rows(directory / "trials.csv")
+    if not rows:
+        raise ValueError(f"{directory}/trials.csv holds no trials (run the experiment first)")
+    out = []
+    for k, plot in enumerate(plots, start=1):
+        fig, _ = draw(rows, plot, manifest)
+        path = directory / f"plot-{k}.png"
+        fig.savefig(path, dpi=110)
+        out.append(path)
+    return out

@@ -1,0 +1,204 @@
+"""Run an experiment's trials in worker processes, each row landing in ``trials.csv`` as it ends.
+
+Every trial is one ``fedldp simulate`` run (``build_population`` + ``simulate`` with the trial's
+seed), so a row equals what ``fedldp simulate --json`` prints for the same options. Workers are
+spawned processes with one BLAS/OpenMP thread each (K workers use K cores, not K × cores);
+``jobs=1`` runs the trials in this process. Only this process writes the CSV, appending and
+flushing each row as its trial ends, so an interrupted run (Ctrl-C, SIGKILL) loses at most the
+trials in flight, and rerunning skips every trial already in the CSV (keyed by configuration and
+seed). ``DIR/experiment.yaml`` records the resolved experiment, the package version and the git
+commit when known; a directory holding another experiment is refused.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from fedldp.client.experiments.results import TrialsCsv, flatten
+from fedldp.client.experiments.spec import Experiment, Trial, cell
+
+__all__ = ["RunSummary", "provenance", "run_experiment", "run_trial"]
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    total: int
+    skipped: int
+    done: int
+    interrupted: bool
+
+
+def run_trial(trial: Trial) -> dict[str, str]:
+    """One trial's CSV row (run in a worker process). A trial the protocol refuses (a ValueError
+    from ``simulate``: an infeasible plan, say) is a row with ``failed`` = 1 and the reason in
+    ``failure``, and no result columns; others have ``failed`` = 0."""
+    from fedldp.client.population.build import build_population
+    from fedldp.client.population.spec import PopulationSpec
+    from fedldp.client.simulate import fill_from_population, simulate
+    from fedldp.protocol.catalogue import get_protocol
+
+    started = time.perf_counter()
+    protocol = get_protocol(trial.protocol)
+    population = build_population(PopulationSpec.model_validate(trial.population), trial.seed)
+    params = protocol.parse_params(fill_from_population(protocol, trial.params, population))
+    try:
+        summary = flatten(simulate(protocol, params, population, trial.seed).as_json())
+        summary.update(failed="0", failure="")
+    except ValueError as e:
+        # a refusal is a result (e.g. an infeasible plan at this n and ε): a row, not a crash
+        summary = {"failed": "1", "failure": " ".join(str(e).split())}
+    row = {"point": str(trial.point), "key": trial.key, "seed": str(trial.seed)}
+    row.update({k: cell(v) for k, v in trial.config.items()})
+    for k, v in summary.items():
+        row.setdefault(k, v)  # a grid column keeps the value as the experiment wrote it
+    row["runtime_s"] = repr(time.perf_counter() - started)
+    return row
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def provenance() -> dict[str, Any]:
+    """The package version and the git commit of its source, when known."""
+    try:
+        version: str | None = metadata.version("fedldp")
+    except metadata.PackageNotFoundError:
+        version = None
+    return {"fedldp_version": version, "git_commit": _git_commit()}
+
+
+def _write_manifest(experiment: Experiment, out: Path) -> None:
+    resolved = experiment.resolved()
+    path = out / "experiment.yaml"
+    if path.exists():
+        old = yaml.safe_load(path.read_text()) or {}
+        before = {k: v for k, v in old.get("experiment", {}).items() if k != "seeds"}
+        now = {k: v for k, v in resolved.items() if k != "seeds"}
+        if before.get("grid") != now.get("grid") or before.get("name") != now.get("name"):
+            raise ValueError(
+                f"{out} holds the results of another experiment (name or grid differs); "
+                "give another --out"
+            )
+    document = {
+        "experiment": resolved,
+        "scale": experiment.scale,
+        "source": None if experiment.source is None else str(experiment.source),
+        **provenance(),
+    }
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(yaml.safe_dump(document, sort_keys=False, allow_unicode=True))
+    os.replace(tmp, path)
+
+
+@contextmanager
+def _one_thread_each() -> Iterator[None]:
+    """Spawned workers inherit the environment: one BLAS/OpenMP thread each."""
+    saved = {k: os.environ.get(k) for k in _THREAD_VARS}
+    os.environ.update(dict.fromkeys(_THREAD_VARS, "1"))
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _progress(show: bool, total: int, skipped: int) -> tuple[Any, Any]:
+    if not show:
+        return nullcontext(), None
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("trials"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+    )
+    task = bar.add_task("running", total=total, completed=skipped)
+    return bar, task
+
+
+def run_experiment(
+    experiment: Experiment,
+    out: Path,
+    *,
+    jobs: int = 1,
+    progress: bool | None = None,
+) -> RunSummary:
+    """Run every trial of ``experiment`` not yet in ``out/trials.csv``; resumable."""
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    out.mkdir(parents=True, exist_ok=True)
+    _write_manifest(experiment, out)
+    table = TrialsCsv(out / "trials.csv", experiment.columns)
+    trials = experiment.trials()
+    todo = [t for t in trials if t.key not in table]
+    show = sys.stderr.isatty() if progress is None else progress
+    context, bar_task = _progress(show, len(trials), len(trials) - len(todo))
+    done = 0
+    interrupted = False
+    with context:
+        try:
+            if jobs == 1 or len(todo) <= 1:
+                for trial in todo:
+                    table.append(run_trial(trial))
+                    done += 1
+                    if bar_task is not None:
+                        context.advance(bar_task)
+            else:
+                spawn = multiprocessing.get_context("spawn")
+                with (
+                    _one_thread_each(),
+                    cf.ProcessPoolExecutor(max_workers=jobs, mp_context=spawn) as pool,
+                ):
+                    futures = [pool.submit(run_trial, t) for t in todo]
+                    try:
+                        for future in cf.as_completed(futures):
+                            table.append(future.result())
+                            done += 1
+                            if bar_task is not None:
+                                context.advance(bar_task)
+                    except BaseException:
+                        pool.shutdown(wait=False, cancel_futures=True)
+                        raise
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            table.finish()
+    return RunSummary(len(trials), len(trials) - len(todo), done, interrupted)

@@ -1,0 +1,445 @@
+"""Experiment files: a declarative sweep of in-process simulations (STYLE rule 16).
+
+An experiment file is YAML::
+
+    name: hetero-weights
+    protocol: hetero-mean-rr          # or `protocols: [a, b]` to compare several
+    population: {users: 20000, distribution: two-point, mean: 0.2}   # fedldp simulate's options
+    params: {}                        # protocol parameters
+    grid:                             # cartesian product; any population or params key
+      epsilon-mix: ["0.1:0.5,1:0.5", "0.2:0.7,3:0.3"]
+      params.weights: [paper, uniform]
+    seeds: 20                         # seeds 0..19, or an explicit list
+    plots:
+      - {x: epsilon-mix, y: error, hue: params.weights}
+    checks: [...]                     # claims checked on the results (experiments.checks)
+    scales: {paper: {seeds: 200}}     # overrides for `fedldp reproduce --scale paper`
+
+Population keys are the ``PopulationSpec`` fields (``fedldp simulate``'s population flags, with
+``-`` or ``_``); ``params.K`` is protocol parameter K; ``protocol`` may be a grid key too. Every
+grid point × protocol × seed is one trial. The base file is the quick scale; ``scales.NAME``
+overrides ``population``, ``params`` and ``seeds`` key by key and replaces grid axes. Unknown keys
+and invalid values (of the experiment, of any trial's population or parameters) are refused by
+``load_experiment`` before anything runs, naming the file and line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fedldp.client.experiments.yamlmarks import (
+    Lines,
+    MarkedError,
+    load_marked,
+    locate,
+    validation_message,
+)
+from fedldp.client.population.build import build_population
+from fedldp.client.population.spec import PopulationSpec
+from fedldp.client.simulate import fill_from_population
+from fedldp.protocol.catalogue import get_protocol
+
+__all__ = [
+    "CheckSpec",
+    "Experiment",
+    "ExperimentSpec",
+    "PlotSpec",
+    "Trial",
+    "cell",
+    "load_experiment",
+]
+
+Stat = Literal["mean", "median", "mse", "rmse"]
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+
+def cell(value: Any) -> str:
+    """A value as it is written in the CSV: text as is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def _population_key(key: str) -> str:
+    return key.replace("-", "_")
+
+
+class PlotSpec(BaseModel):
+    """One figure: ``stat`` of column ``y`` over the seeds against ``x``, a line per ``hue``."""
+
+    model_config = _FROZEN
+
+    x: str
+    y: str = "error"
+    hue: str | None = None
+    stat: Stat = "mean"
+    where: dict[str, Any] = Field(default_factory=dict, description="keep rows with these values")
+    logx: bool = False
+    logy: bool = False
+    slope: bool = Field(False, description="fit log y = a + b log x per line, b in the legend")
+    theory: str | None = Field(None, description="a column holding the theory value (mean)")
+    theory_sqrt: bool = Field(False, description="draw the square root of the theory column")
+    title: str | None = None
+    xlabel: str | None = None
+    ylabel: str | None = None
+
+
+class Quantity(BaseModel):
+    """``stat`` of column ``y`` over the rows matching ``where`` (inside each checked group)."""
+
+    model_config = _FROZEN
+
+    y: str | None = None
+    stat: Stat | None = None
+    where: dict[str, Any] = Field(default_factory=dict)
+
+
+class CheckSpec(BaseModel):
+    """A claim checked on the results, once per group of ``per`` values.
+
+    ``slope``: the log-log slope of ``stat(y)`` against ``x`` is in [min, max]. ``ratio``:
+    numerator / denominator is in [min, max]. ``bound``: ``stat(y)`` is in [min, max]. The claim
+    holds when every group passes, partly when some do, fails when none does.
+    """
+
+    model_config = _FROZEN
+
+    claim: str
+    paper: str = Field("", description="the paper's (or the spec's) value, as text")
+    tag: str = Field("", description="e.g. MUST or PAPER-CLAIM (huber-user-level-dp.md §7.0)")
+    kind: Literal["slope", "ratio", "bound"]
+    y: str = "error"
+    stat: Stat = "mean"
+    x: str | None = None
+    where: dict[str, Any] = Field(default_factory=dict)
+    per: tuple[str, ...] = ()
+    numerator: Quantity | None = None
+    denominator: Quantity | None = None
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> CheckSpec:
+        if self.min is None and self.max is None:
+            raise ValueError("a check needs min, max or both")
+        if self.kind == "slope" and self.x is None:
+            raise ValueError("a slope check needs x")
+        if self.kind == "ratio" and (self.numerator is None or self.denominator is None):
+            raise ValueError("a ratio check needs numerator and denominator")
+        return self
+
+
+class ProtocolEntry(BaseModel):
+    """A protocol under a label of its own, with parameters of its own (over ``params``): one
+    protocol compared in several settings, e.g. central-huber under both calibrations."""
+
+    model_config = _FROZEN
+
+    name: str
+    label: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def column(self) -> str:
+        return self.label or self.name
+
+
+class ScaleSpec(BaseModel):
+    """Overrides of one scale (``quick`` or ``paper``)."""
+
+    model_config = _FROZEN
+
+    population: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    seeds: int | list[int] | None = None
+
+
+class ExperimentSpec(BaseModel):
+    """An experiment file, as written."""
+
+    model_config = _FROZEN
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    title: str | None = None
+    description: str = ""
+    protocol: str | None = None
+    protocols: list[str | ProtocolEntry] | None = None
+    population: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    seeds: int | list[int] = 10
+    plots: list[PlotSpec] = Field(default_factory=list)
+    checks: list[CheckSpec] = Field(default_factory=list)
+    scales: dict[Literal["quick", "paper"], ScaleSpec] = Field(default_factory=dict)
+
+    @field_validator("grid")
+    @classmethod
+    def _axes(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in v.items():
+            if not values:
+                raise ValueError(f"grid axis {key!r} has no values")
+            if len({cell(x) for x in values}) != len(values):
+                raise ValueError(f"grid axis {key!r} repeats a value")
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: int | list[int]) -> int | list[int]:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("seeds must be >= 1 (a count) or a list of seeds")
+        if isinstance(v, list) and (not v or len(set(v)) != len(v) or min(v) < 0):
+            raise ValueError("a list of seeds must be non-empty, distinct and >= 0")
+        return v
+
+    @model_validator(mode="after")
+    def _one_protocol_field(self) -> ExperimentSpec:
+        if (self.protocol is None) == (self.protocols is None) and "protocol" not in self.grid:
+            raise ValueError("give protocol or protocols (exactly one)")
+        if self.protocols is not None and "protocol" in self.grid:
+            raise ValueError("protocols and a protocol grid axis exclude each other")
+        labels = [p if isinstance(p, str) else p.column for p in self.protocols or []]
+        if len(set(labels)) != len(labels):
+            raise ValueError("two protocols share a label: give each its own label")
+        return self
+
+    def entries(self) -> dict[str, ProtocolEntry]:
+        """Every protocol by the label its rows carry in the ``protocol`` column."""
+        listed = self.protocols or self.grid.get("protocol") or [self.protocol]
+        out = {}
+        for p in listed:
+            entry = (
+                ProtocolEntry(name=p)
+                if isinstance(p, str)
+                else p
+                if isinstance(p, ProtocolEntry)
+                else ProtocolEntry.model_validate(p)
+            )
+            out[entry.column] = entry
+        return out
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One simulation: a grid point of one protocol, with one seed."""
+
+    point: int
+    key: str
+    config: dict[str, Any]
+    seed: int
+    protocol: str
+    population: dict[str, Any]
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A validated experiment at one scale: its spec, its axes and its trials in order."""
+
+    spec: ExperimentSpec
+    scale: str
+    source: Path | None
+    axes: dict[str, list[Any]]
+    seeds: list[int]
+    population: dict[str, Any]
+    params: dict[str, Any]
+
+    @property
+    def columns(self) -> list[str]:
+        """The configuration columns of the CSV (``protocol``, then the grid keys)."""
+        return ["protocol", *[k for k in self.axes if k != "protocol"]]
+
+    def trials(self) -> list[Trial]:
+        keys = list(self.axes)
+        out = []
+        for point_index, values in enumerate(itertools.product(*self.axes.values())):
+            point = dict(zip(keys, values, strict=True))
+            entry = self.spec.entries()[str(point["protocol"])]
+            population = dict(self.population)
+            params = {**self.params, **entry.params}
+            for k, v in point.items():
+                if k.startswith("params."):
+                    params[k.removeprefix("params.")] = v
+                elif k != "protocol":
+                    population[_population_key(k)] = v
+            config = {c: point[c] for c in self.columns}
+            for seed in self.seeds:
+                out.append(
+                    Trial(
+                        point=point_index,
+                        key=trial_key(config, seed),
+                        config=config,
+                        seed=seed,
+                        protocol=entry.name,
+                        population=population,
+                        params=params,
+                    )
+                )
+        return out
+
+    def resolved(self) -> dict[str, Any]:
+        """The experiment as it runs at this scale (scale overrides applied)."""
+        base = self.spec.model_dump(mode="json", exclude={"scales"}, exclude_none=True)
+        base.update(
+            population=self.population,
+            params=self.params,
+            grid=dict(self.axes.items()),
+            seeds=self.seeds,
+        )
+        return base
+
+
+def trial_key(config: dict[str, Any], seed: int) -> str:
+    """A trial's stable key: a hash of its configuration and seed (the CSV's resumption key)."""
+    text = json.dumps({"config": {k: cell(v) for k, v in config.items()}, "seed": seed})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _scaled(spec: ExperimentSpec, scale: str, source: Path | None) -> Experiment:
+    over = next((v for k, v in spec.scales.items() if k == scale), None)
+    population = {_population_key(k): v for k, v in spec.population.items()}
+    params = dict(spec.params)
+    grid = dict(spec.grid)
+    seeds: int | list[int] = spec.seeds
+    if over is not None:
+        population.update({_population_key(k): v for k, v in over.population.items()})
+        params.update(over.params)
+        grid.update(over.grid)
+        seeds = over.seeds if over.seeds is not None else seeds
+    csv = population.get("csv")
+    if isinstance(csv, str) and source is not None and not Path(csv).is_absolute():
+        population["csv"] = str(source.parent / population["csv"])
+    grid.pop("protocol", None)
+    axes: dict[str, list[Any]] = {"protocol": list(spec.entries()), **grid}
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    return Experiment(spec, scale, source, axes, seed_list, population, params)
+
+
+def _scaled_path(lines: Lines, scale: str, path: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """Where a merged value was written: in the scale's overrides if there, else the base."""
+    over = ("scales", scale, *path)
+    return over if over in lines else path
+
+
+def _validate_trials(experiment: Experiment, source: str, lines: Lines) -> None:
+    """Refuse any trial whose population or parameters are invalid, before anything runs."""
+    seen: set[str] = set()
+    scale = experiment.scale
+    for trial in experiment.trials():
+        probe = json.dumps([trial.config, trial.population, trial.params], default=str)
+        if probe in seen:
+            continue
+        seen.add(probe)
+
+        def where(kind: str, key: str | None, _trial: Trial = trial) -> int | None:
+            grid_key = None
+            if key is not None:
+                names = (f"params.{key}",) if kind == "params" else (key, key.replace("_", "-"))
+                grid_key = next((g for g in names if g in experiment.axes), None)
+            if grid_key is not None:
+                value = _trial.config.get(grid_key)
+                pos = [cell(v) for v in experiment.axes[grid_key]].index(cell(value))
+                return locate(lines, _scaled_path(lines, scale, ("grid", grid_key, pos)))
+            spelled = [k for k in (key, key and key.replace("_", "-")) if k]
+            for k in spelled:
+                path = _scaled_path(lines, scale, (kind, k))
+                if path in lines:
+                    return lines[path]
+            return locate(lines, _scaled_path(lines, scale, (kind,)))
+
+        try:
+            protocol = get_protocol(trial.protocol)
+        except ValueError as e:
+            line = where("protocol", None)
+            for path in (("protocol",), ("protocols",), ("grid", "protocol")):
+                line = lines.get(path, line)
+            raise MarkedError(source, line, str(e)) from None
+        try:
+            pop_spec = PopulationSpec.model_validate(trial.population)
+        except ValidationError as e:
+            loc, msg = validation_message(e)[0]
+            key = str(loc[0]) if loc else None
+            name = f"{key.replace('_', '-')}: " if key else ""
+            raise MarkedError(
+                source, where("population", key), f"population: {name}{msg}"
+            ) from None
+        try:
+            population = build_population(pop_spec, trial.seed)
+        except ValueError as e:
+            raise MarkedError(source, where("population", None), f"population: {e}") from None
+        if population.data_kind != protocol.data_kind:
+            raise MarkedError(
+                source,
+                where("population", "distribution"),
+                f"protocol {protocol.name} takes {protocol.data_kind} data, the population "
+                f"holds {population.data_kind} data",
+            )
+        try:
+            protocol.parse_params(fill_from_population(protocol, trial.params, population))
+        except ValidationError as e:
+            loc, msg = validation_message(e)[0]
+            key = str(loc[0]) if loc else None
+            raise MarkedError(
+                source, where("params", key), f"params of {protocol.name}: {key}: {msg}"
+            ) from None
+        except ValueError as e:
+            raise MarkedError(source, where("params", None), f"params: {e}") from None
+
+
+def _check_references(experiment: Experiment, source: str, lines: Lines) -> None:
+    """Plot and check keys must name a configuration column or a result column (checked at
+    run time, when the results exist); here: ``where``/``per``/``hue`` keys are grid columns."""
+    columns = set(experiment.columns) | {"seed"}
+    spec = experiment.spec
+    for i, plot in enumerate(spec.plots):
+        for key in (plot.hue, *plot.where):
+            if key is not None and key not in columns:
+                raise MarkedError(
+                    source,
+                    locate(lines, ("plots", i, "hue" if key == plot.hue else "where")),
+                    f"plot {i + 1}: {key!r} is not a grid key ({', '.join(sorted(columns))})",
+                )
+    for i, check in enumerate(spec.checks):
+        used = [*check.per, *check.where]
+        for q in (check.numerator, check.denominator):
+            used += list(q.where) if q is not None else []
+        for key in used:
+            if key not in columns:
+                raise MarkedError(
+                    source,
+                    locate(lines, ("checks", i)),
+                    f"check {i + 1}: {key!r} is not a grid key ({', '.join(sorted(columns))})",
+                )
+
+
+def parse_experiment(text: str, source: str, scale: str = "quick") -> Experiment:
+    """The validated experiment of a file's text; MarkedError (a ValueError) naming the line."""
+    raw, lines = load_marked(text, source)
+    if not isinstance(raw, dict):
+        raise MarkedError(source, locate(lines, ()), "an experiment file holds a mapping")
+    try:
+        spec = ExperimentSpec.model_validate(raw)
+    except ValidationError as e:
+        loc, msg = validation_message(e)[0]
+        raise MarkedError(source, locate(lines, loc), f"{'.'.join(map(str, loc))}: {msg}") from None
+    path = Path(source) if Path(source).exists() else None
+    experiment = _scaled(spec, scale, path)
+    _check_references(experiment, source, lines)
+    _validate_trials(experiment, source, lines)
+    return experiment
+
+
+def load_experiment(path: Path, scale: str = "quick") -> Experiment:
+    """Read and validate an experiment file at ``scale``; ValueError naming the file and line."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ValueError(f"cannot read experiment file {path}: {e.strerror}") from None
+    return parse_experiment(text, str(path), scale)
