@@ -9,17 +9,25 @@ undo the privatization, so it is never sent.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from fedldp.protocol.core.streams import StreamKey, stream_key
 
 __all__ = [
     "DATA_PURPOSE",
+    "DIGEST_PURPOSE",
     "NOISE_PURPOSE",
     "ROUND_PURPOSE",
     "data_key",
     "derive_seeds",
     "noise_seed",
+    "population_digest",
     "round_key",
 ]
 
@@ -58,3 +66,18 @@ def data_key(population_seed: int) -> StreamKey:
 def round_key(population_seed: int, round_index: int) -> StreamKey:
     """Key of the streams a user privatizes with in round ``round_index``."""
     return stream_key(population_seed, ROUND_PURPOSE, round_index)
+
+
+DIGEST_PURPOSE = 0x44
+
+
+def population_digest(seed: int, spec: Mapping[str, Any]) -> str:
+    """A public fingerprint of a run's population: HMAC-SHA256 of the canonical JSON of its spec
+    (sorted keys, no spaces) under a key derived from the private population seed. Swarms of one
+    run (same seed, same spec) declare the same digest, so a server can refuse a swarm whose
+    population differs; without the private seed it cannot tell which spec a digest belongs to."""
+    population_seed = derive_seeds(seed)[1]
+    state = np.random.SeedSequence(population_seed, spawn_key=(DIGEST_PURPOSE,))
+    key = state.generate_state(8, np.uint32).tobytes()
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()

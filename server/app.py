@@ -1,6 +1,7 @@
 """The FastAPI application factory (STYLE.md rule 5: ``create_app(settings)``, no import-time app).
 
-Errors: every ``FedldpError`` renders as ``{"code", "detail"}`` with its status; request bodies that
+Request bodies are capped per route while they stream in (``fedldp.server.limits``). Errors:
+every ``FedldpError`` renders as ``{"code", "detail"}`` with its status; request bodies that
 fail validation as 422 ``invalid_request``; unknown routes as 404 ``not_found``; anything else as a
 500 ``internal_error`` without a stack trace (which goes to the log).
 """
@@ -23,6 +24,7 @@ from fedldp.server.context import Context
 from fedldp.server.db import Database
 from fedldp.server.errors import FedldpError
 from fedldp.server.grouping import ReportGrouper
+from fedldp.server.limits import BodyLimit
 from fedldp.server.rounds import sweep
 from fedldp.server.routes import router
 from fedldp.server.settings import Settings
@@ -31,7 +33,7 @@ __all__ = ["create_app"]
 
 log = logging.getLogger("fedldp.server")
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
 
 
 def _error(status: int, code: str, detail: str) -> JSONResponse:
@@ -76,6 +78,9 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
     app.state.grouper = ReportGrouper(ctx)
     app.include_router(router)
     add_body_schemas(app)
+    app.add_middleware(
+        BodyLimit, single=settings.max_body_bytes, batch=settings.max_batch_body_bytes
+    )
 
     @app.exception_handler(FedldpError)
     async def _fedldp(request: Request, exc: FedldpError) -> JSONResponse:

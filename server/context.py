@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
+from fedldp.server import repository as repo
 from fedldp.server.auth import TokenCache
 from fedldp.server.db import Database
 from fedldp.server.plans import PlanCache
@@ -58,7 +59,20 @@ class Context:
     plans: PlanCache = field(default_factory=PlanCache)
     tokens: TokenCache = field(default_factory=TokenCache)
     transitions: Transitions = field(default_factory=Transitions)
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    """Each study's token key, once read (it never changes): the single-participant routes
+    check a token before they parse the body with no database round trip."""
     _sqlite_turn: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def study_secret(self, study_id: str) -> str | None:
+        """The study's token key (None: no such study); read once per process."""
+        secret = self.secrets.get(study_id)
+        if secret is None:
+            with self.db.session() as session:
+                secret = repo.study_secret(session, study_id)
+            if secret is not None:
+                self.secrets[study_id] = secret
+        return secret
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:

@@ -3,6 +3,7 @@ fedldp.server.routes)."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import uuid
 from collections.abc import Sequence
@@ -15,13 +16,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import Predictor, jsonable
+from fedldp.protocol.core.base import Predictor, Protocol, jsonable
 from fedldp.protocol.core.wire import (
     EPSILON_MAX,
     EPSILON_MIN,
     BlockToken,
     EnrollmentBatch,
-    Lease,
     PredictRequest,
     PredictView,
     ResultView,
@@ -30,6 +30,7 @@ from fedldp.protocol.core.wire import (
     StudyCreate,
     StudyView,
 )
+from fedldp.server import leases
 from fedldp.server import repository as repo
 from fedldp.server.auth import block_token_for, new_secret, tokens_for
 from fedldp.server.context import Context
@@ -39,12 +40,12 @@ from fedldp.server.errors import (
     InvalidParams,
     InvalidRequest,
     NotFinished,
-    NothingToLease,
     ParticipantExists,
     PlanInfeasible,
     PredictionUnsupported,
     StudyEnded,
     StudyExists,
+    StudyMismatch,
     StudyNotEnrolling,
     UnknownProtocol,
     UnknownRound,
@@ -59,7 +60,6 @@ __all__ = [
     "create",
     "enroll",
     "get",
-    "lease",
     "list_all",
     "require_study",
     "result",
@@ -81,6 +81,44 @@ def _view(session: Session, study: StudyRow) -> StudyView:
     return study_view(study, repo.list_rounds(session, study.id), utcnow())
 
 
+def _parse_params(protocol: Protocol[Any], raw: dict[str, Any]) -> Any:
+    """The protocol's parameters, validated strictly (as JSON: no string or boolean for a
+    number, no float for an integer) and against their bounds; InvalidParams otherwise."""
+    try:
+        text = json.dumps(raw, allow_nan=False)
+    except ValueError:
+        raise InvalidParams(f"invalid parameters for {protocol.name}: not finite") from None
+    return protocol.params_model.model_validate_json(text, strict=True)
+
+
+def _declared(study: StudyRow) -> dict[str, Any]:
+    """What a study's creator declared and a swarm joining it must declare alike."""
+    return {
+        "protocol": study.protocol,
+        "params": study.params,
+        "seed": study.seed,
+        "enrollment_target": study.enrollment_target,
+        "population_digest": study.population_digest,
+    }
+
+
+def _mismatch(ctx: Context, name: str, mine: dict[str, Any]) -> None:
+    """StudyMismatch naming the first field in which the study called ``name`` differs from
+    ``mine`` (nothing when it does not)."""
+    with ctx.transaction() as session:
+        study = repo.study_named(session, name)
+        if study is None:
+            return
+        theirs = _declared(study)
+    for field, value in mine.items():
+        if theirs[field] != value:
+            raise StudyMismatch(
+                f"study {name!r} was created with another {field} than this request's: joining "
+                "swarms must declare the same protocol, params, seed, enrollment target and "
+                "population"
+            )
+
+
 def create(ctx: Context, body: StudyCreate) -> StudyView:
     protocol = CATALOGUE.get(body.protocol)
     if protocol is None:
@@ -88,7 +126,7 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
             f"no protocol {body.protocol!r}; the catalogue has {', '.join(sorted(CATALOGUE))}"
         )
     try:
-        params = protocol.parse_params(body.params)
+        params = _parse_params(protocol, body.params)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}" for e in exc.errors()
@@ -124,6 +162,7 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         quorum=body.quorum,
         epsilon_min=body.epsilon_min,
         epsilon_max=body.epsilon_max,
+        population_digest=body.population_digest,
         n_participants=0,
         current_round=None,
         failure_reason=None,
@@ -136,6 +175,8 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
             session.flush()
             return _view(session, study)
     except IntegrityError:
+        assert body.name is not None  # the only unique column a new study can collide on
+        _mismatch(ctx, body.name, _declared(study))
         raise StudyExists(f"a study named {body.name!r} exists already") from None
 
 
@@ -203,9 +244,11 @@ def enroll(
     requested: list[int | None],
     *,
     block_only: bool = False,
+    lease_token: str | None = None,
 ) -> EnrollmentBatch:
-    """Enroll participants (their ε, metadata and requested ids), numbered by the server in
-    arrival order or, all of them, with the ids they give (a lease's); the enrollment target,
+    """Enroll participants (their ε, metadata and requested ids), numbered by the server with
+    ids outside every lease or, all of them, with the ids they give, which must lie in the lease
+    whose ``lease_token`` the caller holds (``fedldp.server.leases``); the enrollment target,
     when reached, starts the study. The answer holds each participant's token and, for
     consecutive ids, their block token; ``block_only``: the block token alone (the tokens are
     not even computed)."""
@@ -229,12 +272,25 @@ def enroll(
                     f"study {study_id} has {study.n_participants} of its {target} participants; "
                     f"{len(epsilons)} more do not fit"
                 )
-            if explicit and target is not None and max(explicit) >= target:
-                raise InvalidRequest(f"participant ids must lie below the target {target}")
+            lease = None
+            if explicit:
+                lease = leases.authorise(session, study, explicit, lease_token, now)
+                ids = explicit
+            else:
+                first = repo.take_ids(session, study_id, len(epsilons), None)
+                if first is None:
+                    raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
+                if target is not None and first + len(epsilons) > target:
+                    raise EnrollmentFull(
+                        f"study {study_id} has no {len(epsilons)} participant ids below its "
+                        f"target {target} left outside its leases"
+                    )
+                ids = list(range(first, first + len(epsilons)))
             total = repo.count_participants(session, study_id, len(epsilons))
             if total is None:
                 raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
-            ids = explicit or list(range(total - len(epsilons), total))
+            if lease is not None:
+                repo.count_enrolled(session, study_id, lease.serial, len(ids))
             repo.add_participants(
                 session,
                 study_id,
@@ -252,7 +308,7 @@ def enroll(
             if full:
                 start_study(ctx, session, require_study(session, study_id), now)
     except IntegrityError:
-        # server-numbered ids (no explicit ones) can run into ids enrolled from a lease
+        # only explicit ids can: the server numbers the others outside every lease
         span = f"{min(explicit)}..{max(explicit)}" if explicit else "numbered by the server"
         raise ParticipantExists(
             f"some of participant ids {span} of study {study_id} are enrolled already"
@@ -270,22 +326,6 @@ def _block_token(study: StudyRow, ids: list[int]) -> BlockToken | None:
     return BlockToken(
         start=start, stop=stop, token=block_token_for(study.secret, study.id, start, stop)
     )
-
-
-def lease(ctx: Context, study_id: str, size: int) -> Lease:
-    """Reserve the next block of at most ``size`` participant ids for one swarm (leased
-    enrollment: swarms that share a study take disjoint blocks, up to the enrollment target)."""
-    with ctx.transaction() as session:
-        study = require_study(session, study_id)
-        target = study.enrollment_target
-        if target is None:
-            raise InvalidRequest(f"study {study_id} has no enrollment target; leases need one")
-        if study.phase != "enrolling":
-            raise StudyNotEnrolling(f"study {study_id} is {study.phase}; enrollment is closed")
-        first = repo.lease_ids(session, study_id, size, target)
-        if first is None:
-            raise NothingToLease(f"all {target} participant ids of study {study_id} are leased")
-        return Lease(study_id=study_id, start=first, stop=min(first + size, target))
 
 
 def rounds_of(ctx: Context, study_id: str) -> RoundsView:

@@ -29,6 +29,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 __all__ = [
     "Base",
     "ContributionRow",
+    "LeaseRow",
     "ParticipantRow",
     "ReportRow",
     "RoundRow",
@@ -89,11 +90,31 @@ class StudyRow(Base):
     epsilon_min: Mapped[float | None] = mapped_column(Float, nullable=True)
     epsilon_max: Mapped[float | None] = mapped_column(Float, nullable=True)
     n_participants: Mapped[int] = mapped_column(Integer, default=0)
-    leased: Mapped[int] = mapped_column(Integer, default=0)  # ids handed out in leases
+    # the next id never handed out: leases and server-numbered enrollments take ids from here
+    leased: Mapped[int] = mapped_column(Integer, default=0)
+    # what the creator declared of its population: a keyed digest (see StudyCreate)
+    population_digest: Mapped[str | None] = mapped_column(String(128), nullable=True)
     current_round: Mapped[int | None]
     failure_reason: Mapped[str | None] = mapped_column(Text)
     warnings: Mapped[list[Any]]
     result: Mapped[dict[str, Any] | None]
+
+
+class LeaseRow(Base):
+    """A block [start, stop) of participant ids reserved for one caller until ``expires_at``,
+    unless all ``stop - start`` of them enroll before (``enrolled`` counts them). ``serial``
+    numbers the study's leases (it is in the lease token): an expired block is leased again
+    under a new serial, and the old token no longer enrolls it."""
+
+    __tablename__ = "leases"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    serial: Mapped[int] = mapped_column(Integer, primary_key=True)
+    start: Mapped[int] = mapped_column(Integer)
+    stop: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[datetime]
+    enrolled: Mapped[int] = mapped_column(Integer, default=0)
+    released: Mapped[bool] = mapped_column(default=False)  # expired and leased again
 
 
 class ParticipantRow(Base):

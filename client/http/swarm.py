@@ -41,20 +41,21 @@ import numpy as np
 
 from fedldp.client.cli.output import result_summary
 from fedldp.client.http.agents import DriveStats, Roster, SwarmError, WaitPolicy, drive
-from fedldp.client.http.api import ApiClient, PhaseError, RetryPolicy
+from fedldp.client.http.api import ApiClient, AuthError, PhaseError, RetryPolicy
 from fedldp.client.http.progress import SwarmProgress, watch_study
 from fedldp.client.http.user import Privatizer
 from fedldp.client.population.build import AnyPopulation, PopulationSpec, build_population
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
-from fedldp.client.seeds import derive_seeds, noise_seed
+from fedldp.client.seeds import derive_seeds, noise_seed, population_digest
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import JSON, FloatArray, Protocol, split_sizes
+from fedldp.protocol.core.base import JSON, FloatArray, Protocol, jsonable, split_sizes
 from fedldp.protocol.core.wire import (
     MAX_BATCH,
     BlockToken,
     EnrollBatch,
     EnrollmentBatch,
+    Lease,
     ResultView,
     StudyCreate,
     StudyView,
@@ -140,14 +141,19 @@ def view_summary(
     return out
 
 
-def _population(population: AnyPopulation | PopulationSpec, seed: int | None) -> AnyPopulation:
+def _population(
+    population: AnyPopulation | PopulationSpec, seed: int | None
+) -> tuple[AnyPopulation, str]:
+    """The population and its digest (``population_digest`` of its spec, or of its public
+    description when given built)."""
     if isinstance(population, PopulationSpec):
         if seed is None:
             raise ValueError("a PopulationSpec needs a seed")
-        return build_population(population, seed)
+        spec: JSON = population.model_dump(mode="json")
+        return build_population(population, seed), population_digest(seed, spec)
     if seed is not None and seed != population.seed:
         raise ValueError(f"seed {seed} differs from the population's seed {population.seed}")
-    return population
+    return population, population_digest(population.seed, population.describe())
 
 
 def _local_protocol(name: str) -> Protocol[Any]:
@@ -189,28 +195,37 @@ def _enroll_batch(
     )
 
 
-async def join(
-    api: ApiClient, name: str, create: StudyCreate, population: AnyPopulation
-) -> StudyView:
-    """The study called ``name``: created with the population size as enrollment target by the
-    first swarm to ask, found by the others (which check it is the same study)."""
+async def join(api: ApiClient, name: str, create: StudyCreate) -> StudyView:
+    """The study called ``name``: created by the first swarm to ask (with the population size
+    as enrollment target and the population's digest), found by the others, whose declaration
+    (protocol, params, study seed, target, population digest) must be the creator's: the server
+    refuses another (``study_mismatch``), and so does this side, should the server not."""
     try:
         return await api.create_study(create.model_copy(update={"name": name}))
     except PhaseError as exc:
+        if exc.code == "study_mismatch":
+            raise SwarmError("study_mismatch", exc.detail) from None
         if exc.code != "study_exists":
             raise
     found = [s for s in (await api.list_studies()).studies if s.name == name]
     if not found:
         raise SwarmError("study_missing", f"study {name!r} exists but is not listed")
     study = found[0]
-    mine = (create.protocol, create.seed, population.n)
-    theirs = (study.protocol, study.seed, study.enrollment_target)
-    if mine != theirs:
-        raise SwarmError(
-            "study_mismatch",
-            f"study {name!r} runs (protocol, study seed, users) = {theirs}, this swarm {mine}: "
-            "give every swarm of a study the same protocol, seed and population",
-        )
+    params = _local_protocol(create.protocol).parse_params(create.params)
+    mine = {
+        "protocol": create.protocol,
+        "params": jsonable(params.model_dump(mode="json", exclude_unset=True)),
+        "seed": create.seed,
+        "enrollment_target": create.enrollment_target,
+        "population_digest": create.population_digest,
+    }
+    for key, value in mine.items():
+        if getattr(study, key) != value:
+            raise SwarmError(
+                "study_mismatch",
+                f"study {name!r} was created with another {key} than this swarm's: give every "
+                "swarm of a study the same protocol, params, seed and population",
+            )
     return study
 
 
@@ -237,7 +252,7 @@ async def enroll_leases(
                 break
             raise
         answer = await api.enroll_batch(
-            study.id, _enroll_batch(population, lease.start, lease.stop, block_only)
+            study.id, _enroll_batch(population, lease.start, lease.stop, block_only), lease
         )
         slots += range(lease.start, lease.stop)
         ids += answer.participant_ids
@@ -270,11 +285,19 @@ async def enroll(
         )
     answers: dict[int, EnrollmentBatch] = {}
     gate = asyncio.Semaphore(ENROLL_IN_FLIGHT)
+    chunks = [
+        (start, min(start + ENROLL_CHUNK, population.n))
+        for start in range(0, population.n, ENROLL_CHUNK)
+    ]
+    leases = await _lease_chunks(api, study.id, chunks)
 
     async def block(start: int, stop: int) -> None:
         async with gate:  # built inside the gate: one batch is built while another is stored
             batch = _enroll_batch(population, start, stop, block_only)
-            answer = await api.enroll_batch(study.id, batch)
+            if leases is None:  # numbered by the server, in order: one batch at a time
+                batch = batch.model_copy(update={"participant_ids": None})
+            lease = None if leases is None else leases[start]
+            answer = await api.enroll_batch(study.id, batch, lease)
         if answer.participant_ids != list(range(start, stop)):
             raise SwarmError(
                 "enrollment_mismatch",
@@ -285,17 +308,41 @@ async def enroll(
         answers[start] = answer
         progress.enrolled(sum(len(a.participant_ids) for a in answers.values()), population.n)
 
-    await asyncio.gather(
-        *(
-            block(start, min(start + ENROLL_CHUNK, population.n))
-            for start in range(0, population.n, ENROLL_CHUNK)
-        )
-    )
+    if leases is None:
+        for start, stop in chunks:
+            await block(start, stop)
+    else:
+        await asyncio.gather(*(block(start, stop) for start, stop in chunks))
     ids = [pid for start in sorted(answers) for pid in answers[start].participant_ids]
     tokens = [token for start in sorted(answers) for token in answers[start].tokens]
     blocks = tuple(a.block for a in answers.values() if a.block is not None)
     slots = np.arange(population.n, dtype=np.int64)
     return Roster(slots, ids, tokens, np.asarray(population.epsilon, dtype=np.float64), blocks)
+
+
+async def _lease_chunks(
+    api: ApiClient, study_id: str, chunks: list[tuple[int, int]]
+) -> dict[int, Lease] | None:
+    """A lease of each chunk's ids (in a new, empty study they come in order), so that the
+    chunks can enroll with explicit ids, a few at once; None when this client may not lease
+    (a server with an admin key this client lacks): the chunks then go one at a time."""
+    leases: dict[int, Lease] = {}
+    for start, stop in chunks:
+        try:
+            lease = await api.lease(study_id, stop - start)
+        except AuthError:
+            if leases:
+                raise
+            return None
+        if (lease.start, lease.stop) != (start, stop):
+            raise SwarmError(
+                "enrollment_mismatch",
+                f"study {study_id} leased ids {lease.start}..{lease.stop - 1}, not population "
+                f"slots {start}..{stop - 1}: it is not new and empty",
+                server_side=True,
+            )
+        leases[start] = lease
+    return leases
 
 
 async def start(api: ApiClient, study_id: str) -> StudyView:
@@ -437,7 +484,7 @@ async def run_swarm(
         raise ValueError(f"batch must lie in [1, {MAX_BATCH}]")
     if processes < 1 or (processes > 1 and transport is not None):
         raise ValueError("processes must be >= 1 (and 1 with a custom transport)")
-    pop = _population(population, seed)
+    pop, digest = _population(population, seed)
     if concurrency is None:
         concurrency = DEFAULT_CONCURRENCY["user" if batch is None else "batch"]
     began = time.perf_counter()
@@ -471,10 +518,11 @@ async def run_swarm(
                     # central trust: the server's secret noise seed, from the private seed, so
                     # that `fedldp simulate` reproduces the release
                     noise_seed=noise_seed(pop.seed) if _central(protocol_name) else None,
+                    population_digest=digest,
                 )
                 if lease:
                     assert name is not None
-                    study = await join(api, name, spec, pop)
+                    study = await join(api, name, spec)
                 else:
                     study = await api.create_study(spec)
             else:

@@ -41,6 +41,10 @@ from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
 from fedldp.protocol.user_level import two_stage as ts
 
+MAX_SAMPLES_PER_USER = 10**6
+"""Most samples a user may contribute: beyond it a study cannot run (every user would hold and
+privatize millions of samples per report)."""
+
 __all__ = [
     "PROTOCOLS",
     "BaselineClippedLaplace",
@@ -125,7 +129,9 @@ class UserMeanParams(Params):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    samples_per_user: int = Field(ge=1, description="m: samples each user contributes")
+    samples_per_user: int = Field(
+        ge=1, le=MAX_SAMPLES_PER_USER, description="m: samples each user contributes"
+    )
     bound: float = Field(1.0, gt=0, description="D: every sample lies in [-D, D] (bounded case)")
     heavy_tail: bool = Field(False, description="Alg 1-HT: only E|X|^p <= M_p is assumed")
     moment_p: float = Field(3.0, ge=2, description="p of the moment bound (heavy_tail)")
@@ -323,7 +329,9 @@ class BaselineParams(Params):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    samples_per_user: int = Field(ge=1, description="m: samples each user contributes")
+    samples_per_user: int = Field(
+        ge=1, le=MAX_SAMPLES_PER_USER, description="m: samples each user contributes"
+    )
     bound: float = Field(1.0, gt=0, description="D: every sample lies in [-D, D]")
     level: float = Field(0.95, gt=0, lt=1, description="level of the error bar")
 

@@ -48,7 +48,7 @@ async def test_full_study_over_http_matches_the_simulator(client: httpx.AsyncCli
         f"/v1/studies/{study.id}/participants/batch",
         json={
             "participants": [
-                {"epsilon": float(e), "metadata": {"samples": float(m)}}
+                {"epsilon": float(e), "metadata": {"samples": int(m)}}
                 for e, m in zip(population.epsilon, population.metadata["samples"], strict=True)
             ]
         },

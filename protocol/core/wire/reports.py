@@ -11,18 +11,26 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from fedldp.protocol.core.base import FloatArray, PayloadKind
-from fedldp.protocol.core.wire.common import MAX_BATCH, Model, NonNegInt
+from fedldp.protocol.core.wire.common import MAX_BATCH, Model, NonNegInt, Request
 from fedldp.protocol.core.wire.participants import Credentials
 from fedldp.protocol.core.wire.payloads import Payload
 
 # --------------------------------------------------------------------------- reports
 
 
-class ReportSubmit(Model):
+class ReportSubmit(Request):
+    """One participant's privatized report for one round. Its token goes in
+    ``Authorization: Bearer`` (as on every participant endpoint); the ``token`` field is the
+    older place for it, still read when the header is absent."""
+
     participant_id: NonNegInt
-    token: str
     round: NonNegInt
     payload: Payload
+    token: str | None = Field(
+        default=None,
+        description="deprecated: send the participant's token as Authorization: Bearer",
+        json_schema_extra={"deprecated": True},
+    )
 
 
 class Receipt(Model):
@@ -41,7 +49,7 @@ class ReportBatch(Credentials):
     round: NonNegInt
     kind: PayloadKind
     participant_ids: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_BATCH)]
-    payloads: list[list[float]] | None = Field(
+    payloads: Annotated[list[list[float]], Field(max_length=MAX_BATCH)] | None = Field(
         default=None, description="each participant's payload row (give this or packed)"
     )
     packed: str | None = Field(
