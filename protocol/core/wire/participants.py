@@ -20,6 +20,7 @@ from fedldp.protocol.core.wire.common import (
     NonNegInt,
     PositiveFloat,
     Request,
+    either,
 )
 from fedldp.protocol.core.wire.studies import StudyPhase
 
@@ -80,6 +81,11 @@ class EnrollBatch(Request):
     """Many participants at once: a list of ``participants``, or the same as columns (one ε per
     participant in ``epsilons``, each metadata key with one value per participant, optional
     ``participant_ids``), which spares large batches one object per participant."""
+
+    model_config = {
+        **Request.model_config,
+        "json_schema_extra": either(("participants", "epsilons")),
+    }
 
     participants: (
         Annotated[list[EnrollRequest], Field(min_length=1, max_length=MAX_BATCH)] | None
@@ -246,6 +252,8 @@ class Credentials(Request):
     """A batch request's proof that its participants sent it: one token per participant
     (``tokens``, in the order of ``participant_ids``), or the block tokens that cover them
     (``blocks``), which spares a batch of tens of thousands their tokens."""
+
+    model_config = {**Request.model_config, "json_schema_extra": either(("tokens", "blocks"))}
 
     tokens: list[str] | None = Field(
         default=None, description="each participant's token (give this or blocks)"

@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from fedldp.protocol.core.base import FloatArray, PayloadKind
-from fedldp.protocol.core.wire.common import MAX_BATCH, Model, NonNegInt, Request
+from fedldp.protocol.core.wire.common import MAX_BATCH, Model, NonNegInt, Request, either
 from fedldp.protocol.core.wire.participants import Credentials
 from fedldp.protocol.core.wire.payloads import Payload
 
@@ -45,6 +45,11 @@ class ReportBatch(Credentials):
     """Many participants' already-privatized reports for one round (columnar). The payload rows
     come as JSON lists (``payloads``) or packed into one string (``packed``, see ``pack_rows``),
     which spares both sides formatting and parsing tens of thousands of numbers."""
+
+    model_config = {
+        **Request.model_config,
+        "json_schema_extra": either(("tokens", "blocks"), ("payloads", "packed")),
+    }
 
     round: NonNegInt
     kind: PayloadKind
