@@ -28,6 +28,7 @@ from fedldp.server.context import Context
 from fedldp.server.errors import InvalidToken, TokenRequired, UnknownStudy
 
 __all__ = [
+    "PARTICIPANT_SCHEME",
     "BlockBearer",
     "LeaseBearer",
     "ParticipantBearer",
@@ -45,8 +46,9 @@ _admin_key = APIKeyHeader(
     description="the server's admin key (FEDLDP_ADMIN_KEY; no key configured: open)",
     auto_error=False,
 )
+PARTICIPANT_SCHEME = "participantToken"
 _participant = HTTPBearer(
-    scheme_name="participantToken",
+    scheme_name=PARTICIPANT_SCHEME,
     description="the participant's token, from its enrollment",
     auto_error=False,
 )

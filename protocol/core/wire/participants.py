@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from fedldp.protocol.core.base import PayloadKind
 from fedldp.protocol.core.wire.common import (
@@ -82,10 +82,7 @@ class EnrollBatch(Request):
     participant in ``epsilons``, each metadata key with one value per participant, optional
     ``participant_ids``), which spares large batches one object per participant."""
 
-    model_config = {
-        **Request.model_config,
-        "json_schema_extra": either(("participants", "epsilons")),
-    }
+    model_config = ConfigDict(json_schema_extra=either(("participants", "epsilons")))
 
     participants: (
         Annotated[list[EnrollRequest], Field(min_length=1, max_length=MAX_BATCH)] | None
@@ -253,7 +250,7 @@ class Credentials(Request):
     (``tokens``, in the order of ``participant_ids``), or the block tokens that cover them
     (``blocks``), which spares a batch of tens of thousands their tokens."""
 
-    model_config = {**Request.model_config, "json_schema_extra": either(("tokens", "blocks"))}
+    model_config = ConfigDict(json_schema_extra=either(("tokens", "blocks")))
 
     tokens: list[str] | None = Field(
         default=None, description="each participant's token (give this or blocks)"

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from fedldp.protocol.core.base import FloatArray, PayloadKind
 from fedldp.protocol.core.wire.common import MAX_BATCH, Model, NonNegInt, Request, either
@@ -46,10 +46,9 @@ class ReportBatch(Credentials):
     come as JSON lists (``payloads``) or packed into one string (``packed``, see ``pack_rows``),
     which spares both sides formatting and parsing tens of thousands of numbers."""
 
-    model_config = {
-        **Request.model_config,
-        "json_schema_extra": either(("tokens", "blocks"), ("payloads", "packed")),
-    }
+    model_config = ConfigDict(
+        json_schema_extra=either(("tokens", "blocks"), ("payloads", "packed"))
+    )
 
     round: NonNegInt
     kind: PayloadKind
