@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session
 
 from fedldp.protocol.core.wire import MAX_ID, Lease
+from fedldp.server import lease_rows
 from fedldp.server import repository as repo
 from fedldp.server.auth import lease_token_for, lease_token_ok
 from fedldp.server.context import Context
@@ -43,17 +44,17 @@ def grant(ctx: Context, study_id: str, size: int) -> Lease:
             raise UnknownStudy(f"no study {study_id!r}")
         if study.phase != "enrolling":
             raise StudyNotEnrolling(f"study {study_id} is {study.phase}; enrollment is closed")
-        old = repo.expired_lease(session, study_id, now)
+        old = lease_rows.expired_lease(session, study_id, now)
         if old is not None:
-            row = repo.add_lease(session, study_id, old.start, old.stop, expires)
+            row = lease_rows.add_lease(session, study_id, old.start, old.stop, expires)
         else:
             limit = MAX_ID + 1 if study.enrollment_target is None else study.enrollment_target
-            first = repo.take_ids(session, study_id, size, limit)
+            first = lease_rows.take_ids(session, study_id, size, limit)
             if first is None:
                 raise NothingToLease(
                     f"all {limit} participant ids of study {study_id} are leased or enrolled"
                 )
-            row = repo.add_lease(session, study_id, first, min(first + size, limit), expires)
+            row = lease_rows.add_lease(session, study_id, first, min(first + size, limit), expires)
         token = lease_token_for(study.secret, study_id, row.serial, row.start, row.stop)
         return Lease(
             study_id=study_id,
@@ -72,7 +73,7 @@ def authorise(
     if not ids:
         raise NotLeased("no participant ids to enroll")
     low, high = min(ids), max(ids)
-    lease = repo.lease_of(session, study.id, low)
+    lease = lease_rows.lease_of(session, study.id, low)
     if (
         lease is None
         or token is None

@@ -32,7 +32,6 @@ from sqlalchemy.orm import Session
 from fedldp.protocol.core.base import FloatArray, IntArray
 from fedldp.server.tables import (
     ContributionRow,
-    LeaseRow,
     ParticipantRow,
     ReportRow,
     RoundRow,
@@ -42,22 +41,18 @@ from fedldp.server.tables import (
 __all__ = [
     "INT_MAX",
     "IN_CHUNK",
-    "add_lease",
     "add_participants",
     "add_received",
     "close_round_if_open",
-    "count_enrolled",
     "count_participants",
     "due_enrollments",
     "due_rounds",
     "existing_reports",
-    "expired_lease",
     "forget_contributions",
     "get_round",
     "get_study",
     "insert_contributions",
     "insert_reports",
-    "lease_of",
     "list_rounds",
     "list_studies",
     "load_participants",
@@ -70,7 +65,6 @@ __all__ = [
     "stream_reports",
     "study_named",
     "study_secret",
-    "take_ids",
     "transition_study",
     "update_round",
 ]
@@ -238,26 +232,6 @@ def count_participants(session: Session, study_id: str, count: int) -> int | Non
     return None if total is None else int(total)
 
 
-def take_ids(session: Session, study_id: str, size: int, limit: int | None) -> int | None:
-    """Hand out the next ``size`` ids never handed out (a lease's block or server-numbered
-    enrollments) of an enrolling study, all below ``limit`` when given (fewer when only fewer
-    are left): the first, or None when none is left (or the study is not enrolling). The study
-    row stays locked to the end of the caller's transaction."""
-    stmt = (
-        select(StudyRow.leased)
-        .where(StudyRow.id == study_id, StudyRow.phase == "enrolling")
-        .with_for_update()
-    )
-    first = session.execute(stmt).scalar_one_or_none()
-    if first is None:
-        return None
-    stop = first + size if limit is None else min(first + size, limit)
-    if stop <= first:
-        return None
-    set_study(session, study_id, leased=stop)
-    return int(first)
-
-
 def study_named(session: Session, name: str) -> StudyRow | None:
     return session.execute(select(StudyRow).where(StudyRow.name == name)).scalar_one_or_none()
 
@@ -266,73 +240,6 @@ def study_secret(session: Session, study_id: str) -> str | None:
     return session.execute(
         select(StudyRow.secret).where(StudyRow.id == study_id)
     ).scalar_one_or_none()
-
-
-def expired_lease(session: Session, study_id: str, now: datetime) -> LeaseRow | None:
-    """The first lease of the study that expired before all its ids enrolled and that was not
-    leased again yet (marked released now, inside the caller's transaction)."""
-    stmt = (
-        select(LeaseRow)
-        .where(
-            LeaseRow.study_id == study_id,
-            LeaseRow.released.is_(False),
-            LeaseRow.expires_at <= now,
-            LeaseRow.enrolled < LeaseRow.stop - LeaseRow.start,
-        )
-        .order_by(LeaseRow.start)
-        .limit(1)
-        .with_for_update()
-    )
-    found = session.execute(stmt).scalar_one_or_none()
-    if found is not None:
-        found.released = True
-    return found
-
-
-def add_lease(
-    session: Session, study_id: str, start: int, stop: int, expires_at: datetime
-) -> LeaseRow:
-    """A new lease of [start, stop), numbered after the study's others."""
-    last = session.execute(
-        select(func.max(LeaseRow.serial)).where(LeaseRow.study_id == study_id)
-    ).scalar_one_or_none()
-    row = LeaseRow(
-        study_id=study_id,
-        serial=(last or 0) + 1,
-        start=start,
-        stop=stop,
-        expires_at=expires_at,
-        enrolled=0,
-        released=False,
-    )
-    session.add(row)
-    session.flush()
-    return row
-
-
-def lease_of(session: Session, study_id: str, participant_id: int) -> LeaseRow | None:
-    """The current lease (not released) whose block holds ``participant_id``."""
-    stmt = (
-        select(LeaseRow)
-        .where(
-            LeaseRow.study_id == study_id,
-            LeaseRow.released.is_(False),
-            LeaseRow.start <= participant_id,
-            LeaseRow.stop > participant_id,
-        )
-        .order_by(LeaseRow.serial.desc())
-        .limit(1)
-    )
-    return session.execute(stmt).scalar_one_or_none()
-
-
-def count_enrolled(session: Session, study_id: str, serial: int, count: int) -> None:
-    session.execute(
-        update(LeaseRow)
-        .where(LeaseRow.study_id == study_id, LeaseRow.serial == serial)
-        .values(enrolled=LeaseRow.enrolled + count)
-        .execution_options(synchronize_session=False)
-    )
 
 
 def max_participant_id(session: Session, study_id: str) -> int | None:

@@ -30,7 +30,7 @@ from fedldp.protocol.core.wire import (
     StudyCreate,
     StudyView,
 )
-from fedldp.server import leases
+from fedldp.server import lease_rows, leases
 from fedldp.server import repository as repo
 from fedldp.server.auth import block_token_for, new_secret, tokens_for
 from fedldp.server.context import Context
@@ -277,7 +277,7 @@ def enroll(
                 lease = leases.authorise(session, study, explicit, lease_token, now)
                 ids = explicit
             else:
-                first = repo.take_ids(session, study_id, len(epsilons), None)
+                first = lease_rows.take_ids(session, study_id, len(epsilons), None)
                 if first is None:
                     raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
                 if target is not None and first + len(epsilons) > target:
@@ -290,7 +290,7 @@ def enroll(
             if total is None:
                 raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
             if lease is not None:
-                repo.count_enrolled(session, study_id, lease.serial, len(ids))
+                lease_rows.count_enrolled(session, study_id, lease.serial, len(ids))
             repo.add_participants(
                 session,
                 study_id,
