@@ -17,11 +17,11 @@ This is also the Python API for users' scripts::
 
 Flow (DESIGN.md "Flow of a study"): optionally create the study with the public study seed
 ``derive_seeds(seed)[0]`` (the population seed stays here); enroll the whole population with
-participant id = population index, given explicitly, two batch requests in flight; start
-the study; let the users work (``fedldp.client.http.agents``) until every one is done; fetch the
-result. With
-``processes=K`` the users are split into K contiguous blocks run by K spawned worker processes, each
-with its own HTTP client; enrollment and the result stay with the parent.
+participant id = population index, given explicitly from leases, two batch requests in flight;
+start the study; let the users work (``fedldp.client.http.agents``) until every one is done;
+fetch the result. With ``processes=K`` the users are split into K contiguous blocks run by K
+spawned worker processes, each with its own HTTP client; enrollment and the result stay with the
+parent.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import numpy as np
 
 from fedldp.client.cli.output import result_summary
 from fedldp.client.http.agents import DriveStats, Roster, SwarmError, WaitPolicy, drive
-from fedldp.client.http.api import ApiClient, AuthError, PhaseError, RetryPolicy
+from fedldp.client.http.api import ApiClient, PhaseError, RetryPolicy
 from fedldp.client.http.progress import SwarmProgress, watch_study
 from fedldp.client.http.user import Privatizer
 from fedldp.client.population.build import AnyPopulation, PopulationSpec, build_population
@@ -274,9 +274,9 @@ async def enroll(
     *,
     block_only: bool = False,
 ) -> Roster:
-    """Enroll every user with participant id = slot (given explicitly, so that a few batches
-    can be in flight at once). ``block_only`` asks for each batch's block token and not for
-    every user's token: enough for the batch agents, which need no more."""
+    """Enroll every user with participant id = slot (given explicitly, from a lease of each
+    batch's ids, so that a few batches can be in flight at once). ``block_only`` asks for each
+    batch's block token and not for every user's token: enough for the batch agents."""
     if study.phase != "enrolling" or study.n_participants != 0:
         raise SwarmError(
             "study_not_empty",
@@ -294,10 +294,7 @@ async def enroll(
     async def block(start: int, stop: int) -> None:
         async with gate:  # built inside the gate: one batch is built while another is stored
             batch = _enroll_batch(population, start, stop, block_only)
-            if leases is None:  # numbered by the server, in order: one batch at a time
-                batch = batch.model_copy(update={"participant_ids": None})
-            lease = None if leases is None else leases[start]
-            answer = await api.enroll_batch(study.id, batch, lease)
+            answer = await api.enroll_batch(study.id, batch, leases[start])
         if answer.participant_ids != list(range(start, stop)):
             raise SwarmError(
                 "enrollment_mismatch",
@@ -308,11 +305,7 @@ async def enroll(
         answers[start] = answer
         progress.enrolled(sum(len(a.participant_ids) for a in answers.values()), population.n)
 
-    if leases is None:
-        for start, stop in chunks:
-            await block(start, stop)
-    else:
-        await asyncio.gather(*(block(start, stop) for start, stop in chunks))
+    await asyncio.gather(*(block(start, stop) for start, stop in chunks))
     ids = [pid for start in sorted(answers) for pid in answers[start].participant_ids]
     tokens = [token for start in sorted(answers) for token in answers[start].tokens]
     blocks = tuple(a.block for a in answers.values() if a.block is not None)
@@ -322,18 +315,12 @@ async def enroll(
 
 async def _lease_chunks(
     api: ApiClient, study_id: str, chunks: list[tuple[int, int]]
-) -> dict[int, Lease] | None:
+) -> dict[int, Lease]:
     """A lease of each chunk's ids (in a new, empty study they come in order), so that the
-    chunks can enroll with explicit ids, a few at once; None when this client may not lease
-    (a server with an admin key this client lacks): the chunks then go one at a time."""
+    chunks enroll with explicit ids (which only their lease's token enrolls), a few at once."""
     leases: dict[int, Lease] = {}
     for start, stop in chunks:
-        try:
-            lease = await api.lease(study_id, stop - start)
-        except AuthError:
-            if leases:
-                raise
-            return None
+        lease = await api.lease(study_id, stop - start)
         if (lease.start, lease.stop) != (start, stop):
             raise SwarmError(
                 "enrollment_mismatch",
