@@ -33,12 +33,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedldp.client.population.datasets import INCOME_SOURCES
-from fedldp.client.population.distributions import Distribution, LabeledLaw
+from fedldp.client.population.distributions import Distribution
 from fedldp.client.population.features import (
     SemiFeaturePopulation,
     diabetes_population,
     synthetic_population,
 )
+from fedldp.client.population.labeled import LabeledLaw
 from fedldp.client.population.spec import (
     SEMI_FEATURE_DISTRIBUTIONS,
     PopulationSpec,

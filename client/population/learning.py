@@ -31,13 +31,13 @@ from scipy.optimize import brentq
 from scipy.special import expit
 
 from fedldp.client.population.build import AnyPopulation
-from fedldp.client.population.distributions import (
+from fedldp.client.population.features import SemiFeaturePopulation
+from fedldp.client.population.labeled import (
     BinnedClassification,
     BinnedLaw,
     SparseLaw,
     SparseLinear,
 )
-from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.protocol.core.base import JSON, FloatArray, IntArray
 
 __all__ = [

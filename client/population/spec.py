@@ -28,20 +28,22 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from fedldp.client.population.datasets import INCOME_SOURCES, income_law
 from fedldp.client.population.distributions import (
     Bernoulli,
-    BinnedClassification,
-    BinnedRegression,
     Categorical,
     Distribution,
     Gaussian,
-    LabeledLaw,
     Lomax,
-    SparseLinear,
-    SparseLogistic,
     TwoPoint,
     Uniform,
     UniformL2Ball,
-    default_theta,
     zipf_probabilities,
+)
+from fedldp.client.population.labeled import (
+    BinnedClassification,
+    BinnedRegression,
+    LabeledLaw,
+    SparseLinear,
+    SparseLogistic,
+    default_theta,
 )
 from fedldp.protocol.core.base import JSON, FloatArray, IntArray
 

@@ -2,5 +2,6 @@
 Estimation under User-level Differential Privacy", NeurIPS 2024.
 
 Spec: `shared/specs/huber-user-level-dp.md`. A trusted server releases (ε, δ)-DP means from each
-user's local mean: the winsorized mean (`wme`), Huber-loss minimization (`huber`) and the catalogue
+user's local mean: the winsorized mean (`wme`), Huber-loss minimization (`huber`, with the
+Hamming distance Δ̃ of its smooth sensitivity in `distance`) and the catalogue
 protocols that run them (`protocols`)."""

@@ -23,14 +23,12 @@ from fedldp.client.population.build import (
     mixture_counts,
     population_spec_from_args,
 )
-from fedldp.client.population.distributions import (
+from fedldp.client.population.distributions import Lomax, UniformL2Ball, zipf_probabilities
+from fedldp.client.population.labeled import (
     BinnedLaw,
     BinnedRegression,
-    Lomax,
     SparseLinear,
     SparseLogistic,
-    UniformL2Ball,
-    zipf_probabilities,
 )
 
 K = 5.0  # k·σ tolerances: a two-sided normal tail beyond 5σ has probability 5.7e-7 per check

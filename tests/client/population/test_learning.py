@@ -10,7 +10,7 @@ import pytest
 from scipy.integrate import quad
 
 from fedldp.client.population.build import PopulationSpec, build_population
-from fedldp.client.population.distributions import (
+from fedldp.client.population.labeled import (
     BinnedClassification,
     BinnedRegression,
     SparseLaw,

@@ -23,8 +23,8 @@ import pytest
 from scipy import optimize, stats
 
 from fedldp.client.population.datasets import Resampled, income_law
+from fedldp.protocol.central import distance, wme
 from fedldp.protocol.central import huber as hb
-from fedldp.protocol.central import wme
 from fedldp.protocol.core.base import FloatArray, IntArray
 from fedldp.protocol.mechanisms import dp_noise as dn
 
@@ -255,7 +255,7 @@ def test_delta_exact_1d_matches_brute_force_u2() -> None:
         n = int(rng.integers(1, 10))
         y = rng.standard_t(2, n) * rng.choice([0.3, 1.0, 3.0])
         t = float(rng.uniform(0.05, 5.0))
-        assert hb.delta_exact_1d(y, t) == brute_delta_1d(y, t)
+        assert distance.delta_exact_1d(y, t) == brute_delta_1d(y, t)
 
 
 def brute_lattice(y: FloatArray, radii: FloatArray, h: float) -> int:
@@ -287,11 +287,11 @@ def test_lattice_and_cover_deltas_match_brute_force() -> None:
         y = rng.standard_t(3, (n, d))
         radii = rng.uniform(0.2, 1.5, n)
         h = float(rng.uniform(0.1, 0.8))
-        assert hb.delta_lattice(y, radii, h) == brute_lattice(y, radii, h)
-        assert hb.delta_cover_1d(y[:, 0], radii) == brute_cover(y[:, 0], radii)
+        assert distance.delta_lattice(y, radii, h) == brute_lattice(y, radii, h)
+        assert distance.delta_cover_1d(y[:, 0], radii) == brute_cover(y[:, 0], radii)
         t = float(rng.uniform(0.5, 4.0))
-        lattice = hb.delta_lattice(y[:, :1], np.full(n, t / 4), t / 8)
-        assert lattice >= hb.delta_exact_1d(y[:, 0], t)
+        lattice = distance.delta_lattice(y[:, :1], np.full(n, t / 4), t / 8)
+        assert lattice >= distance.delta_exact_1d(y[:, 0], t)
 
 
 # --------------------------------------------------------------------------- S(D), definitions

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedldp.client.population.distributions import BinnedClassification, BinnedRegression
+from fedldp.client.population.labeled import BinnedClassification, BinnedRegression
 from fedldp.client.population.learning import (
     bayes_classification_risk,
     classification_excess_risk,
