@@ -58,10 +58,10 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _integer(text: str) -> int:
-    value = int(text)
-    if len(text) > 18 and not -_INT64 <= value < _INT64:
+    # 20 characters hold every 64-bit integer with its sign; longer ones are not parsed at all
+    if len(text) > 18 and (len(text) > 20 or not -_INT64 <= int(text) < _INT64):
         raise InvalidRequest(f"the integer {text[:30]}… is outside the 64-bit range")
-    return value
+    return int(text)
 
 
 def _no_constant(name: str) -> Any:
@@ -80,6 +80,8 @@ def parse_json(raw: bytes) -> Any:
         )
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"the request body is not JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidRequest("the request body nests too deeply") from None
 
 
 def json_body(

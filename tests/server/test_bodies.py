@@ -162,6 +162,22 @@ async def test_duplicate_keys_and_foreign_encodings_are_refused(client: httpx.As
     assert (await client.post(url, content=ok, headers=json_headers)).status_code == 201
 
 
+async def test_pathological_json_is_a_422_not_a_500(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    url = f"/v1/studies/{study.id}/participants"
+    json_headers = {"Content-Type": "application/json"}
+    for body in (
+        b'{"epsilon": ' + b"9" * 5000 + b"}",  # beyond Python's int-from-text digit limit
+        b'{"epsilon": -' + b"9" * 20 + b"}",
+        b'{"epsilon": 1e400}',  # parses as infinity
+        b"[" * 100_000 + b"]" * 100_000,  # nested beyond the parser's recursion
+    ):
+        expect_error(
+            await client.post(url, content=body, headers=json_headers), 422, "invalid_request"
+        )
+    assert await n_enrolled(client, study) == 0
+
+
 # --------------------------------------------------------------------------- body caps
 
 
@@ -236,7 +252,8 @@ async def test_a_lying_content_length_does_not_get_past_the_cap(small: httpx.Asy
         content=body,
         headers={"Content-Type": "application/json", "Content-Length": "100"},
     )
-    assert response.status_code in (400, 413), response.text
+    error = expect_error(response, 413, "body_too_large")  # counted as it streamed in
+    assert "2048" in error.detail
 
 
 # --------------------------------------------------------------------------- credentials first
