@@ -95,9 +95,10 @@ def test_enroll_batch_columns_give_the_same_rows_as_the_list() -> None:
             EnrollRequest(epsilon=2.0, metadata={"samples": 8, "v": [3.0, 4.0]}, participant_id=8),
         ]
     )
+    samples: list[int | float] = [4, 8]
     columns = EnrollBatch(
         epsilons=[0.5, 2.0],
-        metadata={"samples": [4, 8], "v": [[1.0, 2.0], [3.0, 4.0]]},
+        metadata={"samples": samples, "v": [[1.0, 2.0], [3.0, 4.0]]},
         participant_ids=[7, 8],
     )
     assert listed.rows() == columns.rows()
