@@ -20,10 +20,12 @@ import numpy as np
 from fedldp.protocol.core.streams import StreamKey, stream_key
 
 __all__ = [
+    "BEHAVIOUR_PURPOSE",
     "DATA_PURPOSE",
     "DIGEST_PURPOSE",
     "NOISE_PURPOSE",
     "ROUND_PURPOSE",
+    "behaviour_key",
     "data_key",
     "derive_seeds",
     "noise_seed",
@@ -33,6 +35,7 @@ __all__ = [
 
 DATA_PURPOSE = 0
 ROUND_PURPOSE = 1
+BEHAVIOUR_PURPOSE = 2
 
 
 def derive_seeds(seed: int) -> tuple[int, int]:
@@ -66,6 +69,11 @@ def data_key(population_seed: int) -> StreamKey:
 def round_key(population_seed: int, round_index: int) -> StreamKey:
     """Key of the streams a user privatizes with in round ``round_index``."""
     return stream_key(population_seed, ROUND_PURPOSE, round_index)
+
+
+def behaviour_key(population_seed: int) -> StreamKey:
+    """Key of the streams that draw each user's behaviour (``fedldp.client.behaviour``)."""
+    return stream_key(population_seed, BEHAVIOUR_PURPOSE)
 
 
 DIGEST_PURPOSE = 0x44

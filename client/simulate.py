@@ -14,6 +14,7 @@ to ``aggregate`` through a generator. No round ever holds all users' data.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from fedldp.client.behaviour import Behaviour, Roles, respond
 from fedldp.client.cli.output import result_summary
 from fedldp.client.population.build import AnyPopulation
 from fedldp.client.population.features import SemiFeaturePopulation
@@ -29,7 +31,9 @@ from fedldp.client.seeds import derive_seeds, noise_seed, round_key
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.base import (
     JSON,
+    BoolArray,
     FloatArray,
+    IntArray,
     Params,
     Plan,
     Predictor,
@@ -39,9 +43,16 @@ from fedldp.protocol.core.base import (
     RoundTask,
 )
 from fedldp.protocol.core.ledger import check_plan_budget
-from fedldp.protocol.core.streams import UserStreams
 
-__all__ = ["ProgressFn", "SimulationError", "SimulationResult", "fill_from_population", "simulate"]
+__all__ = [
+    "ProgressFn",
+    "RoundCount",
+    "SimulationError",
+    "SimulationResult",
+    "StudyFailed",
+    "fill_from_population",
+    "simulate",
+]
 
 ProgressFn = Callable[[int, int], None]
 """Called after each chunk with (reports done, reports planned in all rounds)."""
@@ -127,38 +138,121 @@ def fill_from_population(
     return out
 
 
+@dataclass
+class RoundCount:
+    """Who took part in one round: planned (the cohort), dropped (left before it), late (answered
+    after its deadline, refused), refused (a failed check or an implausible report) and received
+    (accepted). The server's round view and result hold the same counts."""
+
+    round: int
+    name: str
+    planned: int
+    dropped: int = 0
+    late: int = 0
+    refused: int = 0
+    received: int = 0
+
+    def as_json(self) -> JSON:
+        return dataclasses.asdict(self)
+
+
+class StudyFailed(RuntimeError):
+    """The simulated study fails where the server would fail it (quorum not met, a protocol step
+    that raises ValueError); the message is the server's reason."""
+
+
+class _ClientSide(Exception):
+    """A ValueError of the client step, carried through ``aggregate`` unchanged."""
+
+    def __init__(self, error: ValueError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@dataclass(frozen=True)
+class _Run:
+    protocol: Protocol[Any]
+    params: Params
+    population: AnyPopulation
+    plan: Plan
+    members: IntArray  # population slot of each participant id
+    roles: Roles | None
+    round_deadline_s: float
+    chunk_size: int
+    gone: BoolArray  # by participant id: attackers whose report was refused give up
+
+
 def _round_chunks(
-    protocol: Protocol[Any],
-    params: Params,
-    population: AnyPopulation,
-    task: RoundTask,
-    plan: Plan,
-    round_index: int,
-    chunk_size: int,
-    on_chunk: Callable[[int], None],
+    run: _Run, task: RoundTask, round_index: int, count: RoundCount, on_chunk: Callable[[int], None]
 ) -> Iterator[ReportChunk]:
+    protocol, params, plan, roles = run.protocol, run.params, run.plan, run.roles
     rp = plan.rounds[round_index]
     groups = rp.groups()
-    key = round_key(population.population_seed, round_index)
+    key = round_key(run.population.population_seed, round_index)
     # clients see what the server sends them; its checks see the whole broadcast
     sent = dataclasses.replace(task, broadcast=protocol.client_broadcast(task.broadcast))
-    for start in range(0, rp.cohort.size, chunk_size):
-        block = rp.cohort[start : start + chunk_size]
-        eps = rp.epsilon[start : start + chunk_size]
-        group = groups[start : start + chunk_size]
-        data = population.data(block)
-        payloads = protocol.privatize(params, sent, data, eps, group, UserStreams(key, block))
+    for start in range(0, rp.cohort.size, run.chunk_size):
+        ids = rp.cohort[start : start + run.chunk_size]
+        eps = rp.epsilon[start : start + run.chunk_size]
+        group = groups[start : start + run.chunk_size]
+        slots = run.members[ids]
+        keep = np.ones(ids.shape, dtype=np.bool_)
+        attackers = np.zeros(ids.shape, dtype=np.bool_)
+        if roles is not None:
+            present = roles.present(slots, round_index) & ~run.gone[ids]
+            late = present & roles.too_late(slots, run.round_deadline_s)
+            count.dropped += int(np.count_nonzero(~present))
+            count.late += int(np.count_nonzero(late))
+            keep = present & ~late
+            attackers = roles.attackers(slots)[keep]
+            ids, eps, group, slots = ids[keep], eps[keep], group[keep], slots[keep]
+        on_chunk(int(keep.size))
+        if ids.size == 0:
+            continue
+        try:
+            payloads = np.asarray(
+                respond(protocol, params, sent, slots, eps, group, run.population.data, key, roles),
+                dtype=np.float64,
+            )
+        except ValueError as exc:  # the client's own error, not the server's aggregation's
+            raise _ClientSide(exc) from exc
         valid = protocol.check(params, task, eps, payloads) & protocol.check_members(
-            params, plan, task, block, payloads
+            params, plan, task, ids, payloads
         )
-        if not np.all(valid):
-            bad = int(block[np.flatnonzero(~valid)[0]])
+        if not np.all(valid | attackers):
+            bad = int(ids[np.flatnonzero(~valid & ~attackers)[0]])
             raise SimulationError(
                 f"{protocol.name} round {round_index} ({rp.name}): the client's report for "
                 f"participant {bad} fails the server's check"
             )
-        on_chunk(int(block.size))
-        yield ReportChunk(block, eps, group, np.asarray(payloads, dtype=np.float64))
+        # an honest report is implausible with probability <= 1e-12 per entry: refused too
+        ok = valid & protocol.plausible(params, task, eps, group, payloads)
+        run.gone[ids[~ok & attackers]] = True
+        count.refused += int(np.count_nonzero(~ok))
+        count.received += int(np.count_nonzero(ok))
+        if ok.any():
+            yield ReportChunk(ids[ok], eps[ok], group[ok], payloads[ok])
+
+
+def _quorum_reason(count: RoundCount, quorum: float, received: int) -> str | None:
+    """The server's failure reason when a round closed at its deadline misses the quorum."""
+    needed = math.ceil(quorum * count.planned - 1e-9)
+    if received >= count.planned or received >= needed:
+        return None
+    return (
+        f"round {count.round} ({count.name}) got {received} of {count.planned} reports by its "
+        f"deadline; the quorum {quorum:g} needs {needed}"
+    )
+
+
+def _eligible(run: _Run, round_index: int) -> int:
+    """How many of the round's cohort are there and on time (before any check)."""
+    rp = run.plan.rounds[round_index]
+    if run.roles is None:
+        return int(rp.cohort.size)
+    slots = run.members[rp.cohort]
+    there = run.roles.present(slots, round_index) & ~run.gone[rp.cohort]
+    return int(np.count_nonzero(there & ~run.roles.too_late(slots, run.round_deadline_s)))
 
 
 def simulate(
@@ -169,15 +263,26 @@ def simulate(
     *,
     chunk_size: int = 8192,
     progress: ProgressFn | None = None,
+    behaviour: Behaviour | None = None,
+    round_deadline_s: float = 600.0,
+    quorum: float = 1.0,
 ) -> SimulationResult:
     """Run ``protocol`` with ``params`` on ``population`` in process; ValueError on bad input.
 
     ``population`` must have been built for the same run ``seed`` (``build_population(spec,
     seed)``): it carries the private half of the seed. The result is identical whatever
     ``chunk_size`` is, up to the rounding of sums taken in a different grouping.
+
+    ``behaviour`` (``fedldp.client.behaviour``) makes users drop out, answer late, join late or
+    attack, drawn from the private seed as the swarm draws them; the rounds then close as the
+    server closes them with ``round_deadline_s`` and ``quorum`` (a round missing its quorum, or
+    a protocol step raising ValueError, raises ``StudyFailed`` with the server's reason). The
+    result's diagnostics hold each round's ``participation`` (``RoundCount``).
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if not 0.0 < quorum <= 1.0:
+        raise ValueError(f"quorum must lie in (0, 1], got {quorum:g}")
     study_seed, population_seed = derive_seeds(seed)
     if population_seed != population.population_seed:
         raise ValueError(f"the population was built for seed {population.seed}, not {seed}")
@@ -187,10 +292,27 @@ def simulate(
             f"holds {population.data_kind} data"
         )
     started = time.perf_counter()
+    roles = None if behaviour is None or behaviour.honest else Roles(behaviour, population_seed)
+    members = (
+        np.arange(population.n, dtype=np.int64) if roles is None else roles.enrolled(population.n)
+    )
+    if members.size == 0:
+        raise StudyFailed("no participants enrolled")
+    epsilon = np.asarray(population.epsilon, dtype=np.float64)[members]
+    metadata = {k: v[members] for k, v in population.metadata.items()}
     # a central-trust protocol's server draws its noise from a secret seed (fedldp.client.seeds)
     plan_seed = noise_seed(seed) if protocol.trust == "central" else study_seed
-    plan = protocol.plan(params, population.epsilon, population.metadata, plan_seed)
-    charges = check_plan_budget(plan, population.epsilon)
+    try:
+        plan = protocol.plan(params, epsilon, metadata, plan_seed)
+    except ValueError as exc:
+        if roles is None:
+            raise
+        raise StudyFailed(f"the plan is infeasible: {exc}") from None
+    charges = check_plan_budget(plan, epsilon)
+    gone = np.zeros(plan.n_participants, dtype=np.bool_)
+    run = _Run(
+        protocol, params, population, plan, members, roles, round_deadline_s, chunk_size, gone
+    )
     total = int(sum(rp.cohort.size for rp in plan.rounds))
     done = 0
 
@@ -201,18 +323,40 @@ def simulate(
             progress(done, total)
 
     outputs: list[JSON] = []
+    counts: list[RoundCount] = []
     for k, rp in enumerate(plan.rounds):
+        count = RoundCount(k, rp.name, int(rp.cohort.size))
+        counts.append(count)
+        reason = _quorum_reason(count, quorum, _eligible(run, k))
+        if reason is not None:
+            raise StudyFailed(reason)
         broadcast = protocol.broadcast(params, plan, k, outputs)
         task = RoundTask.of(rp, broadcast)
-        chunks = _round_chunks(protocol, params, population, task, plan, k, chunk_size, on_chunk)
-        outputs.append(protocol.aggregate(params, plan, k, broadcast, chunks))
+        try:
+            output = protocol.aggregate(
+                params, plan, k, broadcast, _round_chunks(run, task, k, count, on_chunk)
+            )
+        except _ClientSide as exc:
+            raise exc.error from None
+        except ValueError as exc:
+            if roles is None and count.refused == 0:
+                raise
+            raise StudyFailed(f"round {k} ({rp.name}) could not aggregate: {exc}") from None
+        reason = _quorum_reason(count, quorum, count.received)
+        if reason is not None:  # refusals took it below the quorum
+            raise StudyFailed(reason)
+        outputs.append(output)
     result = protocol.finalize(params, plan, outputs)
+    participation: JSON = {"rounds": [c.as_json() for c in counts]}
+    if roles is not None:
+        participation["joined_late"] = int(population.n - members.size)
+    diagnostics = {**result.diagnostics, "participation": participation}
     return SimulationResult(
         protocol=protocol.name,
         params=params,
         population=population,
         seed=seed,
-        result=result,
+        result=dataclasses.replace(result, diagnostics=diagnostics),
         plan=plan,
         charges=charges,
         outputs=tuple(outputs),

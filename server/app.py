@@ -71,7 +71,13 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
     app = FastAPI(
         title="fedldp aggregation server",
         version=__version__,
-        description="Runs multi-round federated LDP protocols over privatized reports.",
+        description=(
+            "Runs multi-round federated LDP protocols over privatized reports. Writing a "
+            "client: docs/clients.md in the fedldp repository (one participant's round trip "
+            "in curl and in plain Python, what to compute for every payload kind, and every "
+            "broadcast field; GET /v1/protocols lists each protocol's broadcast fields and "
+            "minimum population)."
+        ),
         lifespan=lifespan,
     )
     app.state.ctx = ctx

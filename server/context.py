@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,10 +15,22 @@ from sqlalchemy.orm import Session
 from fedldp.server import repository as repo
 from fedldp.server.auth import TokenCache
 from fedldp.server.db import Database
+from fedldp.server.keys import KeyStore, default_key_dir
 from fedldp.server.plans import PlanCache
 from fedldp.server.settings import Settings
 
-__all__ = ["Context"]
+__all__ = ["Context", "shred_after_commit"]
+
+log = logging.getLogger("fedldp.server")
+
+_SHRED = "fedldp.shred"
+
+
+def shred_after_commit(session: Session, study_id: str) -> None:
+    """Destroy the study's contribution key once the caller's transaction has committed (the
+    deletion of its contributions with it). Destroying it earlier would leave a study whose
+    commit failed unable to read its contributions again."""
+    session.info.setdefault(_SHRED, set()).add(study_id)
 
 
 class Transitions:
@@ -59,10 +72,15 @@ class Context:
     plans: PlanCache = field(default_factory=PlanCache)
     tokens: TokenCache = field(default_factory=TokenCache)
     transitions: Transitions = field(default_factory=Transitions)
+    keys: KeyStore = field(init=False)
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
     """Each study's token key, once read (it never changes): the single-participant routes
     check a token before they parse the body with no database round trip."""
     _sqlite_turn: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        directory = self.settings.key_dir or default_key_dir(self.settings.database_url)
+        self.keys = KeyStore(directory)
 
     def study_secret(self, study_id: str) -> str | None:
         """The study's token key (None: no such study); read once per process."""
@@ -83,5 +101,29 @@ class Context:
         growing steps and would idle the server under concurrent requests. Other processes on
         the same file still wait in the busy handler."""
         turn = self._sqlite_turn if self.db.is_sqlite else contextlib.nullcontext()
-        with turn, self.db.session() as session, session.begin():
-            yield session
+        with turn:
+            with self.db.session() as session:
+                with session.begin():
+                    yield session
+                shred = session.info.pop(_SHRED, set())
+            if shred:
+                self._shred(shred)
+
+    def _shred(self, study_ids: set[str]) -> None:
+        """After the commit that deleted their contributions: on SQLite, checkpoint the WAL into
+        the database file (whose freed pages ``secure_delete`` zeroed) and truncate it; then
+        destroy the keys. A failure is logged, never raised (the transaction did commit): the
+        sweeper destroys the keys of ended studies (``fedldp.server.rounds.shred_ended``)."""
+        if self.db.is_sqlite:
+            try:
+                busy = self.db.checkpoint()
+            except Exception:
+                log.exception("the WAL checkpoint after deleting contributions failed")
+            else:
+                if busy:
+                    log.warning("the WAL checkpoint was blocked by a reader; the next one retries")
+        for study_id in sorted(study_ids):
+            try:
+                self.keys.destroy(study_id)
+            except OSError:
+                log.exception("study %s: destroying its key failed; the sweeper retries", study_id)

@@ -3,6 +3,9 @@
 On SQLite every transaction begins with ``BEGIN IMMEDIATE`` (the SQLAlchemy recipe for pysqlite),
 so writers serialize at BEGIN instead of failing on a read-to-write lock upgrade; on PostgreSQL
 the services lock the rows they change (``SELECT … FOR UPDATE``/conditional updates).
+
+Opening a database brings its schema to the code's (``fedldp.server.schema``: the Alembic
+revisions), once, under a lock, so replicas may start together on one database.
 """
 
 from __future__ import annotations
@@ -12,17 +15,18 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from fedldp.server.schema import SchemaStatus, upgrade
 from fedldp.server.settings import Settings
-from fedldp.server.tables import Base
 
 __all__ = ["Database"]
 
 SCHEMA_LOCK = 0x0FED1D9
-"""PostgreSQL advisory lock key held while creating the schema."""
+"""PostgreSQL advisory lock key held while migrating the schema."""
 
 
 class Database:
-    """The engine, a session factory, and the schema (created on first use)."""
+    """The engine, a session factory, and the schema (brought to the code's on opening;
+    ``fedldp.server.schema.SchemaError`` if it cannot be)."""
 
     def __init__(self, settings: Settings) -> None:
         url = settings.database_url
@@ -39,12 +43,23 @@ class Database:
         if self.is_sqlite:
             _configure_sqlite(self.engine, settings.busy_timeout_s)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        try:
+            self.schema_before: SchemaStatus = self.migrate()
+            """Where the schema stood before opening (``schema_before.empty``: created now)."""
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    def migrate(self) -> SchemaStatus:
+        """Bring the schema to the head revision in one transaction. On SQLite it begins with
+        ``BEGIN IMMEDIATE``, which serializes it with every other writer; on PostgreSQL, replicas
+        starting together would race to run the same revisions (CREATE TABLE collides in the
+        catalog), so each first takes an advisory lock, which lasts until the transaction ends:
+        the first migrates, the others then find the head. Where the schema stood before."""
         with self.engine.begin() as connection:
             if not self.is_sqlite:
-                # replicas starting together would race to create the same tables (and their
-                # types) in PostgreSQL's catalog; the lock lasts until this transaction ends
                 connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK})")
-            Base.metadata.create_all(connection)
+            return upgrade(connection)
 
     @property
     def dialect(self) -> str:
@@ -52,6 +67,19 @@ class Database:
 
     def session(self) -> Session:
         return self.sessions()
+
+    def checkpoint(self) -> bool:
+        """SQLite: copy the WAL into the database file and truncate it to zero bytes (the
+        caller holds the process's transaction turn). True if a reader kept it from finishing."""
+        raw = self.engine.raw_connection()  # outside any transaction (no BEGIN IMMEDIATE)
+        try:
+            cursor = raw.cursor()
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            (busy, _, _) = cursor.fetchone() or (0, 0, 0)
+            cursor.close()
+        finally:
+            raw.close()
+        return bool(busy)
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -65,6 +93,9 @@ def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes in WAL
         cursor.execute("PRAGMA foreign_keys=ON")
+        # deleted content (central-trust contributions) is overwritten with zeros, not left in
+        # free pages
+        cursor.execute("PRAGMA secure_delete=ON")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         cursor.close()
 

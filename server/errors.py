@@ -17,11 +17,13 @@ __all__ = [
     "EnrollmentFull",
     "EpsilonOutOfRange",
     "FedldpError",
+    "ImplausibleReport",
     "InvalidEncoding",
     "InvalidParams",
     "InvalidPayload",
     "InvalidRequest",
     "InvalidToken",
+    "KeyUnavailable",
     "LeaseExpired",
     "NotFinished",
     "NotInCohort",
@@ -29,6 +31,7 @@ __all__ = [
     "NothingToLease",
     "ParticipantExists",
     "PlanInfeasible",
+    "PopulationTooSmall",
     "PredictionUnsupported",
     "RoundClosed",
     "StudyEnded",
@@ -82,6 +85,12 @@ class InvalidParams(FedldpError):
 
 class PlanInfeasible(FedldpError):
     code, status = "plan_infeasible", 422
+
+
+class PopulationTooSmall(FedldpError):
+    """A study's ``enrollment_target`` is below the protocol's minimum population."""
+
+    code, status = "population_too_small", 422
 
 
 class AdminKeyRequired(FedldpError):
@@ -152,6 +161,13 @@ class InvalidPayload(FedldpError):
     code, status = "invalid_payload", 422
 
 
+class ImplausibleReport(FedldpError):
+    """A report outside the protocol's plausibility bounds (probability below 10^-12 per entry
+    under the honest randomizer at the declared ε; fedldp.protocol.mechanisms.plausibility)."""
+
+    code, status = "implausible_report", 422
+
+
 class BudgetExceeded(FedldpError):
     code, status = "budget_exceeded", 409
 
@@ -196,3 +212,10 @@ class StudyMismatch(FedldpError):
     """Joining a study by name with another declaration than its creator's."""
 
     code, status = "study_mismatch", 409
+
+
+class KeyUnavailable(FedldpError):
+    """A central-trust study's contribution key is not in this server's key directory (a replica
+    configured with another ``FEDLDP_KEY_DIR``): nothing of the request was stored."""
+
+    code, status = "key_unavailable", 500

@@ -15,12 +15,14 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import hmac
 from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 from sqlalchemy.orm import Session
 
+from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core.base import BoolArray, FloatArray, IntArray, PayloadKind, RoundTask
 from fedldp.protocol.core.ledger import TOLERANCE
 from fedldp.protocol.core.wire import (
@@ -45,15 +47,18 @@ from fedldp.server.errors import (
     BudgetExceeded,
     DuplicateConflict,
     FedldpError,
+    ImplausibleReport,
     InvalidPayload,
     InvalidRequest,
     InvalidToken,
+    KeyUnavailable,
     NotInCohort,
     RoundClosed,
     StudyNotRunning,
     UnknownParticipant,
     WrongRound,
 )
+from fedldp.server.keys import KeyMissing
 from fedldp.server.plans import StudyPlan
 from fedldp.server.rounds import advance
 from fedldp.server.studies import require_study
@@ -230,15 +235,31 @@ def _row_bytes(payloads: FloatArray) -> list[bytes]:
     return [data[j * size : (j + 1) * size] for j in range(payloads.shape[0])]
 
 
-def _digests(kind: str, blobs: list[bytes]) -> list[str]:
-    """The receipt digest of each stored row: SHA-256 of ``kind``, a zero byte and the row."""
-    prefix = hashlib.sha256(kind.encode() + b"\0")
+def _digests(kind: str, blobs: list[bytes], key: bytes | None = None) -> list[str]:
+    """The receipt digest of each stored row: SHA-256 of ``kind``, a zero byte and the row; for
+    a central-trust study an HMAC under a key derived from the study's contribution key
+    (``key``), so that a digest left in an old copy of the database cannot test a guess of a
+    contribution once that key is destroyed."""
+    prefix = (
+        hashlib.sha256(kind.encode() + b"\0")
+        if key is None
+        else hmac.new(key, kind.encode() + b"\0", hashlib.sha256)
+    )
     out: list[str] = []
     for blob in blobs:
         h = prefix.copy()
         h.update(blob)
         out.append(h.hexdigest()[:32])
     return out
+
+
+def _digest_key(ctx: Context, trust: str, study_id: str) -> bytes | None:
+    if trust != "central":
+        return None
+    try:
+        return ctx.keys.digest_key(study_id)
+    except KeyMissing as exc:
+        raise KeyUnavailable(str(exc)) from None
 
 
 def _open_round(session: Session, study: StudyRow, index: int) -> RoundRow:
@@ -279,7 +300,11 @@ def _resent(
         return None
     payloads, _ = rows.matrix(int(lengths[0]))
     stored = repo.existing_reports(session, study.id, index, ids)
-    digests = _digests(kind, _row_bytes(payloads))
+    try:
+        key = _digest_key(ctx, CATALOGUE[study.protocol].trust, study.id)
+    except KeyUnavailable:
+        return None  # the study ended: its receipts' digests are blank
+    digests = _digests(kind, _row_bytes(payloads), key)
     if any(stored.get(p, ("",))[0] != d for p, d in zip(ids, digests, strict=True)):
         return None
     return {p: stored[p] for p in ids}
@@ -387,17 +412,37 @@ def _ingest(
             )
         except ValueError as exc:
             raise InvalidPayload(str(exc)) from None
-        for i in idx[~np.asarray(valid, dtype=np.bool_)]:
+        valid = np.asarray(valid, dtype=np.bool_)
+        for i in idx[~valid]:
             reject(
                 int(i),
                 InvalidPayload(f"participant {ids[i]}'s payload is outside the mechanism's range"),
             )
-        ok[idx[~np.asarray(valid, dtype=np.bool_)]] = False
+        ok[idx[~valid]] = False
+        idx, rows_k = idx[valid], rows_k[valid]
+        # unbounded (Laplace) reports: refused where the honest randomizer almost never lands
+        try:
+            groups = rp.groups()[pos[idx]]
+            plausible = splan.protocol.plausible(splan.params, task, charge[idx], groups, rows_k)
+        except ValueError as exc:
+            raise InvalidPayload(str(exc)) from None
+        for i in idx[~plausible]:
+            reject(
+                int(i),
+                ImplausibleReport(
+                    f"participant {ids[i]}'s report lies outside the plausibility bounds of "
+                    f"round {k} (probability below 1e-12 under the honest randomizer)"
+                ),
+            )
+        ok[idx[~plausible]] = False
+        refused = int(np.count_nonzero(~valid)) + int(np.count_nonzero(~plausible))
+        if refused:
+            repo.add_refused(session, study_id, k, refused=refused)
     now = utcnow()
     accepted = np.flatnonzero(ok)
     accepted_ids = pids[accepted].tolist()
     blobs = _row_bytes(payloads[accepted])
-    digests = _digests(kind, blobs)
+    digests = _digests(kind, blobs, _digest_key(ctx, splan.protocol.trust, study_id))
     epsilons = charge[accepted].tolist()
     central = splan.protocol.trust == "central"
     stored_blobs = [b""] * len(blobs) if central else blobs  # central: in their own table
@@ -406,9 +451,12 @@ def _ingest(
     )
     if central:
         fresh = [j for j, pid in enumerate(accepted_ids) if pid in inserted]
-        repo.insert_contributions(
-            session, study_id, k, [accepted_ids[j] for j in fresh], [blobs[j] for j in fresh]
-        )
+        fresh_ids = [accepted_ids[j] for j in fresh]
+        try:  # stored encrypted under the study's key (fedldp.server.keys)
+            sealed = ctx.keys.encrypt(study_id, k, fresh_ids, [blobs[j] for j in fresh])
+        except KeyMissing as exc:
+            raise KeyUnavailable(str(exc)) from None
+        repo.insert_contributions(session, study_id, k, fresh_ids, sealed)
     stored: dict[int, tuple[str, datetime]] = {}
     conflicts: list[tuple[int, str]] = []  # (position in the batch, digest)
     for i, pid, digest in zip(accepted.tolist(), accepted_ids, digests, strict=True):
@@ -466,6 +514,8 @@ def submit_many(
                     out.append(exc)
                 else:
                     out.append(_receipt(pid, index, again[pid], duplicate=True))
+            if isinstance(exc, RoundClosed):
+                repo.add_refused(session, study_id, index, late=sum(o is exc for o in out))
             return out
         outcome = _ingest(
             ctx, session, study, r, ids, Credentials(tokens=tokens), kind, _Rows(lists=rows)
@@ -482,19 +532,31 @@ def submit_many(
 
 
 def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceipt:
+    closed: RoundClosed | StudyNotRunning | None = None
+    late = 0
     with ctx.transaction() as session:
         study = require_study(session, study_id)
         try:
             r = _open_round(session, study, batch.round)
-        except (RoundClosed, StudyNotRunning):
+        except (RoundClosed, StudyNotRunning) as exc:
             args = (batch.participant_ids, batch, batch.kind, _Rows.of(batch))
             if _resent(ctx, session, study, batch.round, *args) is None:
-                raise
-            n = len(batch.participant_ids)
-            return BatchReceipt(round=batch.round, accepted=0, duplicates=n, rejected=0, items=[])
-        outcome = _ingest(
-            ctx, session, study, r, batch.participant_ids, batch, batch.kind, _Rows.of(batch)
-        )
+                late = len(batch.participant_ids) if isinstance(exc, RoundClosed) else 0
+                closed = exc
+            else:
+                n = len(batch.participant_ids)
+                return BatchReceipt(
+                    round=batch.round, accepted=0, duplicates=n, rejected=0, items=[]
+                )
+        else:
+            outcome = _ingest(
+                ctx, session, study, r, batch.participant_ids, batch, batch.kind, _Rows.of(batch)
+            )
+    if closed is not None:
+        if late:  # counted in a transaction of its own: the refusal itself stores nothing
+            with ctx.transaction() as session:
+                repo.add_refused(session, study_id, batch.round, late=late)
+        raise closed
     if outcome.complete:
         advance(ctx, study_id, batch.round)
     rejected = [

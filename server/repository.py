@@ -43,10 +43,12 @@ __all__ = [
     "IN_CHUNK",
     "add_participants",
     "add_received",
+    "add_refused",
     "close_round_if_open",
     "count_participants",
     "due_enrollments",
     "due_rounds",
+    "ended_among",
     "existing_reports",
     "forget_contributions",
     "get_round",
@@ -361,6 +363,17 @@ def add_received(session: Session, study_id: str, index: int, count: int) -> int
     return int(session.execute(stmt).scalar_one())
 
 
+def add_refused(
+    session: Session, study_id: str, index: int, *, refused: int = 0, late: int = 0
+) -> None:
+    """Count reports of round ``index`` refused by its checks, or sent after it closed."""
+    session.execute(
+        update(RoundRow)
+        .where(RoundRow.study_id == study_id, RoundRow.index == index)
+        .values(refused=RoundRow.refused + refused, late=RoundRow.late + late)
+    )
+
+
 def due_rounds(session: Session, now: datetime) -> list[tuple[str, int]]:
     """Open rounds that are complete or past their deadline."""
     stmt = select(RoundRow.study_id, RoundRow.index).where(
@@ -479,6 +492,19 @@ def insert_contributions(
             for pid, blob in zip(participant_ids, payloads, strict=True)
         ]
         session.execute(_CONTRIBUTIONS.insert(), rows)
+
+
+def ended_among(session: Session, study_ids: Sequence[str]) -> list[str]:
+    """Those of ``study_ids`` whose study has finished, failed or been cancelled."""
+    out: list[str] = []
+    ids = list(study_ids)
+    for start in range(0, len(ids), IN_CHUNK):
+        stmt = select(StudyRow.id).where(
+            StudyRow.id.in_(ids[start : start + IN_CHUNK]),
+            StudyRow.phase.in_(["finished", "failed", "cancelled"]),
+        )
+        out += session.scalars(stmt).all()
+    return sorted(out)
 
 
 def forget_contributions(session: Session, study_id: str) -> int:

@@ -34,11 +34,20 @@ from sqlalchemy.orm import Session
 from fedldp.protocol.core.base import JSON, ReportChunk, jsonable
 from fedldp.protocol.core.ledger import check_plan_budget
 from fedldp.server import repository as repo
-from fedldp.server.context import Context
+from fedldp.server.context import Context, shred_after_commit
+from fedldp.server.keys import KeyMissing
 from fedldp.server.plans import StudyPlan, build_plan
 from fedldp.server.tables import RoundRow, StudyRow, utcnow
 
-__all__ = ["advance", "close_round", "fail_study", "start_study", "sweep"]
+__all__ = [
+    "advance",
+    "close_round",
+    "fail_study",
+    "forget_contributions",
+    "shred_ended",
+    "start_study",
+    "sweep",
+]
 
 log = logging.getLogger("fedldp.server")
 
@@ -54,8 +63,30 @@ def fail_study(session: Session, study_id: str, reason: str) -> bool:
         current_round=None,
     )
     if failed:
-        repo.forget_contributions(session, study_id)
+        forget_contributions(session, study_id)
     return failed
+
+
+def forget_contributions(session: Session, study_id: str) -> None:
+    """The study ended: delete its contributions now and destroy their key after the commit
+    (fedldp.server.keys), so the copies the database keeps elsewhere become unreadable."""
+    repo.forget_contributions(session, study_id)
+    shred_after_commit(session, study_id)
+
+
+def shred_ended(ctx: Context) -> int:
+    """Destroy the keys of studies that have ended (a crash, or a failed destruction, between
+    the commit that ended one and the destruction of its key leaves it behind): how many. Keys
+    of studies this database does not know are left alone (a key directory shared by several
+    databases)."""
+    held = ctx.keys.studies()
+    if not held:
+        return 0
+    with ctx.transaction() as session:
+        ended = repo.ended_among(session, held)
+        for study_id in ended:
+            shred_after_commit(session, study_id)
+    return len(ended)
 
 
 def _crash(exc: Exception) -> str:
@@ -66,26 +97,32 @@ def _crash(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def start_study(ctx: Context, session: Session, study: StudyRow, now: datetime) -> str | None:
+def start_study(
+    ctx: Context, session: Session, study: StudyRow, now: datetime, *, recoverable: bool = False
+) -> str | None:
     """Close enrollment and open round 0 (inside the caller's transaction): None on success,
-    else the reason the plan is infeasible (the study is then failed with it)."""
+    else the reason the plan is infeasible. The study is then failed with it, unless
+    ``recoverable`` (an explicit start: more participants may still enroll), where it stays
+    enrolling; a protocol that crashes while planning fails it either way."""
     ctx.transitions.bump()
+
+    def refuse(reason: str) -> str:
+        if not recoverable:
+            fail_study(session, study.id, reason)
+        return reason
+
     if study.n_participants == 0:
-        reason = "no participants enrolled"
-        fail_study(session, study.id, reason)
-        return reason
+        return refuse("no participants enrolled")
     if repo.max_participant_id(session, study.id) != study.n_participants - 1:
-        reason = "leased participant ids are not contiguous: some leased blocks were not enrolled"
-        fail_study(session, study.id, reason)
-        return reason
+        return refuse(
+            "leased participant ids are not contiguous: some leased blocks were not enrolled"
+        )
     epsilon, metadata = repo.load_participants(session, study.id)
     try:
         splan = build_plan(study, epsilon, metadata)
         check_plan_budget(splan.plan, epsilon)
     except ValueError as exc:
-        reason = f"the plan is infeasible: {exc}"
-        fail_study(session, study.id, reason)
-        return reason
+        return refuse(f"the plan is infeasible: {exc}")
     except Exception as exc:
         reason = f"the protocol failed to plan: {_crash(exc)}"
         log.error("study %s: planning raised", study.id, exc_info=exc)
@@ -110,6 +147,8 @@ def start_study(ctx: Context, session: Session, study: StudyRow, now: datetime) 
             payload_shape=list(rp.payload_shape),
             expected=int(rp.cohort.size),
             received=0,
+            refused=0,
+            late=0,
         )
         for rp in splan.plan.rounds
     )
@@ -157,6 +196,11 @@ def _chunks(
         session, study_id, index, ctx.settings.aggregate_chunk, contributions=central
     )
     for ids, blobs in stream:
+        if central:
+            try:
+                blobs = ctx.keys.decrypt(study_id, index, ids.tolist(), blobs)
+            except KeyMissing as exc:
+                raise ValueError(str(exc)) from None
         where = splan.membership(index, ids).position
         payloads = np.frombuffer(b"".join(blobs), dtype="<f8").reshape((ids.size, *shape))
         yield ReportChunk(ids, rp.epsilon[where], groups[where], payloads.astype(np.float64))
@@ -240,10 +284,23 @@ def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[J
         return
     rounds = len(splan.plan.rounds)
     spent = repo.spent_per_participant(session, study.id, splan.plan.n_participants, rounds)
+    participation = {
+        "rounds": [
+            {
+                "round": r.index,
+                "name": r.name,
+                "planned": r.expected,
+                "late": r.late,
+                "refused": r.refused,
+                "received": r.received,
+            }
+            for r in repo.list_rounds(session, study.id)
+        ]
+    }
     stored: dict[str, Any] = {
         "estimate": result.estimate,
         "error_bar": None if result.error_bar is None else result.error_bar.as_json(),
-        "diagnostics": result.diagnostics,
+        "diagnostics": {**result.diagnostics, "participation": participation},
         "warnings": list(result.warnings),
         "epsilon_spent": {
             "participants": int(spent.size),
@@ -261,7 +318,7 @@ def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[J
         current_round=None,
         result=jsonable(stored),
     )
-    repo.forget_contributions(session, study.id)
+    forget_contributions(session, study.id)
     log.info("study %s finished", study.id)
 
 
@@ -279,7 +336,8 @@ def advance(ctx: Context, study_id: str, index: int) -> None:
 
 def sweep(ctx: Context) -> int:
     """One pass of the background sweeper: start studies whose enrollment deadline passed and
-    close rounds that are complete or late. The number of transitions made."""
+    close rounds that are complete or late, then destroy the keys of ended studies. The number of
+    transitions made."""
     now = utcnow()
     done = 0
     with ctx.transaction() as session:
@@ -300,4 +358,5 @@ def sweep(ctx: Context) -> int:
             done += int(close_round(ctx, study_id, index))
         except Exception:
             log.exception("sweep: closing round %d of study %s failed", index, study_id)
+    shred_ended(ctx)
     return done

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response, status
 
-from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core import wire
 from fedldp.server import leases, participants, studies
 from fedldp.server.bodies import documented, json_body
@@ -105,11 +104,19 @@ def health(ctx: Ctx) -> wire.Health:
 
 
 @router.get("/v1/protocols", tags=["catalogue"])
-def protocols() -> wire.ProtocolList:
-    """The protocol catalogue, with each protocol's parameter JSON schema."""
-    return wire.ProtocolList(
-        protocols=[wire.ProtocolInfo(**CATALOGUE[n].describe()) for n in sorted(CATALOGUE)]
-    )
+def protocols(
+    epsilon: Annotated[
+        float,
+        Query(
+            ge=wire.EPSILON_MIN,
+            le=wire.EPSILON_MAX,
+            description="the ε of every participant, for each protocol's minimum population",
+        ),
+    ] = 1.0,
+) -> wire.ProtocolList:
+    """The protocol catalogue: each protocol's parameter JSON schema, its broadcast fields and
+    the smallest population it plans for at ``epsilon``."""
+    return studies.catalogue(epsilon)
 
 
 @router.post(

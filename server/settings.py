@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -48,4 +49,13 @@ class Settings(BaseSettings):
         description="largest request body of the batch routes (enrollment, task and report "
         "batches) and of predictions: 50 000 packed reports of 300 numbers, or 50 000 columnar "
         "enrollments with 64 public features each, with room to spare",
+    )
+    key_dir: Path | None = Field(
+        None,
+        description=(
+            "where each central-trust study's contribution key lives (one file per study, "
+            "destroyed when the study ends); default: beside the SQLite file (fedldp.db.keys/), "
+            "or a per-user directory under the system's temporary directory for PostgreSQL, "
+            "whose replicas must all be given the same (shared) directory"
+        ),
     )

@@ -3,6 +3,7 @@ fedldp.server.routes)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import uuid
@@ -16,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import Predictor, Protocol, jsonable
+from fedldp.protocol.core.base import Params, Predictor, Protocol, jsonable
 from fedldp.protocol.core.wire import (
     EPSILON_MAX,
     EPSILON_MIN,
@@ -24,6 +25,8 @@ from fedldp.protocol.core.wire import (
     EnrollmentBatch,
     PredictRequest,
     PredictView,
+    ProtocolInfo,
+    ProtocolList,
     ResultView,
     RoundsView,
     RoundView,
@@ -39,9 +42,11 @@ from fedldp.server.errors import (
     EpsilonOutOfRange,
     InvalidParams,
     InvalidRequest,
+    KeyUnavailable,
     NotFinished,
     ParticipantExists,
     PlanInfeasible,
+    PopulationTooSmall,
     PredictionUnsupported,
     StudyEnded,
     StudyExists,
@@ -51,12 +56,13 @@ from fedldp.server.errors import (
     UnknownRound,
     UnknownStudy,
 )
-from fedldp.server.rounds import advance, start_study
+from fedldp.server.rounds import advance, forget_contributions, start_study
 from fedldp.server.tables import StudyRow, utcnow
 from fedldp.server.views import result_view, round_view, study_view
 
 __all__ = [
     "cancel",
+    "catalogue",
     "create",
     "enroll",
     "get",
@@ -119,6 +125,32 @@ def _mismatch(ctx: Context, name: str, mine: dict[str, Any]) -> None:
             )
 
 
+@functools.lru_cache(maxsize=64)
+def catalogue(epsilon: float) -> ProtocolList:
+    """The catalogue at ``epsilon`` (each minimum population is searched once per ε)."""
+    return ProtocolList(
+        protocols=[ProtocolInfo(**CATALOGUE[n].describe(epsilon)) for n in sorted(CATALOGUE)]
+    )
+
+
+def _check_target(protocol: Protocol[Any], params: Params, body: StudyCreate) -> None:
+    """PopulationTooSmall if ``enrollment_target`` participants could never be planned for,
+    even with every one at the largest ε the study accepts (the most favourable case)."""
+    if body.enrollment_target is None:
+        return
+    best = EPSILON_MAX if body.epsilon_max is None else body.epsilon_max
+    try:
+        needed = protocol.min_participants(best, params)
+    except ValueError:
+        return  # the plan refuses these parameters whatever n: start reports why
+    if needed is not None and body.enrollment_target < needed:
+        raise PopulationTooSmall(
+            f"{protocol.name} cannot plan for an enrollment_target of "
+            f"{body.enrollment_target}: it needs at least {needed} participants even at "
+            f"ε = {best:g} ({protocol.population_rule})"
+        )
+
+
 def create(ctx: Context, body: StudyCreate) -> StudyView:
     protocol = CATALOGUE.get(body.protocol)
     if protocol is None:
@@ -134,6 +166,7 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         raise InvalidParams(f"invalid parameters for {protocol.name}: {problems}") from None
     except ValueError as exc:
         raise InvalidParams(f"invalid parameters for {protocol.name}: {exc}") from None
+    _check_target(protocol, params, body)
     now = utcnow()
     study = StudyRow(
         id=uuid.uuid4().hex,
@@ -169,6 +202,12 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         warnings=[],
         result=None,
     )
+    if protocol.trust == "central":  # its contributions are stored encrypted (server/keys.py)
+        try:
+            ctx.keys.create(study.id)
+        except OSError as exc:
+            detail = f"cannot write the study's key in {ctx.keys.directory}: {exc}"
+            raise KeyUnavailable(detail) from None
     try:
         with ctx.transaction() as session:
             session.add(study)
@@ -176,6 +215,7 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
             return _view(session, study)
     except IntegrityError:
         assert body.name is not None  # the only unique column a new study can collide on
+        ctx.keys.destroy(study.id)
         _mismatch(ctx, body.name, _declared(study))
         raise StudyExists(f"a study named {body.name!r} exists already") from None
 
@@ -191,14 +231,17 @@ def get(ctx: Context, study_id: str) -> StudyView:
 
 
 def start(ctx: Context, study_id: str) -> StudyView:
-    """Close enrollment now; PlanInfeasible (the study then failed) if no plan fits."""
+    """Close enrollment now; PlanInfeasible if no plan fits the participants enrolled so far
+    (the study stays enrolling: more may enroll, then start again)."""
     with ctx.transaction() as session:
         study = require_study(session, study_id)
         if study.phase != "enrolling":
             raise StudyNotEnrolling(f"study {study_id} is {study.phase}, not enrolling")
-        reason = start_study(ctx, session, study, utcnow())
+        reason = start_study(ctx, session, study, utcnow(), recoverable=True)
     if reason is not None:
-        raise PlanInfeasible(f"study {study_id} cannot start: {reason}")
+        phase = get(ctx, study_id).phase
+        more = "; it is still enrolling" if phase == "enrolling" else f"; it {phase}"
+        raise PlanInfeasible(f"study {study_id} cannot start: {reason}{more}")
     advance(ctx, study_id, 0)  # a round with an empty cohort closes at once
     return get(ctx, study_id)
 
@@ -215,7 +258,7 @@ def cancel(ctx: Context, study_id: str) -> StudyView:
             failure_reason="cancelled by the administrator",
         ):
             raise StudyEnded(f"study {study_id} is {study.phase} already; it cannot be cancelled")
-        repo.forget_contributions(session, study_id)
+        forget_contributions(session, study_id)
         return _view(session, require_study(session, study_id))
 
 

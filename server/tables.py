@@ -138,6 +138,10 @@ class RoundRow(Base):
     payload_shape: Mapped[list[Any]]
     expected: Mapped[int]
     received: Mapped[int] = mapped_column(Integer, default=0)
+    # reports refused by the protocol's checks or plausibility bounds, and reports that came
+    # after the round had closed (counted until the study ends)
+    refused: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    late: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     opened_at: Mapped[datetime | None]
     deadline: Mapped[datetime | None]
     closed_at: Mapped[datetime | None]
@@ -146,8 +150,9 @@ class RoundRow(Base):
 
 
 class ContributionRow(Base):
-    """A central-trust protocol's contribution (the user-wise statistic itself, float64 bytes):
-    kept apart from the reports, never returned by any endpoint, deleted when the study ends.
+    """A central-trust protocol's contribution (the user-wise statistic's float64 bytes,
+    AES-GCM-encrypted under the study's key: fedldp.server.keys): kept apart from the reports,
+    never returned by any endpoint, deleted (and its key destroyed) when the study ends.
     Its report row holds the receipt (digest, ε charged) and an empty payload."""
 
     __tablename__ = "contributions"

@@ -33,6 +33,8 @@ def study_view(study: StudyRow, rounds: list[RoundRow], now: datetime) -> StudyV
             status=r.status,
             expected=r.expected,
             received=r.received,
+            refused=r.refused,
+            late=r.late,
             deadline=r.deadline,
             seconds_left=_seconds_left(r.deadline, now) if r.status == "open" else None,
         )
@@ -69,6 +71,8 @@ def round_view(r: RoundRow) -> RoundView:
         status=r.status,
         expected=r.expected,
         received=r.received,
+        refused=r.refused,
+        late=r.late,
         opened_at=r.opened_at,
         closed_at=r.closed_at,
         broadcast=r.broadcast,

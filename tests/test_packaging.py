@@ -1,6 +1,7 @@
 """The installed package is one namespace (issue 10): a wheel built from this tree, installed into
 a fresh virtual environment, imports as ``fedldp.*``, runs its entry point, and puts no bare
-``client``, ``server`` or ``protocol`` into site-packages."""
+``client``, ``server`` or ``protocol`` into site-packages. The schema migrations ship in it
+(issue 16): ``fedldp db`` upgrades a database from the installed wheel."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def test_wheel_holds_only_the_fedldp_namespace(wheel: Path) -> None:
     }
     assert sources - set(names) == set(), "modules missing from the wheel (pyproject packages)"
     assert "fedldp/py.typed" in names
+    assert "fedldp/server/migrations/script.py.mako" in names
 
 
 def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
@@ -76,3 +78,15 @@ def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
         [env_dir / "bin" / "fedldp", "--help"], check=True, capture_output=True, text=True
     ).stdout
     assert "simulate" in help_text
+    url = f"sqlite:///{tmp_path / 'wheel.db'}"
+    fedldp_db: list[str | Path] = [env_dir / "bin" / "fedldp", "db"]
+    upgraded = subprocess.run(
+        [*fedldp_db, "upgrade", "--database-url", url], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert upgraded.returncode == 0, upgraded.stderr
+    current = subprocess.run(
+        [*fedldp_db, "current", "--database-url", url], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert current.returncode == 0, current.stderr
+    revisions = sorted(p.stem for p in (ROOT / "server/migrations/versions").glob("[0-9]*.py"))
+    assert current.stdout == f"{revisions[-1]} (head)\n"

@@ -19,15 +19,21 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fedldp.client.cli.db import add_db_parser
 from fedldp.client.cli.output import jsonable, render_table
-from fedldp.client.cli.params import one_line_error, parse_params
+from fedldp.client.cli.params import (
+    add_behaviour_arguments,
+    behaviour_from_args,
+    one_line_error,
+    parse_params,
+)
 from fedldp.client.cli.remote import REMOTE_COMMANDS
 from fedldp.client.population.build import (
     add_population_arguments,
     build_population,
     population_spec_from_args,
 )
-from fedldp.client.simulate import ProgressFn, fill_from_population, simulate
+from fedldp.client.simulate import ProgressFn, StudyFailed, fill_from_population, simulate
 
 __all__ = ["COMMANDS", "build_parser", "main", "protocol_catalogue"]
 
@@ -45,8 +51,9 @@ class _Parser(argparse.ArgumentParser):
 # --------------------------------------------------------------------------- fedldp protocols
 
 
-def protocol_catalogue() -> list[dict[str, Any]]:
-    """Every catalogue protocol with its parameters and their defaults (None when required)."""
+def protocol_catalogue(epsilon: float = 1.0) -> list[dict[str, Any]]:
+    """Every catalogue protocol with its parameters and their defaults (None when required),
+    its broadcast fields, and its minimum population at ``epsilon`` (GET /v1/protocols)."""
     from fedldp.protocol.catalogue import CATALOGUE
 
     out = []
@@ -70,26 +77,37 @@ def protocol_catalogue() -> list[dict[str, Any]]:
                 "trust": p.trust,
                 "data_kind": p.data_kind,
                 "heterogeneity": p.heterogeneity,
+                "dropout": p.dropout,
                 "parameters": params,
+                "broadcast_fields": dict(p.broadcast_fields),
+                "population": {
+                    "epsilon": epsilon,
+                    "min_participants": p.min_participants(epsilon),
+                    "rule": p.population_rule,
+                },
             }
         )
     return out
 
 
 def _run_protocols(args: argparse.Namespace) -> int:
-    catalogue = protocol_catalogue()
+    catalogue = protocol_catalogue(args.epsilon)
     if args.json:
         print(json.dumps(catalogue, indent=2))
         return 0
     table = Table(title="fedldp protocols", show_lines=True)
-    for col in ("protocol", "description", "source", "trust", "parameters (default)"):
+    least = f"min. users at ε={args.epsilon:g}"
+    for col in ("protocol", "description", "source", "trust", "parameters (default)", least):
         table.add_column(col, overflow="fold")
     for p in catalogue:
         params = "\n".join(
             f"{q['name']}" + (" (required)" if q["required"] else f"={json.dumps(q['default'])}")
             for q in p["parameters"]
         )
-        table.add_row(p["name"], p["summary"], p["source"], p["trust"], params)
+        population = p["population"]
+        smallest = population["min_participants"]
+        rule = population["rule"] if smallest is None else f"{smallest}: {population['rule']}"
+        table.add_row(p["name"], p["summary"], p["source"], p["trust"], params, rule)
     Console(width=160).print(table)
     return 0
 
@@ -99,11 +117,19 @@ def add_protocols_parser(subparsers: Subparsers) -> None:
         "protocols",
         help="list the protocol catalogue",
         description="List every protocol: name, description, source (paper and algorithm), "
-        "trust model, data kind, and its parameters with their defaults.",
-        epilog="examples:\n  fedldp protocols\n  fedldp protocols --json",
+        "trust model, data kind, its parameters with their defaults, the fields of its round "
+        "broadcasts (--json; docs/clients.md), and the smallest population it can plan for "
+        "with every participant at --epsilon.",
+        epilog="examples:\n  fedldp protocols\n  fedldp protocols --epsilon 0.5 --json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--json", action="store_true", help="print the catalogue as JSON")
+    parser.add_argument(
+        "--epsilon",
+        type=float,
+        default=1.0,
+        help="ε of every participant, for the minimum populations (default 1)",
+    )
     parser.set_defaults(handler=_run_protocols)
 
 
@@ -127,6 +153,10 @@ examples:
   fedldp simulate --protocol hetero-frequency --users 20000 --distribution categorical \\
       --items 100 --zipf 1 --epsilon-uniform 0.5:2 --seed 3
   fedldp simulate --protocol user-mean --csv users.csv --epsilon-column eps --seed 0
+  fedldp simulate --protocol user-mean --users 20000 --samples 16 --seed 1 \\
+      --dropout 0.2 --late 0.05:30 --round-deadline 10 --quorum 0.7
+  fedldp simulate --protocol hetero-frequency --users 20000 --distribution categorical \\
+      --items 20 --seed 1 --attack max-gain --attackers 0.05 --targets 3
 """
 
 
@@ -157,9 +187,21 @@ def _run_simulate(args: argparse.Namespace) -> int:
     params = protocol.parse_params(fill_from_population(protocol, parse_params(args), population))
     context, progress = _progress_bar(args)
     with context:
-        result = simulate(
-            protocol, params, population, args.seed, chunk_size=args.chunk_size, progress=progress
-        )
+        try:
+            result = simulate(
+                protocol,
+                params,
+                population,
+                args.seed,
+                chunk_size=args.chunk_size,
+                progress=progress,
+                behaviour=behaviour_from_args(args),
+                round_deadline_s=args.round_deadline,
+                quorum=args.quorum,
+            )
+        except StudyFailed as exc:
+            sys.stderr.write(f"error: the study failed: {exc}\n")
+            return 1
     summary = result.as_json()
     if args.json:
         print(json.dumps(summary))
@@ -203,6 +245,7 @@ def add_simulate_parser(subparsers: Subparsers) -> None:
     parser.add_argument("--progress", action="store_true", help="progress bar on stderr")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_population_arguments(parser)
+    add_behaviour_arguments(parser)
     parser.set_defaults(handler=_run_simulate)
 
 
@@ -212,6 +255,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     add_protocols_parser,
     add_simulate_parser,
     *REMOTE_COMMANDS,
+    add_db_parser,
 ]
 """Subcommand registrars; another module's ``add_parser`` is added with one line here."""
 

@@ -1,7 +1,8 @@
 """``fedldp server | swarm | studies | run``: the deployment path on the command line.
 
-* ``server`` runs ``python -m fedldp.server`` as a child process (client/ never imports server/),
-  forwarding SIGINT/SIGTERM and exiting with its status;
+* ``server`` becomes ``python -m fedldp.server`` (client/ never imports server/; ``os.execve`` on
+  POSIX, so the pid that ``fedldp server`` started with is the server's: signals, SIGKILL
+  included, reach it, and nothing is left serving when that pid dies);
 * ``swarm`` runs a simulated population against a server (``fedldp.client.http.swarm``) and prints
 the result
   next to the ground truth, or with ``--json`` the object of ``fedldp simulate --json`` plus
@@ -21,7 +22,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from fedldp.client.cli.output import render_table
-from fedldp.client.cli.params import parse_params
+from fedldp.client.cli.params import add_behaviour_arguments, behaviour_from_args, parse_params
 from fedldp.client.cli.studies import add_server_option, add_studies_parser, remote
-from fedldp.client.http.server_process import ServerProcess, free_port, sqlite_url
+from fedldp.client.http.server_process import ServerProcess, exec_server, free_port, sqlite_url
 from fedldp.client.http.swarm import SwarmResult, run_swarm
 from fedldp.client.population.build import (
     AnyPopulation,
@@ -109,25 +109,9 @@ def _check_batch(batch: int | None) -> None:
 
 def _run_server(args: argparse.Namespace) -> int:
     env = {"FEDLDP_ADMIN_KEY": args.admin_key} if args.admin_key else {}
-    server = ServerProcess(
-        host=args.host,
-        port=args.port,
-        database_url=args.database_url,
-        env=env,
-        new_session=True,  # the terminal's Ctrl-C reaches us only; we forward it once
-    )
-    server.start()
-
-    def forward(signum: int, frame: object) -> None:
-        server.signal(signum)
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        code = server.wait()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    return code if code >= 0 else 128 - code
+    if args.database_url:
+        env["FEDLDP_DATABASE_URL"] = args.database_url
+    return exec_server(["--host", args.host, "--port", str(args.port)], env)
 
 
 def add_server_parser(subparsers: Subparsers) -> None:
@@ -190,6 +174,9 @@ def _run_swarm(args: argparse.Namespace) -> int:
             lease=args.lease,
             epsilon_min=args.epsilon_min,
             epsilon_max=args.epsilon_max,
+            round_deadline_s=args.round_deadline,
+            quorum=args.quorum,
+            behaviour=behaviour_from_args(args),
         )
     )
     _print_summary(run.summary(), args.json)
@@ -214,7 +201,9 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
         "      --samples 256 --distribution two-point --mean 0.3 --seed 7 --batch\n"
         "  fedldp swarm --create hetero-mean-rr --users 4000 --distribution two-point \\\n"
         "      --mean 0.2 --epsilon-mix 0.1:0.5,1:0.5 --seed 3 --concurrency 200 --json\n"
-        "  fedldp swarm --study 6f1c... --users 5000 --samples 64 --seed 1 --processes 2 --batch",
+        "  fedldp swarm --study 6f1c... --users 5000 --samples 64 --seed 1 --processes 2 --batch\n"
+        "  fedldp swarm --create user-mean --users 2000 --samples 16 --seed 1 --batch 500 \\\n"
+        "      --dropout 0.2 --late 0.05:5 --round-deadline 2 --quorum 0.5",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_server_option(parser)
@@ -254,6 +243,7 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
     )
     _add_swarm_options(parser, default_batch=None)
     add_population_arguments(parser)
+    add_behaviour_arguments(parser)
     parser.set_defaults(handler=remote(_run_swarm))
 
 

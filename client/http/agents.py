@@ -27,7 +27,7 @@ from typing import ParamSpec, TypeVar
 
 import numpy as np
 
-from fedldp.client.http.api import ApiClient, PhaseError
+from fedldp.client.http.api import ApiClient, PhaseError, ReportRejectedError
 from fedldp.client.http.user import Privatizer, SimulatedUser, UserBlock
 from fedldp.protocol.core.base import FloatArray, IntArray
 from fedldp.protocol.core.ledger import BudgetExceededError
@@ -52,6 +52,11 @@ TASK_HOLD_S = 5.0
 
 LATE = frozenset({"round_closed", "wrong_round"})
 """Report answers that mean "too late for that round" (it closed at its deadline): a dropout."""
+
+DELIBERATELY_LATE = LATE | {"study_not_running"}
+"""Answers to a report sent late on purpose (``fedldp.client.behaviour``) or by a slow single
+user: the last round may have closed and finished the study by then (the next task request
+says whether it finished or failed)."""
 
 
 class SwarmError(Exception):
@@ -162,6 +167,9 @@ class DriveStats:
 
     reports: int = 0
     late: int = 0
+    dropped: int = 0  # users who left (behaviour: dropout)
+    refused: int = 0  # attackers' reports the server refused (behaviour: attack)
+    joined_late: int = 0  # users refused at enrollment after the start (behaviour: join late)
     task_requests: int = 0
     report_requests: int = 0
     waits: int = 0
@@ -228,17 +236,32 @@ class UserAgent(_Agent):
             return None
         if isinstance(task, TaskWait):
             return max(task.retry_after_s, 1e-3)
+        delay = 0.0
+        roles = user.privatizer.roles
+        if roles is not None:
+            slot = np.array([user.slot], dtype=np.int64)
+            if not roles.present(slot, task.round)[0]:
+                ctx.stats.dropped += 1
+                return None  # it left: it never answers again
+            delay = roles.behaviour.late_delay_s if roles.late(slot)[0] else 0.0
         payload = _refuse_overspend(user.respond, task)
         report = ReportSubmit(
             participant_id=user.participant_id, token=user.token, round=task.round, payload=payload
         )
+        if delay:
+            await asyncio.sleep(delay)
         try:
             async with ctx.gate:
                 await ctx.api.submit_report(ctx.study_id, report)
         except PhaseError as exc:
-            if exc.code not in LATE:
+            if exc.code not in DELIBERATELY_LATE:
                 raise
             ctx.stats.late += 1
+        except ReportRejectedError:
+            if roles is None or not roles.attackers(np.array([user.slot]))[0]:
+                raise
+            ctx.stats.refused += 1  # behaviour: an attacker's report failed the checks
+            return None  # and it gives up
         else:
             ctx.stats.reports += 1
         ctx.stats.report_requests += 1
@@ -251,10 +274,21 @@ class BlockAgent(_Agent):
         self.roster = roster
         self.block = UserBlock(roster.slots, roster.epsilon, privatizer)
         self.active = np.ones(len(roster), dtype=np.bool_)
+        # behaviour: users whose late answer is on its way are not asked for tasks meanwhile
+        self.holding = np.zeros(len(roster), dtype=np.bool_)
+        self.late_posts: list[asyncio.Task[None]] = []
+
+    async def run(self) -> None:
+        while True:
+            await super().run()
+            if not self.late_posts:
+                return
+            posts, self.late_posts = self.late_posts, []
+            await asyncio.gather(*posts)
 
     async def step(self) -> float | None:
         ctx, roster = self.ctx, self.roster
-        positions = np.flatnonzero(self.active)
+        positions = np.flatnonzero(self.active & ~self.holding)
         if positions.size == 0:
             return None
         sign = roster.credentials(positions)
@@ -270,22 +304,52 @@ class BlockAgent(_Agent):
         self.active[roster.positions(answer.done)] = False
         for tasks in sorted(answer.reports, key=lambda rt: rt.round):
             await self._report(tasks, roster.positions(tasks.participant_ids))
-        if not self.active.any():
+        if not (self.active & ~self.holding).any():
             return None
         if answer.reports or answer.done:  # the block changed: ask again for the rest at once
             return 0.0
         return max(answer.retry_after_s, 1e-3)
 
     async def _report(self, tasks: RoundTasks, positions: IntArray) -> None:
+        k = tasks.round
+        epsilons = np.asarray(tasks.epsilons, dtype=np.float64)
+        groups = np.asarray(tasks.groups, dtype=np.int64)
+        late = np.zeros(positions.shape, dtype=np.bool_)
+        roles = self.block.privatizer.roles
+        if roles is not None:  # behaviour: who left before round k, who answers late
+            slots = self.roster.slots[positions]
+            there = roles.present(slots, k)
+            self.active[positions[~there]] = False
+            self.ctx.stats.dropped += int(np.count_nonzero(~there))
+            positions, epsilons, groups = positions[there], epsilons[there], groups[there]
+            late = roles.late(slots[there])
+        if positions.size == 0:
+            return
+        rows = _refuse_overspend(self.block.respond, tasks.task(0), positions, epsilons, groups)
+        if not late.all():
+            await self._post(tasks, positions[~late], rows[~late], LATE)
+        if late.any():  # in the background: the others go on to the next rounds meanwhile
+            assert roles is not None
+            self.holding[positions[late]] = True
+            later = self._post_later(
+                roles.behaviour.late_delay_s, tasks, positions[late], rows[late]
+            )
+            self.late_posts.append(asyncio.create_task(later))
+
+    async def _post_later(
+        self, delay: float, tasks: RoundTasks, positions: IntArray, rows: FloatArray
+    ) -> None:
+        await asyncio.sleep(delay)
+        try:
+            await self._post(tasks, positions, rows, DELIBERATELY_LATE)
+        finally:
+            self.holding[positions] = False
+
+    async def _post(
+        self, tasks: RoundTasks, positions: IntArray, rows: FloatArray, late_codes: frozenset[str]
+    ) -> None:
         ctx, roster = self.ctx, self.roster
         k = tasks.round
-        rows = _refuse_overspend(
-            self.block.respond,
-            tasks.task(0),
-            positions,
-            np.asarray(tasks.epsilons, dtype=np.float64),
-            np.asarray(tasks.groups, dtype=np.int64),
-        )
         sign = roster.credentials(positions)
         batch = ReportBatch(
             round=k,
@@ -299,7 +363,7 @@ class BlockAgent(_Agent):
             async with ctx.gate:
                 receipt = await ctx.api.submit_reports(ctx.study_id, batch)
         except PhaseError as exc:
-            if exc.code not in LATE:
+            if exc.code not in late_codes:
                 raise
             # The round closed before the batch got in, as for a late UserAgent: at its deadline,
             # or, for a batch resent after a lost answer, because the first send completed it.
@@ -309,6 +373,13 @@ class BlockAgent(_Agent):
         ctx.stats.report_requests += 1
         late = [item for item in receipt.items if item.code in LATE]
         failed = [item for item in receipt.items if item.code not in LATE]
+        roles = self.block.privatizer.roles
+        if failed and roles is not None:  # behaviour: an attacker's refused report is counted
+            where = roster.positions([item.participant_id for item in failed])
+            attacker = roles.attackers(roster.slots[where])
+            ctx.stats.refused += int(np.count_nonzero(attacker))
+            self.active[where[attacker]] = False  # a refused fake user gives up
+            failed = [item for item, bad in zip(failed, attacker, strict=True) if not bad]
         if failed:
             first = failed[0]
             raise SwarmError(

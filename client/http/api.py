@@ -118,11 +118,12 @@ class InvalidRequestError(ApiError):
 
 
 class ReportRejectedError(InvalidRequestError):
-    """invalid_payload, invalid_epsilon, budget_exceeded, duplicate_conflict."""
+    """invalid_payload, implausible_report, invalid_epsilon, budget_exceeded,
+    duplicate_conflict."""
 
 
 class StudyConfigError(InvalidRequestError):
-    """unknown_protocol, invalid_params, plan_infeasible."""
+    """unknown_protocol, invalid_params, plan_infeasible, population_too_small."""
 
 
 class ServerError(ApiError):
@@ -165,10 +166,19 @@ _FAMILIES: dict[str, type[ApiError]] = {
         PhaseError,
     ),
     **dict.fromkeys(
-        ("invalid_payload", "invalid_epsilon", "budget_exceeded", "duplicate_conflict"),
+        (
+            "invalid_payload",
+            "implausible_report",
+            "invalid_epsilon",
+            "budget_exceeded",
+            "duplicate_conflict",
+        ),
         ReportRejectedError,
     ),
-    **dict.fromkeys(("unknown_protocol", "invalid_params", "plan_infeasible"), StudyConfigError),
+    **dict.fromkeys(
+        ("unknown_protocol", "invalid_params", "plan_infeasible", "population_too_small"),
+        StudyConfigError,
+    ),
     **dict.fromkeys(
         (
             "invalid_request",

@@ -1,8 +1,10 @@
-"""Start and stop a fedldp server as a child process (``python -m fedldp.server``).
+"""Run a fedldp server program (``python -m fedldp.server``): as a child process to start and
+stop (``ServerProcess``), or in place of this process (``exec_server``).
 
 The client side never imports ``server/`` (STYLE.md rule 1); it runs it as a program, configured
-through its ``FEDLDP_*`` environment (``FEDLDP_DATABASE_URL``, ``FEDLDP_ADMIN_KEY``, ...). Used by
-``fedldp server``, ``fedldp run`` and the end-to-end tests (which kill and restart it).
+through its ``FEDLDP_*`` environment (``FEDLDP_DATABASE_URL``, ``FEDLDP_ADMIN_KEY``, ...).
+``ServerProcess`` serves ``fedldp run`` and the end-to-end tests (which kill and restart it);
+``exec_server`` serves ``fedldp server`` and ``fedldp db``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -22,7 +24,27 @@ import httpx
 
 from fedldp.client.http.agents import SwarmError
 
-__all__ = ["ServerProcess", "free_port", "sqlite_url"]
+__all__ = ["ServerProcess", "exec_server", "free_port", "server_command", "sqlite_url"]
+
+
+def server_command(args: Sequence[str]) -> list[str]:
+    """The command line of ``python -m fedldp.server ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "fedldp.server", *args]
+
+
+def exec_server(args: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+    """Become ``python -m fedldp.server ARGS``, with ``env`` added to the environment.
+
+    On POSIX this process is replaced (``os.execve``): its pid is the server's, so the caller's
+    signals, SIGKILL included, reach the server itself and no child outlives it. Elsewhere the
+    server runs as a child and its exit status is returned."""
+    command = server_command(args)
+    environment = {**os.environ, **(env or {})}
+    if os.name == "posix":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, command, environment)
+    return subprocess.run(command, env=environment, check=False).returncode
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -70,15 +92,7 @@ class ServerProcess:
 
     @property
     def command(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "fedldp.server",
-            "--host",
-            self.host,
-            "--port",
-            str(self.port),
-        ]
+        return server_command(["--host", self.host, "--port", str(self.port)])
 
     def start(self) -> ServerProcess:
         if self.process is not None and self.process.poll() is None:

@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from fedldp.client.behaviour import Behaviour, Roles
 from fedldp.client.cli.output import result_summary
 from fedldp.client.http.agents import DriveStats, Roster, SwarmError, WaitPolicy, drive
 from fedldp.client.http.api import ApiClient, PhaseError, RetryPolicy
@@ -49,7 +50,7 @@ from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
 from fedldp.client.seeds import derive_seeds, noise_seed, population_digest
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import JSON, FloatArray, Protocol, jsonable, split_sizes
+from fedldp.protocol.core.base import JSON, FloatArray, IntArray, Protocol, jsonable, split_sizes
 from fedldp.protocol.core.wire import (
     MAX_BATCH,
     BlockToken,
@@ -182,17 +183,46 @@ def _check_data(protocol: Protocol[Any], population: AnyPopulation) -> None:
 
 
 def _enroll_batch(
-    population: AnyPopulation, start: int, stop: int, block_only: bool = False
+    population: AnyPopulation,
+    start: int,
+    stop: int,
+    block_only: bool = False,
+    members: IntArray | None = None,
 ) -> EnrollBatch:
-    """Users ``start..stop-1`` as one columnar enrollment batch, participant id = slot;
-    ``block_only`` asks for the block token alone (see ``enroll``)."""
-    metadata = {key: values[start:stop].tolist() for key, values in population.metadata.items()}
+    """Participants ``start..stop-1`` as one columnar enrollment batch: participant id i is
+    population slot ``members[i]`` (slot i without ``members``); ``block_only`` asks for the
+    block token alone (see ``enroll``)."""
+    rows = slice(start, stop) if members is None else members[start:stop]
+    metadata = {key: values[rows].tolist() for key, values in population.metadata.items()}
     return EnrollBatch(
-        epsilons=population.epsilon[start:stop].tolist(),
+        epsilons=population.epsilon[rows].tolist(),
         metadata=metadata,
         participant_ids=list(range(start, stop)),
         block_only=block_only,
     )
+
+
+async def refuse_late_joiners(
+    api: ApiClient, study: StudyView, population: AnyPopulation, joiners: IntArray
+) -> int:
+    """Behaviour ``join_late``: these users try to enroll after the study started (numbered by
+    the server: explicit ids would need a lease); the server refuses them
+    (``study_not_enrolling``). How many it refused."""
+    for start in range(0, joiners.size, ENROLL_CHUNK):
+        stop = min(start + ENROLL_CHUNK, joiners.size)
+        batch = _enroll_batch(population, start, stop, members=joiners).model_copy(
+            update={"participant_ids": None}
+        )
+        try:
+            await api.enroll_batch(study.id, batch)
+        except PhaseError as exc:
+            if exc.code != "study_not_enrolling":
+                raise
+        else:
+            raise SwarmError(
+                "late_join_accepted", f"study {study.id} enrolled users after it had started"
+            )
+    return int(joiners.size)
 
 
 async def join(api: ApiClient, name: str, create: StudyCreate) -> StudyView:
@@ -273,10 +303,13 @@ async def enroll(
     progress: SwarmProgress,
     *,
     block_only: bool = False,
+    members: IntArray | None = None,
 ) -> Roster:
     """Enroll every user with participant id = slot (given explicitly, from a lease of each
     batch's ids, so that a few batches can be in flight at once). ``block_only`` asks for each
-    batch's block token and not for every user's token: enough for the batch agents."""
+    batch's block token and not for every user's token: enough for the batch agents.
+    ``members`` (the behaviour's users who enroll in time): only those slots, participant id
+    i = ``members[i]``."""
     if study.phase != "enrolling" or study.n_participants != 0:
         raise SwarmError(
             "study_not_empty",
@@ -285,15 +318,10 @@ async def enroll(
         )
     answers: dict[int, EnrollmentBatch] = {}
     gate = asyncio.Semaphore(ENROLL_IN_FLIGHT)
-    chunks = [
-        (start, min(start + ENROLL_CHUNK, population.n))
-        for start in range(0, population.n, ENROLL_CHUNK)
-    ]
-    leases = await _lease_chunks(api, study.id, chunks)
 
     async def block(start: int, stop: int) -> None:
         async with gate:  # built inside the gate: one batch is built while another is stored
-            batch = _enroll_batch(population, start, stop, block_only)
+            batch = _enroll_batch(population, start, stop, block_only, members)
             answer = await api.enroll_batch(study.id, batch, leases[start])
         if answer.participant_ids != list(range(start, stop)):
             raise SwarmError(
@@ -303,14 +331,18 @@ async def enroll(
                 server_side=True,
             )
         answers[start] = answer
-        progress.enrolled(sum(len(a.participant_ids) for a in answers.values()), population.n)
+        progress.enrolled(sum(len(a.participant_ids) for a in answers.values()), n)
 
+    slots = np.arange(population.n, dtype=np.int64) if members is None else members
+    n = int(slots.size)
+    chunks = [(start, min(start + ENROLL_CHUNK, n)) for start in range(0, n, ENROLL_CHUNK)]
+    leases = await _lease_chunks(api, study.id, chunks)
     await asyncio.gather(*(block(start, stop) for start, stop in chunks))
     ids = [pid for start in sorted(answers) for pid in answers[start].participant_ids]
     tokens = [token for start in sorted(answers) for token in answers[start].tokens]
     blocks = tuple(a.block for a in answers.values() if a.block is not None)
-    slots = np.arange(population.n, dtype=np.int64)
-    return Roster(slots, ids, tokens, np.asarray(population.epsilon, dtype=np.float64), blocks)
+    epsilon = np.asarray(population.epsilon, dtype=np.float64)[slots]
+    return Roster(slots, ids, tokens, epsilon, blocks)
 
 
 async def _lease_chunks(
@@ -379,6 +411,7 @@ class _Job:
     batch: int | None
     concurrency: int
     retry: RetryPolicy | None
+    behaviour: Behaviour | None = None
 
 
 def _work(job: _Job) -> DriveStats:
@@ -388,7 +421,8 @@ def _work(job: _Job) -> DriveStats:
 async def _work_async(job: _Job) -> DriveStats:
     protocol = _local_protocol(job.protocol)
     params = protocol.parse_params(job.params)
-    privatizer = Privatizer(protocol, params, job.population, job.population.population_seed)
+    seed = job.population.population_seed
+    privatizer = Privatizer(protocol, params, job.population, seed, _roles(job.behaviour, seed))
     async with ApiClient(job.server_url, retry=job.retry) as api:
         return await drive(
             api,
@@ -446,6 +480,7 @@ async def run_swarm(
     retry: RetryPolicy | None = None,
     waits: WaitPolicy | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    behaviour: Behaviour | None = None,
 ) -> SwarmResult:
     """Run ``population`` through a study on the server at ``server_url``.
 
@@ -462,6 +497,10 @@ async def run_swarm(
     starts by itself once the whole population is enrolled (``docker compose --scale swarm=K``).
     ``epsilon_min``/``epsilon_max`` (with ``create``): the ε range the study accepts (the server
     refuses users outside it at enrollment).
+
+    ``behaviour`` (``fedldp.client.behaviour``): users drop out, answer late, join late or
+    attack, drawn from the private seed as ``fedldp simulate`` draws them (give the study a
+    ``round_deadline_s`` and ``quorum`` that let its rounds close without the missing reports).
     """
     if (study_id is None) == (create is None):
         raise ValueError("give exactly one of study_id and create")
@@ -472,6 +511,10 @@ async def run_swarm(
     if processes < 1 or (processes > 1 and transport is not None):
         raise ValueError("processes must be >= 1 (and 1 with a custom transport)")
     pop, digest = _population(population, seed)
+    roles = _roles(behaviour, pop.population_seed)
+    if roles is not None and roles.behaviour.join_late > 0 and lease:
+        raise ValueError("join-late users need the whole population in one swarm (no lease)")
+    members = None if roles is None else roles.enrolled(pop.n)
     if concurrency is None:
         concurrency = DEFAULT_CONCURRENCY["user" if batch is None else "batch"]
     began = time.perf_counter()
@@ -521,13 +564,21 @@ async def run_swarm(
             if lease:
                 roster = await enroll_leases(api, study, pop, bars, block_only=block_only)
             else:
-                roster = await enroll(api, study, pop, bars, block_only=block_only)
+                roster = await enroll(api, study, pop, bars, block_only=block_only, members=members)
                 study = await start(api, study.id)
+            joiners = np.zeros(0, dtype=np.int64)
+            if members is not None:
+                joiners = np.setdiff1d(np.arange(pop.n, dtype=np.int64), members)
+            joined_late = await refuse_late_joiners(api, study, pop, joiners)
             watcher = asyncio.create_task(watch_study(api, study.id, bars))
             try:
                 if processes == 1:
                     privatizer = Privatizer(
-                        protocol, protocol.parse_params(study.params), pop, pop.population_seed
+                        protocol,
+                        protocol.parse_params(study.params),
+                        pop,
+                        pop.population_seed,
+                        roles,
                     )
                     stats = await drive(
                         api,
@@ -551,10 +602,12 @@ async def run_swarm(
                                 batch,
                                 concurrency,
                                 retry,
+                                behaviour,
                             )
                             for lo, hi in _bounds(len(roster), processes)
                         ]
                     )
+                stats.joined_late = joined_late
                 # with leases, other swarms may still be running their users
                 result = await final_result(api, study.id, None if lease else 60.0)
                 study = await api.study(study.id)
@@ -567,6 +620,10 @@ async def run_swarm(
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
     return SwarmResult(study, result, pop, time.perf_counter() - began, stats, predictions)
+
+
+def _roles(behaviour: Behaviour | None, population_seed: int) -> Roles | None:
+    return None if behaviour is None or behaviour.honest else Roles(behaviour, population_seed)
 
 
 def _bounds(n: int, parts: int) -> list[tuple[int, int]]:

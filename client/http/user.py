@@ -19,11 +19,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fedldp.client.behaviour import Roles, respond
 from fedldp.client.seeds import round_key
 from fedldp.protocol.core.base import FloatArray, IntArray, Params, RoundTask, UserData
 from fedldp.protocol.core.base import Protocol as LdpProtocol
 from fedldp.protocol.core.ledger import TOLERANCE, BudgetExceededError, Ledger
-from fedldp.protocol.core.streams import UserStreams
 from fedldp.protocol.core.wire import Payload, TaskReport, payload_from_row
 
 __all__ = ["LocalData", "Privatizer", "SimulatedUser", "UserBlock", "round_task"]
@@ -44,12 +44,14 @@ def round_task(task: TaskReport) -> RoundTask:
 
 @dataclass(frozen=True)
 class Privatizer:
-    """A study's protocol and parameters, and the population's private seed and data."""
+    """A study's protocol and parameters, and the population's private seed and data; with
+    ``roles`` (``fedldp.client.behaviour``), the attackers among the users follow their attack."""
 
     protocol: LdpProtocol[Any]
     params: Params
     population: LocalData
     population_seed: int
+    roles: Roles | None = None
 
     def privatize(
         self,
@@ -61,9 +63,16 @@ class Privatizer:
     ) -> FloatArray:
         """Payload rows (one flattened row per slot) of the users ``slots`` for ``task``."""
         slots = np.asarray(slots, dtype=np.int64)
-        local = self.population.data(slots) if data is None else data
-        rng = UserStreams(round_key(self.population_seed, task.round), slots)
-        payloads = self.protocol.privatize(self.params, task, local, epsilon, group, rng)
+
+        def data_of(asked: IntArray) -> UserData:
+            if data is not None and np.array_equal(asked, slots):
+                return data
+            return self.population.data(asked)
+
+        key = round_key(self.population_seed, task.round)
+        payloads = respond(
+            self.protocol, self.params, task, slots, epsilon, group, data_of, key, self.roles
+        )
         return np.asarray(payloads, dtype=np.float64).reshape(slots.shape[0], -1)
 
 

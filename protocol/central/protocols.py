@@ -8,8 +8,8 @@ huber-user-level-dp.md.
 each participant sends its user-wise statistic, [its local mean (d values), its sample count m_i]
 (spec §1.3, §9.1), in the clear, and the trusted server releases one user-level (ε, δ)-DP
 estimate. The server keeps the n statistics in memory for the one aggregation call (the server
-keeps contributions in their own table, never returned by any endpoint, and deletes them when
-the study ends); a round's output, which is
+keeps contributions encrypted in their own table, never returned by any endpoint, and deletes
+them and destroys their key when the study ends: README, "Trust"); a round's output, which is
 public, holds only the DP release and aggregate, public constants (n, N, the noise constants), never
 a participant's statistic. The m_i are public information in the paper (§1.1); they enter the noise
 of WME through max_i m_i/N.
@@ -73,6 +73,7 @@ from fedldp.protocol.core.base import (
     jsonable,
     valid_payloads,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms import dp_noise as dn
 from fedldp.protocol.mechanisms.transforms import next_power_of_two
@@ -255,6 +256,12 @@ P = TypeVar("P", bound=CentralParams)
 class _Central(Protocol[P]):
     """One upload round of user-wise statistics; the server releases in ``aggregate``."""
 
+    dropout: ClassVar[str] = (
+        "The release is computed from the responders' statistics alone (n and N are theirs, so "
+        "the noise is calibrated to them); the ε released is still the smallest declared one."
+    )
+    population_rule: ClassVar[str] = "at least 2 participants (a central release needs 2)"
+
     trust: ClassVar[Trust] = "central"
     heterogeneity: ClassVar[str] = HETEROGENEITY
 
@@ -418,6 +425,7 @@ class CentralWME(_Central[WMEParams]):
     data's spread and on the clipping bias, which are not released."""
 
     name: ClassVar[str] = "central-wme"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("trust", "statistic", "d")
     summary: ClassVar[str] = (
         "Central user-level DP winsorized mean of scalars (trusted server): a private histogram "
         "finds an interval, the clipped user means are averaged with Laplace noise."
@@ -485,6 +493,7 @@ class CentralWMEVector(CentralWME):
     dimension 1 it is ``central-wme``."""
 
     name: ClassVar[str] = "central-wme-vector"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("trust", "statistic", "d")
     summary: ClassVar[str] = (
         "Central user-level DP winsorized mean of vectors (trusted server): Hadamard rotation, "
         "per-coordinate private ranges, clipped means with Gaussian noise."
@@ -514,6 +523,7 @@ class CentralHuber(_Central[HuberParams]):
     guarantee, so they are never published (spec §1.3); no error bar for the same reason."""
 
     name: ClassVar[str] = "central-huber"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("trust", "statistic", "d")
     summary: ClassVar[str] = (
         "Central user-level DP Huber-loss mean of scalars (trusted server): Huber minimizer of "
         "the user means plus smooth-sensitivity Gaussian noise."
@@ -600,6 +610,7 @@ class CentralHuberVector(CentralHuber):
     """HLM for vectors (d <= 8): d > 1 constants of (7), lattice Δ̃ (spec §4.4 (ii), §4.7)."""
 
     name: ClassVar[str] = "central-huber-vector"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("trust", "statistic", "d")
     summary: ClassVar[str] = (
         "Central user-level DP Huber-loss mean of vectors (trusted server): Huber minimizer of "
         "the user means plus smooth-sensitivity Gaussian noise."

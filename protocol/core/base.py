@@ -283,6 +283,12 @@ class Protocol(ABC, Generic[ParamsT]):
     summary: ClassVar[str]  # one line
     source: ClassVar[str]  # paper and algorithm, e.g. "Zhao et al. 2024, Alg. 1"
     heterogeneity: ClassVar[str]  # how unequal ε's are combined
+    dropout: ClassVar[str] = (
+        "A round closed on a quorum (DESIGN.md 'Flow of a study') aggregates its responders: "
+        "the estimator runs on them, its weights renormalised over who reported, and the error "
+        "bar uses their count."
+    )
+    """What a round closed with fewer reports than planned estimates (the catalogue shows it)."""
     trust: ClassVar[Trust] = "local"
     data_kind: ClassVar[DataKind]
     params_model: type[ParamsT]
@@ -291,18 +297,65 @@ class Protocol(ABC, Generic[ParamsT]):
         """Validate raw parameters (pydantic ValidationError, a ValueError, on bad input)."""
         return self.params_model.model_validate(dict(raw or {}))
 
-    def describe(self) -> JSON:
-        """The catalogue entry: name, description, source, trust, parameter JSON schema."""
+    def describe(self, epsilon: float = 1.0) -> JSON:
+        """The catalogue entry: name, description, source, trust, parameter JSON schema, the
+        fields of its broadcasts, and the smallest population it plans for at ``epsilon``."""
         return {
             "name": self.name,
             "version": self.version,
             "summary": self.summary,
             "source": self.source,
             "heterogeneity": self.heterogeneity,
+            "dropout": self.dropout,
             "trust": self.trust,
             "data_kind": self.data_kind,
             "parameters": self.params_model.model_json_schema(),
+            "broadcast_fields": dict(self.broadcast_fields),
+            "population": {
+                "epsilon": epsilon,
+                "min_participants": self.min_participants(epsilon),
+                "rule": self.population_rule,
+            },
         }
+
+    population_rule: ClassVar[str] = (
+        "no condition on the number of participants beyond what its parameters imply: "
+        "min_participants is the smallest population its default parameters plan for"
+    )
+    broadcast_fields: ClassVar[Mapping[str, str]] = {}
+    """Each field of the protocol's round broadcasts (what a task's ``broadcast`` holds), with
+    its meaning: what a client computes its payload from (docs/clients.md)."""
+
+    def min_participants(self, epsilon: float, params: ParamsT | None = None) -> int | None:
+        """The smallest number of participants, every one at ``epsilon``, for which ``plan``
+        succeeds with ``params`` (by default: the default parameters; None when the protocol
+        has none, i.e. the minimum depends on parameters not given, or when no population of
+        up to ``2**24`` plans). The default searches ``plan`` itself (feasibility is monotone
+        in n for every catalogue protocol); protocols with a closed form override it."""
+        if params is None:
+            try:
+                params = self.parse_params({})
+            except ValueError:
+                return None
+        check_epsilons(np.array([epsilon]))
+
+        def plans(n: int) -> bool:
+            try:
+                self.plan(params, np.full(n, float(epsilon)), {}, 0)
+            except (ValueError, KeyError):
+                return False
+            return True
+
+        high = 1
+        while not plans(high):
+            if high >= _MAX_PROBE:
+                return None
+            high *= 2
+        low = high // 2  # plans(low) is False (or low == 0)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (low, mid) if plans(mid) else (mid, high)
+        return high
 
     @abstractmethod
     def plan(
@@ -343,6 +396,35 @@ class Protocol(ABC, Generic[ParamsT]):
     ) -> BoolArray:
         """Which payloads are admissible; subclasses add range checks to the generic ones."""
         return valid_payloads(task, payloads)
+
+    def report_bounds(
+        self, params: ParamsT, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray] | None:
+        """Plausibility bounds of honest reports for senders charged ``epsilon`` in ``group``:
+        ``(lo, hi)`` broadcastable to ``(n, *task.payload_shape)``, outside which the honest
+        randomizer lands with probability below 10^-12 per entry
+        (``fedldp.protocol.mechanisms.plausibility``), or None when it declares none. Protocols
+        with unbounded (Laplace) reports declare them; the server refuses reports outside them
+        (``implausible_report``) and an ``output`` attacker sends the bound itself."""
+        return None
+
+    def plausible(
+        self,
+        params: ParamsT,
+        task: RoundTask,
+        epsilon: FloatArray,
+        group: IntArray,
+        payloads: FloatArray,
+    ) -> BoolArray:
+        """Which payloads lie inside ``report_bounds`` (all of them when it declares none)."""
+        p = np.asarray(payloads, dtype=np.float64)
+        n = p.shape[0]
+        bounds = self.report_bounds(params, task, epsilon, group)
+        if bounds is None or n == 0:
+            return np.ones(n, dtype=np.bool_)
+        lo, hi = (np.broadcast_to(b, p.shape) for b in bounds)
+        inside = (p >= lo) & (p <= hi)
+        return np.asarray(np.all(inside.reshape(n, -1), axis=1), dtype=np.bool_)
 
     def check_members(
         self,
@@ -387,6 +469,10 @@ class Predictor(ABC, Generic[ParamsT]):
         self, params: ParamsT, plan: Plan, outputs: Sequence[JSON], features: ArrayLike
     ) -> FloatArray:
         """Predictions for feature rows (k, d); ValueError on malformed rows."""
+
+
+_MAX_PROBE = 1 << 24
+"""The largest population ``Protocol.min_participants`` tries by default."""
 
 
 def cohort_permutation(n: int, seed: int, *purpose: int) -> IntArray:

@@ -44,8 +44,10 @@ from fedldp.protocol.core.base import (
     check_epsilons,
     valid_payloads,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.heterogeneous import estimators as est
+from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
 from fedldp.protocol.mechanisms.randomizers import (
     JL_MAX_ENTRIES,
     duchi_radius,
@@ -55,6 +57,7 @@ from fedldp.protocol.mechanisms.randomizers import (
     jl_estimate,
     jl_report,
     laplace_mean_report,
+    laplace_scale,
     one_bit_report,
     randomized_response,
     rr_debias,
@@ -133,6 +136,13 @@ def jl_public_seed(seed: int) -> int:
 
 class _Hetero(Protocol[P]):
     """One round, every participant, weighted average of unbiased reports (§2.0, §2.9)."""
+
+    dropout: ClassVar[str] = (
+        "The weighted average runs over the responders, its weights a_i renormalised over them "
+        "(unbiased on the responders); the error bar is computed from their weights. Sizes fixed "
+        "at planning (the JL dimension m) stay those of the enrolled ε's."
+    )
+    population_rule: ClassVar[str] = "any population of at least 1 participant"
 
     mechanism: ClassVar[est.Mechanism]
     payload_kind: ClassVar[PayloadKind]
@@ -283,6 +293,13 @@ class HeteroLaplaceMean(_Hetero[LaplaceParams]):
     [DERIVED] Laplace bound of §4.2(b), rigorous."""
 
     name: ClassVar[str] = "hetero-mean-laplace"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "lo",
+        "hi",
+        lo="the data range [lo, hi]: map the user's mean x to u = (2x - lo - hi)/(hi - lo), "
+        "then clip u to [-1, 1]",
+        hi="see lo",
+    )
     summary: ClassVar[str] = (
         "Scalar mean under per-user ε: each user's local mean, mapped to [-1, 1] and clipped, "
         "plus Laplace(2/ε_i) noise; weighted average of the reports."
@@ -310,6 +327,12 @@ class HeteroLaplaceMean(_Hetero[LaplaceParams]):
         rng: RandomSource,
     ) -> FloatArray:
         return laplace_mean_report(_local_means(data), eps, rng, params.lo, params.hi)
+
+    def report_bounds(
+        self, params: LaplaceParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """[−1, 1] (the clipped unit-scale mean) ± the reach of Lap(2/ε_i)."""
+        return around(-1.0, 1.0, laplace_reach(laplace_scale(2.0, check_epsilons(epsilon))), 0)
 
     bar_kind: ClassVar[str] = "laplace-chernoff"
 
@@ -346,6 +369,7 @@ class HeteroRRMean(_Hetero[RRParams]):
     ``interval``: the local mean clipped to [-1, 1]. Error bar: Hoeffding, §4.2(a), exact."""
 
     name: ClassVar[str] = "hetero-mean-rr"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("input")
     summary: ClassVar[str] = (
         "Scalar mean under per-user ε with one bit per user: randomized response on ±1 data "
         "(input='binary') or on the stochastically rounded local mean (input='interval')."
@@ -386,6 +410,12 @@ class HeteroRRMean(_Hetero[RRParams]):
         ok = valid_payloads(task, payloads)
         return np.asarray(ok & (np.abs(np.nan_to_num(payloads)) == 1.0), dtype=np.bool_)
 
+    def report_bounds(
+        self, params: RRParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """A ±1 bit (bounded: nothing is refused beyond ``check``)."""
+        return np.array(-1.0), np.array(1.0)
+
     bar_kind: ClassVar[str] = "hoeffding"
 
     def add(
@@ -414,6 +444,7 @@ class HeteroDuchiMean(_Hetero[DuchiParams]):
     sqrt(Σ w_i² B_i²·χ²_{d,1−β}/d) in ℓ2 (approximate: the paper's constants are not explicit)."""
 
     name: ClassVar[str] = "hetero-mean-duchi"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("dimension", "radius")
     summary: ClassVar[str] = (
         "d-dimensional mean in the ball B^d(r) under per-user ε: Duchi et al.'s hemisphere "
         "randomizer on each user's local mean; weighted average of the reports."
@@ -456,6 +487,15 @@ class HeteroDuchiMean(_Hetero[DuchiParams]):
         norm = np.linalg.norm(np.nan_to_num(payloads), axis=1)
         return np.asarray(ok & (np.abs(norm - b) <= 1e-9 * b), dtype=np.bool_)
 
+    def report_bounds(
+        self, params: DuchiParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Each coordinate of a report on the sphere of radius B_i lies in [−B_i, B_i] (bounded:
+        nothing is refused beyond ``check``)."""
+        eps = est.capped_epsilons(epsilon, params.eps_cap)
+        b = duchi_radius(eps, params.dimension, params.radius)
+        return around(0.0, 0.0, b, 1)
+
     bar_kind: ClassVar[str] = "clt"
     bar_approximate: ClassVar[bool] = True
     bar_norm: ClassVar[str] = "l2"
@@ -493,6 +533,12 @@ class HeteroFrequency(_Hetero[FrequencyParams]):
     §4.2(d) in ℓ∞, rigorous over Φ and the data."""
 
     name: ClassVar[str] = "hetero-frequency"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "m",
+        "jl_seed",
+        "k",
+        m="dimension of the Johnson-Lindenstrauss projection (the index payload is in 0..m-1)",
+    )
     summary: ClassVar[str] = (
         "Distribution over k items in ℓ∞ under per-user ε: Bassily–Smith JL frequency oracle, "
         "each user sends (row j, sign) for one item drawn from its samples."

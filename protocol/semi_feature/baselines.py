@@ -38,13 +38,16 @@ from fedldp.protocol.core.base import (
     check_epsilons,
     valid_payloads,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
+from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
 from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
 from fedldp.protocol.semi_feature.common import (
     MAX_HIST_CELLS,
     SemiParams,
     enrollment,
     features_of,
+    label_bounds,
     label_report,
     plan_epsilons,
     semi_feature_block,
@@ -95,7 +98,12 @@ class HistLdp(Protocol[HistParams], Predictor[HistParams]):
     Lap(4/ε_i) over the K = t^d cells (ε_i/2 each: two messages). Cell value ΣZ̃/ΣW̃ when
     p̂_k = ΣW̃/n >= ζ, else the truncation value; clipped to [y_lo, y_hi]."""
 
+    population_rule: ClassVar[str] = "at least 2 participants"
+
     name: ClassVar[str] = "hist-ldp"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "cells", "bins", "dimension", "label_low", "label_high"
+    )
     summary: ClassVar[str] = (
         "Classical-LDP histogram regression: Laplace-noised per-cell label sums and counts on an "
         "equal-width grid over all features, truncated where the estimated mass is small."
@@ -165,6 +173,24 @@ class HistLdp(Protocol[HistParams], Predictor[HistParams]):
         )
         w = onehot + laplace_scale(4.0, eps)[:, None] * noise[:, cells:]
         return np.asarray(np.concatenate([z, w], axis=1), dtype=np.float64)
+
+    def report_bounds(
+        self, params: HistParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Z̃ entries lie in [−M, M] plus Lap(4M/ε_i), W̃ entries in [0, 1] plus Lap(4/ε_i);
+        each ± its Laplace reach (``fedldp.protocol.mechanisms.plausibility``)."""
+        eps = check_epsilons(epsilon)
+        cells, big_m = self._cells(params), params.half_range
+        z_lo, z_hi = around(-big_m, big_m, laplace_reach(laplace_scale(4.0 * big_m, eps)), 1)
+        w_lo, w_hi = around(0.0, 1.0, laplace_reach(laplace_scale(4.0, eps)), 1)
+        n = eps.shape[0]
+        lo = np.concatenate(
+            [np.broadcast_to(z_lo, (n, cells)), np.broadcast_to(w_lo, (n, cells))], 1
+        )
+        hi = np.concatenate(
+            [np.broadcast_to(z_hi, (n, cells)), np.broadcast_to(w_hi, (n, cells))], 1
+        )
+        return lo, hi
 
     def aggregate(
         self,
@@ -254,6 +280,8 @@ class _TreeBaseline(Protocol[T], Predictor[T]):
     """One round; the server fits ``regression_tree`` on what it learned (features with NaN for
     unknown entries, noisy labels on the raw scale) and, by default, clips leaf values to
     [y_lo, y_hi]."""
+
+    population_rule: ClassVar[str] = "at least 2 participants"
 
     data_kind: ClassVar[DataKind] = "labeled"
     needs_metadata: ClassVar[bool] = True
@@ -380,6 +408,9 @@ class ParDt(_TreeBaseline[ParDtParams]):
     entries are missing values) and labels with Laplace noise (y_hi − y_lo)/ε_i (all of ε_i)."""
 
     name: ClassVar[str] = "pardt"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "dimension", "label_low", "label_high"
+    )
     summary: ClassVar[str] = (
         "Semi-feature LDP baseline: a decision tree on the public features and Laplace labels."
     )
@@ -403,6 +434,11 @@ class ParDt(_TreeBaseline[ParDtParams]):
     ) -> FloatArray:
         return label_report(y, params, eps, rng)
 
+    def report_bounds(
+        self, params: ParDtParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        return label_bounds(params, epsilon)
+
     def learned(
         self, params: ParDtParams, plan: Plan, slots: IntArray, payloads: FloatArray
     ) -> tuple[FloatArray, FloatArray]:
@@ -419,6 +455,9 @@ class LabelDt(_TreeBaseline[TreeParams]):
     participants' masks (payload: the d features, then the Laplace label (y_hi − y_lo)/ε_i)."""
 
     name: ClassVar[str] = "labeldt"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "dimension", "label_low", "label_high"
+    )
     summary: ClassVar[str] = (
         "Label-LDP benchmark: features sent in clear, Laplace labels, a decision tree."
     )
@@ -446,6 +485,12 @@ class LabelDt(_TreeBaseline[TreeParams]):
     ) -> FloatArray:
         return np.concatenate([x, label_report(y, params, eps, rng)[:, None]], axis=1)
 
+    def report_bounds(
+        self, params: TreeParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Features in [0, 1], then the Laplace label (``label_bounds``)."""
+        return _feature_label_bounds(params, epsilon, epsilon)
+
     def check(
         self, params: TreeParams, task: RoundTask, epsilon: FloatArray, payloads: FloatArray
     ) -> BoolArray:
@@ -457,6 +502,17 @@ class LabelDt(_TreeBaseline[TreeParams]):
         self, params: TreeParams, plan: Plan, slots: IntArray, payloads: FloatArray
     ) -> tuple[FloatArray, FloatArray]:
         return payloads[:, :-1], payloads[:, -1]
+
+
+def _feature_label_bounds(
+    params: TreeParams, epsilon: FloatArray, label_epsilon: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Bounds of a (d features in [0, 1], Laplace label at ``label_epsilon``) payload."""
+    n, d = np.asarray(epsilon).shape[0], params.dimension
+    y_lo, y_hi = label_bounds(params, label_epsilon, 1)
+    lo = np.concatenate([np.zeros((n, d)), np.broadcast_to(y_lo, (n, 1))], axis=1)
+    hi = np.concatenate([np.ones((n, d)), np.broadcast_to(y_hi, (n, 1))], axis=1)
+    return lo, hi
 
 
 def krr_budgets(mask: ArrayLike, epsilon: ArrayLike) -> tuple[FloatArray, FloatArray]:
@@ -478,6 +534,9 @@ class KrrTree(_TreeBaseline[KrrParams]):
     d coordinates (0.0 where public), then the label."""
 
     name: ClassVar[str] = "krr-tree"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "dimension", "label_low", "label_high"
+    )
     summary: ClassVar[str] = (
         "Semi-feature LDP baseline: k-ary randomized response on private coordinates, Laplace "
         "labels, a decision tree."
@@ -512,6 +571,13 @@ class KrrTree(_TreeBaseline[KrrParams]):
         sent = grr_report(bins, k, np.where(coord_eps > 0, coord_eps, 1.0), rng)
         coords = np.where(mask, (sent + 0.5) / k, 0.0)
         return np.concatenate([coords, label_report(y, params, label_eps, rng)[:, None]], axis=1)
+
+    def report_bounds(
+        self, params: KrrParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Coordinates in [0, 1], then the label at the smaller of its two budgets, ε_i/2 (the
+        sender's mask is not needed: the looser bound never refuses an honest label)."""
+        return _feature_label_bounds(params, epsilon, check_epsilons(epsilon) / 2.0)
 
     def check_members(
         self, params: KrrParams, plan: Plan, task: RoundTask, slots: IntArray, payloads: FloatArray

@@ -21,6 +21,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from fedldp.protocol.core.base import BoolArray, FloatArray, Params, UserData, check_epsilons
 from fedldp.protocol.core.streams import RandomSource
+from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
 from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "SemiParams",
     "enrollment",
     "features_of",
+    "label_bounds",
     "label_report",
     "plan_epsilons",
     "semi_feature_block",
@@ -159,3 +161,12 @@ def label_report(
     centred scale (sensitivity 2M). One Laplace draw per user."""
     centred = np.clip(y - params.centre, -params.half_range, params.half_range)
     return laplace(centred, laplace_scale(2.0 * params.half_range, epsilon), rng)
+
+
+def label_bounds(
+    params: SemiParams, epsilon: FloatArray, ndim: int = 0
+) -> tuple[FloatArray, FloatArray]:
+    """Plausibility bounds of ``label_report``: [−M, M] ± the reach of Lap(2M/ε_i)
+    (``fedldp.protocol.mechanisms.plausibility``), shaped for ``ndim`` payload dimensions."""
+    m = params.half_range
+    return around(-m, m, laplace_reach(laplace_scale(2.0 * m, check_epsilons(epsilon))), ndim)

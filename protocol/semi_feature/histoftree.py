@@ -40,6 +40,7 @@ from fedldp.protocol.core.base import (
     check_epsilons,
     valid_payloads,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.randomizers import rr_debias, rr_keep_probability
 from fedldp.protocol.semi_feature.common import (
@@ -48,6 +49,7 @@ from fedldp.protocol.semi_feature.common import (
     SemiParams,
     enrollment,
     features_of,
+    label_bounds,
     label_report,
     plan_epsilons,
     semi_feature_block,
@@ -120,6 +122,14 @@ H = TypeVar("H", bound=HotParams)
 
 class _HistOfTree(Protocol[H], Predictor[H]):
     """Rounds, randomizers, checks and estimator shared by HistOfTree and AdHistOfTree."""
+
+    dropout: ClassVar[str] = (
+        "The same users send a label (round 0) and a cell (round 1). The tree grows from the "
+        "round-0 responders' labels; the cell estimates pair labels and cells and use only the "
+        "users who sent both (a user who leaves after its label helped the tree but not the "
+        "cell values; diagnostics: label_reports, cell_reports, paired). No pair fails the study."
+    )
+    population_rule: ClassVar[str] = "at least 2 participants"
 
     data_kind: ClassVar[DataKind] = "labeled"
     source: ClassVar[str] = (
@@ -263,6 +273,12 @@ class _HistOfTree(Protocol[H], Predictor[H]):
         else:
             ok = np.all((p == 0.0) | (p == 1.0), axis=1) & np.all(p[:, cells:] == 0.0, axis=1)
         return np.asarray(valid & ok, dtype=np.bool_)
+
+    def report_bounds(
+        self, params: H, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray] | None:
+        """Round 0's Laplace label (``label_bounds``); round 1's cells are bounded already."""
+        return label_bounds(params, epsilon) if task.round == 0 else None
 
     def check_members(
         self, params: H, plan: Plan, task: RoundTask, slots: IntArray, payloads: FloatArray
@@ -434,6 +450,9 @@ class HistOfTree(_HistOfTree[HistOfTreeParams]):
     """
 
     name: ClassVar[str] = "histoftree"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "dimension", "label_low", "label_high", "partition", "mechanism", "labels", "label_mean"
+    )
     summary: ClassVar[str] = (
         "Semi-feature LDP regression: a histogram on private features times a tree on public "
         "ones, Laplace labels then GRR cell reports restricted to each user's potential cells."
@@ -462,6 +481,9 @@ class HistOfTreeTuned(_HistOfTree[TunedParams]):
     no data, no validation split, no privacy cost."""
 
     name: ClassVar[str] = "histoftree-tuned"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "dimension", "label_low", "label_high", "partition", "mechanism", "labels", "label_mean"
+    )
     summary: ClassVar[str] = (
         "AdHistOfTree: HistOfTree with the histogram dimensions, depth and bins chosen from the "
         "public masks and budgets by the paper's bound-minimising rule (15)."

@@ -53,6 +53,7 @@ from fedldp.protocol.core.base import (
     split_sizes,
 )
 from fedldp.protocol.core.streams import RandomSource
+from fedldp.protocol.mechanisms.plausibility import laplace_reach
 from fedldp.protocol.mechanisms.randomizers import laplace_scale
 from fedldp.protocol.user_level import two_stage as ts
 
@@ -68,6 +69,7 @@ __all__ = [
     "gather_components",
     "l2_error_bar",
     "reference_epsilon",
+    "report_bounds",
     "stage_one_reports",
     "stage_two_reports",
     "typical_score",
@@ -331,6 +333,29 @@ def stage_two_reports(
     noise = np.asarray(rng.laplace(0.0, 1.0, size=own.shape), dtype=np.float64)
     report = clipped + (hi - lo) / eps_c[:, None] * noise
     return np.where(mask, report, 0.0)
+
+
+def report_bounds(
+    broadcast: JSON, stage: int, group: IntArray, charge: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Plausibility bounds of a member's stage-I (n, r_max, B) or stage-II (n, r_max) message:
+    a real component's entries ± the reach of their Laplace noise (0/1 bins at 2/ε_c,i; the
+    clip interval [lo_c, hi_c] at (hi_c − lo_c)/ε_c,i), padding entries exactly 0
+    (``fedldp.protocol.mechanisms.plausibility``)."""
+    layout = Layout.from_json(broadcast["layout"])
+    families = Families.from_json(broadcast["families"])
+    index, mask = _component_index(layout, group)
+    eps_c = _per_component_epsilon(charge, layout, group)
+    if stage == 0:
+        r = laplace_reach(laplace_scale(ts.STAGE_ONE_SENSITIVITY, eps_c))[:, None, None]
+        shape = (*mask.shape, families.n_bins)
+        lo = np.where(mask[:, :, None], -r, 0.0)
+        hi = np.where(mask[:, :, None], 1.0 + r, 0.0)
+        return np.broadcast_to(lo, shape).copy(), np.broadcast_to(hi, shape).copy()
+    lo_c = np.asarray(broadcast["lo"], dtype=np.float64)[index]
+    hi_c = np.asarray(broadcast["hi"], dtype=np.float64)[index]
+    r = laplace_reach((hi_c - lo_c) / eps_c[:, None])
+    return np.where(mask, lo_c - r, 0.0), np.where(mask, hi_c + r, 0.0)
 
 
 # --------------------------------------------------------------------------- server side

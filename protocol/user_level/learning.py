@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
@@ -39,6 +39,7 @@ from fedldp.protocol.core.base import (
     Result,
     UserData,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.mechanisms.transforms import KashinFrame, fwht, next_power_of_two
 from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts
@@ -137,6 +138,21 @@ class UserSgd(ComponentProtocol[SgdParams]):
     """
 
     name: ClassVar[str] = "user-sgd"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "invocation",
+        "layout",
+        "families",
+        "reference_epsilon",
+        "n_ref",
+        "c_star",
+        "step",
+        "frame_seed",
+        "kashin_observed",
+        "theta",
+        "sensitivity",
+        "lo",
+        "hi",
+    )
     summary: ClassVar[str] = (
         "User-level LDP stochastic optimization (linear or logistic regression): gradient "
         "rounds on disjoint user groups, each averaging privatized local gradients."
@@ -420,6 +436,20 @@ class UserClassify(_Binned[ClassifyParams]):
     sign(q̂_b) on bin b. The result's estimate is the prediction (±1) of every cell."""
 
     name: ClassVar[str] = "user-classify"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "invocation",
+        "layout",
+        "families",
+        "reference_epsilon",
+        "n_ref",
+        "c_star",
+        "bins_per_axis",
+        "n_cells",
+        "hadamard",
+        "sensitivity",
+        "lo",
+        "hi",
+    )
     summary: ClassVar[str] = (
         "User-level LDP nonparametric classification: binned features, Hadamard-encoded "
         "labels, sign of the estimated per-bin label mass."
@@ -459,6 +489,20 @@ class UserRegress(_Binned[RegressParams]):
     estimate is the prediction of every cell."""
 
     name: ClassVar[str] = "user-regress"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "invocation",
+        "layout",
+        "families",
+        "reference_epsilon",
+        "n_ref",
+        "c_star",
+        "bins_per_axis",
+        "n_cells",
+        "hadamard",
+        "sensitivity",
+        "lo",
+        "hi",
+    )
     summary: ClassVar[str] = (
         "User-level LDP nonparametric regression: binned features, Hadamard-encoded labels "
         "and bin masses, ratio of the estimates per bin."

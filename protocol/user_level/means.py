@@ -37,7 +37,9 @@ from fedldp.protocol.core.base import (
     cohort_permutation,
     z_quantile,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
+from fedldp.protocol.mechanisms.plausibility import around, laplace_mean_reach, laplace_reach
 from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
 from fedldp.protocol.user_level import two_stage as ts
 
@@ -162,6 +164,13 @@ class UserMean(Protocol[UserMeanParams]):
     """
 
     name: ClassVar[str] = "user-mean"
+    dropout: ClassVar[str] = (
+        "Stage one and stage two have disjoint cohorts, so a stage-one user who leaves never "
+        "owed a stage-two report. Stage one's interval comes from its responders' summed "
+        "histograms (the argmax does not depend on how many reported); stage two is the "
+        "inverse-variance mean of its responders (unbiased on them), its error bar from their "
+        "variances. A stage with no report fails the study."
+    )
     summary: ClassVar[str] = (
         "Two-stage user-level LDP mean of scalars: noisy histograms find an interval, "
         "clipped Laplace means estimate inside it."
@@ -179,6 +188,30 @@ class UserMean(Protocol[UserMeanParams]):
     )
     data_kind: ClassVar[DataKind] = "scalar"
     params_model = UserMeanParams
+    population_rule: ClassVar[str] = (
+        "§1.5 feasibility: the ⌊n/2⌋ stage-one users need a score Σ min(ε_i², 1) of at least "
+        f"{ts.MIN_SCORE:g} (warning below {ts.FEASIBLE_SCORE:g}), so at equal ε at least "
+        f"2·⌈{ts.MIN_SCORE:g}/min(ε², 1)⌉ participants; with at most 2 stage-one bins "
+        "(samples_per_user <= 16, bounded data) only 2"
+    )
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "bound", "m", "h", "n_bins", "delta", "n_ref", "sample_var", "heavy_tail",
+        "sensitivity", "L", "R", "lo", "hi",
+    )  # fmt: skip
+
+    def min_participants(self, epsilon: float, params: UserMeanParams | None = None) -> int | None:
+        """With ``params``: the plan's own answer (``Protocol.min_participants``). Without: the
+        §1.5 condition at equal ε, for the general case of more than 2 stage-one bins: the
+        smallest n whose ⌊n/2⌋ stage-one users reach ``MIN_SCORE``."""
+        if params is not None:
+            return super().min_participants(epsilon, params)
+        per_user = float(min(check_epsilons(np.array([epsilon]))[0] ** 2, 1.0))
+        n1 = max(1, math.ceil(ts.MIN_SCORE / per_user))
+        while ts.stage_one_score(np.full(n1, epsilon)) < ts.MIN_SCORE:  # rounding of the sum
+            n1 += 1
+        while n1 > 1 and ts.stage_one_score(np.full(n1 - 1, epsilon)) >= ts.MIN_SCORE:
+            n1 -= 1
+        return 2 * n1
 
     def design(self, params: UserMeanParams, epsilon: FloatArray) -> ts.Design:
         """The public Alg-1 constants for these parameters and enrolled ε's (N_ref = n)."""
@@ -253,6 +286,17 @@ class UserMean(Protocol[UserMeanParams]):
             radius = design.bound if design.heavy_tail else None
             return ts.stage_two_report(means, lo, hi, epsilon, rng, radius)
         raise ValueError(f"user-mean has rounds 0 and 1, not {task.round}")
+
+    def report_bounds(
+        self, params: UserMeanParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Stage I: each bin entry is 0 or 1 plus Lap(2/ε_i); stage II: clip(Ȳ) in [lo, hi]
+        plus Lap((hi − lo)/ε_i); each ± the Laplace reach (module plausibility)."""
+        eps = check_epsilons(epsilon)
+        if task.round == 0:
+            return around(0.0, 1.0, laplace_reach(ts.stage_one_scale(eps)), 1)
+        lo, hi = float(task.broadcast["lo"]), float(task.broadcast["hi"])
+        return around(lo, hi, laplace_reach(ts.stage_two_scale(lo, hi, eps)), 0)
 
     def aggregate(
         self,
@@ -359,6 +403,8 @@ def baseline_variances(
 class _Baseline(Protocol[BaselineParams]):
     """One round: every participant sends one privatized scalar at its ε_i; weighted mean."""
 
+    population_rule: ClassVar[str] = "any population of at least 1 participant"
+
     kind: ClassVar[str]
     data_kind: ClassVar[DataKind] = "scalar"
     params_model = BaselineParams
@@ -378,6 +424,16 @@ class _Baseline(Protocol[BaselineParams]):
         self, params: BaselineParams, samples: FloatArray, epsilon: FloatArray, rng: RandomSource
     ) -> FloatArray:
         """The privatized scalar of each user from its (n, m) samples."""
+
+    def reach(self, params: BaselineParams, epsilon: FloatArray) -> FloatArray:
+        """How far past [−D, D] an honest report plausibly lands: one Lap(2D/ε_i) draw."""
+        return laplace_reach(laplace_scale(2.0 * params.bound, epsilon))
+
+    def report_bounds(
+        self, params: BaselineParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        d = params.bound
+        return around(-d, d, self.reach(params, check_epsilons(epsilon)), 0)
 
     def plan(
         self,
@@ -437,6 +493,7 @@ class BaselineItemLevel(_Baseline):
     the user sends the mean of its m noisy samples (m draws per user)."""
 
     name: ClassVar[str] = "baseline-item-level"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("bound", "m")
     kind: ClassVar[str] = "item-level"
     summary: ClassVar[str] = "Item-level Laplace at ε/m on every sample, averaged (group privacy)."
     source: ClassVar[str] = (
@@ -450,12 +507,18 @@ class BaselineItemLevel(_Baseline):
         noisy = laplace(np.clip(samples, -d, d), laplace_scale(2.0 * d * m, epsilon), rng)
         return np.asarray(noisy.mean(axis=1), dtype=np.float64)
 
+    def reach(self, params: BaselineParams, epsilon: FloatArray) -> FloatArray:
+        """The mean of m Lap(2Dm/ε_i) draws: its Gamma-tail reach (module plausibility)."""
+        m, d = params.samples_per_user, params.bound
+        return laplace_mean_reach(laplace_scale(2.0 * d * m, epsilon), m)
+
 
 class BaselineOneSample(_Baseline):
     """B2, Prop. 1(2): one sample per user, chosen uniformly with the user's own stream,
     plus Lap(2D/ε_i)."""
 
     name: ClassVar[str] = "baseline-one-sample"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("bound", "m")
     kind: ClassVar[str] = "one-sample"
     summary: ClassVar[str] = "One random sample per user with Laplace noise at ε (item-level)."
     source: ClassVar[str] = (
@@ -475,6 +538,7 @@ class BaselineClippedLaplace(_Baseline):
     """B0 (not in the paper, the natural comparator, spec §3.10): clip(Ȳ, −D, D) + Lap(2D/ε_i)."""
 
     name: ClassVar[str] = "baseline-clipped-laplace"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described("bound", "m")
     kind: ClassVar[str] = "clipped-laplace"
     summary: ClassVar[str] = "Clipped user mean plus Laplace noise at sensitivity 2D."
     source: ClassVar[str] = (

@@ -38,6 +38,7 @@ from fedldp.protocol.core.base import (
     cohort_permutation,
     split_sizes,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.transforms import KashinFrame, fwht, kashin_frame, next_power_of_two
 from fedldp.protocol.user_level import components as comp
@@ -141,6 +142,18 @@ class ComponentProtocol(Protocol[P]):
     invocation has its own §3.3 layout (the n in C ln n is its own user count) and half splits.
     N_ref (§2.7) is the total enrolment n. Subclasses give the components and the decoding.
     """
+
+    dropout: ClassVar[str] = (
+        "Stage one and stage two of each invocation have disjoint cohorts. A component's "
+        "interval is the argmax of its stage-one responders' histograms; its estimate the "
+        "inverse-variance mean of its stage-two responders, renormalised over them, with the "
+        "error bar from their variances. A component with no stage-two report fails the study."
+    )
+    population_rule: ClassVar[str] = (
+        "at least 2 users in every group of every stage: 2 x the number of user groups, "
+        "which the dimension and the privacy regime of the reference ε fix (the plan's "
+        "refusal names it)"
+    )
 
     @abstractmethod
     def n_components(self, params: P, public: JSON) -> int:
@@ -306,6 +319,12 @@ class ComponentProtocol(Protocol[P]):
             return comp.stage_one_reports(values, layout, families, group, epsilon, rng)
         return comp.stage_two_reports(values, layout, families, task.broadcast, group, epsilon, rng)
 
+    def report_bounds(
+        self, params: P, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Both stages' messages carry Laplace noise: ``components.report_bounds``."""
+        return comp.report_bounds(task.broadcast, task.round % 2, group, epsilon)
+
     def aggregate(
         self,
         params: P,
@@ -426,6 +445,17 @@ class UserMeanLinf(ComponentProtocol[LinfParams]):
     (§3.6, coordinate-wise E|X_k|^p <= M_p) every Alg-1 call is Alg 1-HT."""
 
     name: ClassVar[str] = "user-mean-linf"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "invocation",
+        "layout",
+        "families",
+        "reference_epsilon",
+        "n_ref",
+        "c_star",
+        "sensitivity",
+        "lo",
+        "hi",
+    )
     summary: ClassVar[str] = (
         "User-level LDP mean of d-dimensional vectors with ℓ∞-bounded samples: coordinates "
         "split over user groups by privacy regime, each by the two-stage mean."
@@ -492,6 +522,19 @@ class UserMeanL2(ComponentProtocol[L2Params]):
     §3.6) Alg 2-HT runs on a(X) with M'_p = K^p·M_p·d^{−p/2}."""
 
     name: ClassVar[str] = "user-mean-l2"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "invocation",
+        "layout",
+        "families",
+        "reference_epsilon",
+        "n_ref",
+        "c_star",
+        "frame_seed",
+        "kashin_observed",
+        "sensitivity",
+        "lo",
+        "hi",
+    )
     summary: ClassVar[str] = (
         "User-level LDP mean of vectors with ℓ2-bounded samples via Kashin coefficients: error "
         "linear in d instead of the ℓ∞ method's d²."
@@ -610,6 +653,17 @@ class UserMeanL1(_Hadamard[L1Params]):
     """Alg 2-H on vectors with ‖X‖₁ <= D (§3.5, Remark 1)."""
 
     name: ClassVar[str] = "user-mean-l1"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "invocation",
+        "layout",
+        "families",
+        "reference_epsilon",
+        "n_ref",
+        "c_star",
+        "sensitivity",
+        "lo",
+        "hi",
+    )
     summary: ClassVar[str] = (
         "User-level LDP mean of vectors with ℓ1-bounded samples via a Hadamard rotation."
     )
@@ -634,6 +688,17 @@ class UserFrequency(_Hadamard[FrequencyParams]):
     entries may fall outside [0, 1] or not sum to exactly 1)."""
 
     name: ClassVar[str] = "user-frequency"
+    broadcast_fields: ClassVar[Mapping[str, str]] = described(
+        "invocation",
+        "layout",
+        "families",
+        "reference_epsilon",
+        "n_ref",
+        "c_star",
+        "sensitivity",
+        "lo",
+        "hi",
+    )
     summary: ClassVar[str] = (
         "User-level LDP distribution estimation over an alphabet of A items via Hadamard "
         "coefficients: squared error linear in A."

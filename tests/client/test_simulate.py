@@ -200,6 +200,10 @@ def test_catalogue_protocols_are_chunk_invariant_and_deterministic(name: str) ->
     for r in results:
         assert np.all(r.charges <= r.population.epsilon + 1e-12)
         assert json.dumps(r.as_json(), allow_nan=False)
+        # honest reports pass the plausibility bounds (each entry fails with p <= 1e-12)
+        for count in r.result.diagnostics["participation"]["rounds"]:
+            assert count["refused"] == count["late"] == count["dropped"] == 0
+            assert count["received"] == count["planned"]
 
 
 def test_each_warning_is_shown_once() -> None:

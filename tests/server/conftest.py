@@ -57,9 +57,12 @@ def _drop_this_runs_schema() -> Iterator[None]:
 
 
 def drop_all(url: str) -> None:
+    """Drop fedldp's tables and Alembic's record of their revision."""
     engine = create_engine(url)
     try:
-        Base.metadata.drop_all(engine)
+        with engine.begin() as connection:
+            Base.metadata.drop_all(connection)
+            connection.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
     finally:
         engine.dispose()
 
@@ -80,8 +83,12 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 
 @pytest.fixture
-def settings(database_url: str) -> Settings:
-    return Settings(database_url=database_url, admin_key=None)
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    # SQLite keeps its central-trust keys beside the file (the default); PostgreSQL's default
+    # (a directory under the system's temporary directory) is shared by every run: give it the
+    # test's own
+    keys = None if database_url.startswith("sqlite") else tmp_path / "keys"
+    return Settings(database_url=database_url, admin_key=None, key_dir=keys)
 
 
 @pytest.fixture

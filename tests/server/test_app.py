@@ -158,6 +158,14 @@ async def test_unparsable_bodies_are_invalid_requests(
     expect_error(response, 422, "invalid_request")
 
 
+async def test_openapi_points_client_authors_at_the_guide(client: httpx.AsyncClient) -> None:
+    document = (await client.get("/openapi.json")).json()
+    assert "docs/clients.md" in document["info"]["description"]
+    task = document["components"]["schemas"]["TaskReport"]["properties"]["broadcast"]
+    assert "`sensitivity`" in task["description"]
+    assert "`n_bins`" in task["description"]
+
+
 async def test_openapi_document_lists_every_route(client: httpx.AsyncClient) -> None:
     response = await client.get("/openapi.json")
     assert response.status_code == 200

@@ -86,6 +86,19 @@ async def test_protocols_lists_the_catalogue_with_parameter_schemas(
         assert info.parameters == described["parameters"]
     user_mean = next(p for p in listed if p.name == "user-mean")
     assert "samples_per_user" in user_mean.parameters["required"]
+    assert user_mean.broadcast_fields == dict(CATALOGUE["user-mean"].broadcast_fields)
+    assert (user_mean.population.epsilon, user_mean.population.min_participants) == (1.0, 600)
+
+
+async def test_protocols_state_the_minimum_population_at_an_epsilon(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.get("/v1/protocols", params={"epsilon": 0.1})
+    listed = {p.name: p for p in ProtocolList.model_validate_json(response.content).protocols}
+    assert listed["user-mean"].population.min_participants == 60_000  # 2·⌈300/0.01⌉ (§1.5)
+    assert listed["central-wme"].population.min_participants == 2
+    assert listed["hetero-mean-laplace"].population.min_participants == 1
+    expect_error(await client.get("/v1/protocols", params={"epsilon": 0}), 422, "invalid_request")
 
 
 async def test_create_list_and_get_a_study(client: httpx.AsyncClient) -> None:

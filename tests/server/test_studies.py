@@ -277,46 +277,44 @@ async def test_reaching_the_enrollment_target_starts_the_study(client: httpx.Asy
 # --------------------------------------------------------------------------- start
 
 
-async def test_start_without_participants_fails_the_study(client: httpx.AsyncClient) -> None:
+async def test_start_without_participants_is_refused_and_the_study_keeps_enrolling(
+    client: httpx.AsyncClient,
+) -> None:
     study = await create_study(client, "hetero-mean-rr")
     error = expect_error(await client.post(f"/v1/studies/{study.id}/start"), 422, "plan_infeasible")
     assert "no participants" in error.detail
+    assert "still enrolling" in error.detail
     view = await study_view(client, study.id)
-    assert view.phase == "failed"
-    assert view.failure_reason == "no participants enrolled"
-    assert view.rounds == []
-    result = ResultView.model_validate_json(
-        (await client.get(f"/v1/studies/{study.id}/result")).content
-    )
-    assert (result.phase, result.estimate, result.failure_reason) == (
-        "failed",
-        None,
-        "no participants enrolled",
-    )
+    assert (view.phase, view.failure_reason, view.rounds) == ("enrolling", None, [])
+    await enroll(client, study.id, [1.0])
+    assert (await start(client, study.id)).phase in ("running", "finished")
 
 
 @pytest.mark.parametrize(
-    ("params", "epsilons", "reason"),
+    ("params", "epsilons", "reason", "more"),
     [
-        # 64 samples → 4 bins: stage one needs a score Σ min(ε², 1) ≥ 300 (§1.5); it has 5.
-        ({"samples_per_user": 64}, [1.0] * 10, "stage one"),
-        ({"samples_per_user": 4}, [1.0], "at least 2 participants"),
+        # 64 samples → 4 bins: stage one needs a score Σ min(ε², 1) ≥ 300 (§1.5); it has 5,
+        # and 600 participants at ε = 1 give its 300 stage-one users exactly 300
+        ({"samples_per_user": 64}, [1.0] * 10, "stage one", 590),
+        ({"samples_per_user": 4}, [1.0], "at least 2 participants", 1),
     ],
 )
-async def test_infeasible_plan_fails_the_study_with_the_reason(
-    client: httpx.AsyncClient, params: dict[str, Any], epsilons: list[float], reason: str
+async def test_an_infeasible_start_is_refused_and_more_participants_make_it_feasible(
+    client: httpx.AsyncClient, params: dict[str, Any], epsilons: list[float], reason: str, more: int
 ) -> None:
     study = await create_study(client, "user-mean", params)
     await enroll(client, study.id, epsilons)
     error = expect_error(await client.post(f"/v1/studies/{study.id}/start"), 422, "plan_infeasible")
     assert reason in error.detail
     view = await study_view(client, study.id)
-    assert view.phase == "failed"
-    assert view.failure_reason is not None
-    assert view.failure_reason.startswith("the plan is infeasible")
-    assert reason in view.failure_reason
-    assert view.rounds == []
-    expect_error(await client.post(f"/v1/studies/{study.id}/start"), 409, "study_not_enrolling")
+    assert (view.phase, view.failure_reason, view.rounds) == ("enrolling", None, [])
+    if more > 1:  # one short of feasible: still refused
+        await enroll(client, study.id, [1.0] * (more - 1))
+        expect_error(await client.post(f"/v1/studies/{study.id}/start"), 422, "plan_infeasible")
+    await enroll(client, study.id, [1.0])
+    view = await start(client, study.id)
+    assert view.phase == "running"
+    assert view.n_participants == len(epsilons) + more
 
 
 async def test_start_twice_is_refused(client: httpx.AsyncClient) -> None:
@@ -585,14 +583,38 @@ async def test_enrollment_may_answer_with_the_block_token_only(client: httpx.Asy
 
 async def test_start_refuses_leased_blocks_with_gaps(client: httpx.AsyncClient) -> None:
     study = await create_study(client, "hetero-mean-rr", enrollment_target=6)
-    await lease(client, study.id, 3)
+    first = await lease(client, study.id, 3)
     await enroll_lease(client, study.id, await lease(client, study.id, 3))
     error = expect_error(await client.post(f"/v1/studies/{study.id}/start"), 422, "plan_infeasible")
     assert "contiguous" in error.detail
     view = await study_view(client, study.id)
-    assert view.phase == "failed"
-    assert view.failure_reason is not None
-    assert "contiguous" in view.failure_reason
+    assert (view.phase, view.failure_reason) == ("enrolling", None)
+    await enroll_lease(client, study.id, first)  # the gap filled: the target starts it
+    assert (await study_view(client, study.id)).phase == "running"
+
+
+async def test_an_enrollment_target_below_the_minimum_population_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    """user-mean with 4 stage-one bins needs 2·⌈300/min(ε², 1)⌉ participants (§1.5): 600 at
+    the most favourable ε the study accepts (ε ≥ 1), 60 000 if it accepts only ε ≤ 0.1."""
+    params = {"samples_per_user": 64}
+    body = {"protocol": "user-mean", "params": params, "seed": 1, "enrollment_target": 599}
+    error = expect_error(await client.post("/v1/studies", json=body), 422, "population_too_small")
+    assert "at least 600" in error.detail
+    await create_study(client, "user-mean", params, enrollment_target=600)
+    capped = {**body, "enrollment_target": 59_999, "epsilon_max": 0.1}
+    error = expect_error(await client.post("/v1/studies", json=capped), 422, "population_too_small")
+    assert "at least 60000" in error.detail
+    await create_study(client, "user-mean", params, enrollment_target=60_000, epsilon_max=0.1)
+    # 16 samples: 2 bins, where stage one cannot fail; 2 participants are enough
+    await create_study(client, "user-mean", {"samples_per_user": 16}, enrollment_target=2)
+    expect_error(
+        await client.post("/v1/studies", json={**body, "params": {"samples_per_user": 16},
+                                               "enrollment_target": 1}),
+        422,
+        "population_too_small",
+    )  # fmt: skip
 
 
 async def test_study_names_are_unique(client: httpx.AsyncClient) -> None:

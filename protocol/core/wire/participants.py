@@ -9,6 +9,7 @@ import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
 from fedldp.protocol.core.base import PayloadKind
+from fedldp.protocol.core.broadcast import glossary_text
 from fedldp.protocol.core.wire.common import (
     MAX_BATCH,
     MAX_ID,
@@ -25,6 +26,12 @@ from fedldp.protocol.core.wire.common import (
 from fedldp.protocol.core.wire.studies import StudyPhase
 
 # --------------------------------------------------------------------------- participants
+
+BROADCAST_DESCRIPTION = (
+    "The round's public broadcast: every constant the participant needs to compute its payload "
+    "(which fields a protocol sends: GET /v1/protocols, broadcast_fields; how to use them: "
+    "docs/clients.md). The fields of the catalogue's protocols:\n" + glossary_text()
+)
 
 
 SAMPLES_KEY = "samples"
@@ -228,7 +235,7 @@ class TaskReport(Model):
     kind: Literal["report"] = "report"
     round: int
     name: str
-    broadcast: dict[str, Any]
+    broadcast: dict[str, Any] = Field(description=BROADCAST_DESCRIPTION)
     payload_kind: PayloadKind
     payload_shape: list[int]
     group: int
@@ -290,7 +297,7 @@ class RoundTasks(Model):
 
     round: int
     name: str
-    broadcast: dict[str, Any]
+    broadcast: dict[str, Any] = Field(description=BROADCAST_DESCRIPTION)
     payload_kind: PayloadKind
     payload_shape: list[int]
     deadline: datetime | None

@@ -21,15 +21,32 @@ from fedldp.protocol.core.wire.common import (
 # --------------------------------------------------------------------------- catalogue
 
 
+class PopulationInfo(Model):
+    """The smallest population the protocol plans for, every participant at ``epsilon``."""
+
+    epsilon: float
+    min_participants: int | None = Field(
+        description="with the protocol's default parameters; None when it has none (the "
+        "minimum then depends on the parameters: see rule)"
+    )
+    rule: str = Field(description="the condition, in words (the paper's feasibility check)")
+
+
 class ProtocolInfo(Model):
     name: str
     version: str
     summary: str
     source: str
     heterogeneity: str
+    dropout: str = ""  # what a round closed on a quorum estimates
     trust: Literal["local", "central"]
     data_kind: str
     parameters: dict[str, Any]
+    broadcast_fields: dict[str, str] = Field(
+        description="each field of the protocol's round broadcasts (a task's broadcast) and "
+        "what a client computes from it (docs/clients.md)"
+    )
+    population: PopulationInfo
 
 
 class ProtocolList(Model):
@@ -98,6 +115,8 @@ class RoundProgress(Model):
     status: Literal["pending", "open", "closed"]
     expected: int
     received: int
+    refused: int = 0  # by the protocol's checks or plausibility bounds
+    late: int = 0  # sent after the round had closed
     deadline: datetime | None
     seconds_left: float | None
 
@@ -144,6 +163,8 @@ class RoundView(Model):
     status: Literal["pending", "open", "closed"]
     expected: int
     received: int
+    refused: int = 0  # by the protocol's checks or plausibility bounds
+    late: int = 0  # sent after the round had closed
     opened_at: datetime | None
     closed_at: datetime | None
     broadcast: dict[str, Any] | None

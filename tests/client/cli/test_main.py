@@ -45,6 +45,23 @@ def test_protocols_json_lists_every_protocol(
     assert params["samples_per_user"]["required"]
 
 
+def test_protocols_state_the_minimum_population_for_an_epsilon(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "protocols", "--json", "--epsilon", "0.5")
+    listed = {p["name"]: p for p in json.loads(out)}
+    assert code == 0
+    user_mean = listed["user-mean"]["population"]
+    assert user_mean["epsilon"] == 0.5
+    assert user_mean["min_participants"] == 2 * 1200  # 2·⌈300/0.25⌉ (§1.5)
+    assert "§1.5" in user_mean["rule"]
+    assert listed["central-wme"]["population"]["min_participants"] == 2
+    assert "sensitivity" in listed["user-mean"]["broadcast_fields"]
+    code, out, _ = run(capsys, "protocols", "--epsilon", "0.5")
+    assert code == 0
+    assert "2400" in out
+
+
 def test_protocols_table(catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "protocols")
     assert code == 0
@@ -131,6 +148,9 @@ def test_help_exits_zero(argv: list[str], capsys: pytest.CaptureFixture[str]) ->
         (["--protocol", "toy-mean", "--csv", "/nonexistent.csv"], "cannot read"),
         (["--protocol", "toy-mean", *SMALL, "--seed", "x"], "invalid int value"),
         (["--protocol", "toy-mean", *SMALL, "--distribution", "cauchy"], "invalid choice"),
+        (["--protocol", "toy-mean", *SMALL, "--late", "0.1"], "--late takes F:S"),
+        (["--protocol", "toy-mean", *SMALL, "--dropout", "2"], "dropout probability"),
+        (["--protocol", "toy-mean", *SMALL, "--attack", "output"], "attack together with"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -148,6 +168,25 @@ def test_bad_input_is_one_line_and_exit_2(
     assert err.startswith("error: ")
     assert err.count("\n") == 1
     assert message in err
+
+
+def test_simulate_behaviour_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["simulate", "--protocol", "baseline-clipped-laplace", *SMALL, "--seed", "3"]
+    code, out, _ = run(
+        capsys, *common, "--json", "--dropout", "0.2", "--late", "0.1:20", "--round-deadline",
+        "10", "--quorum", "0.5", "--join-late", "0.1", "--attack", "output", "--attackers",
+        "0.05",
+    )  # fmt: skip
+    assert code == 0
+    participation = json.loads(out)["diagnostics"]["participation"]
+    (count,) = participation["rounds"]
+    assert participation["joined_late"] > 0
+    assert count["dropped"] > 0
+    assert count["late"] > 0
+    assert count["received"] == count["planned"] - count["dropped"] - count["late"]
+    code, _, err = run(capsys, *common, "--dropout", "0.5", "--quorum", "0.9")
+    assert code == 1
+    assert err.startswith("error: the study failed: round 0 (report) got")
 
 
 def test_missing_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:

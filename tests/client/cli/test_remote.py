@@ -1,16 +1,24 @@
-"""``fedldp swarm``, ``fedldp studies`` and ``fedldp run`` against a real server process."""
+"""``fedldp swarm``, ``fedldp studies`` and ``fedldp run`` against a real server process;
+``fedldp server`` is that process."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from fedldp.client.cli.main import main
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
+from fedldp.client.http.server_process import ServerProcess, free_port, sqlite_url
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
@@ -19,6 +27,12 @@ pytestmark = pytest.mark.e2e
 
 POPULATION = ["--users", "600", "--distribution", "two-point", "--mean", "0.2"]
 MIX = ["--epsilon-mix", "0.5:0.5,2:0.5"]
+FEDLDP = [
+    sys.executable,
+    "-c",
+    "import sys; from fedldp.client.cli.main import main; sys.exit(main())",
+]
+"""The ``fedldp`` command line as a program (its console script, without depending on PATH)."""
 
 
 @pytest.fixture(scope="module")
@@ -197,3 +211,44 @@ def test_a_classification_swarm_reports_its_excess_risk_and_predicts(
     )
     assert code == 2
     assert "invalid_request" in err
+
+
+def test_sigkill_of_fedldp_server_leaves_nothing_serving(tmp_path: Path) -> None:
+    """``fedldp server`` is the server process (exec), not a parent of one: killing the pid the
+    caller holds, with a signal it cannot forward, frees the port."""
+    port = free_port()
+    command = [
+        *FEDLDP,
+        "server",
+        "--port",
+        str(port),
+        "--database-url",
+        sqlite_url(tmp_path / "k.db"),
+    ]
+    with (tmp_path / "server.log").open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=2.0) as http:
+            while True:
+                assert process.poll() is None, (tmp_path / "server.log").read_text()
+                try:
+                    if http.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "the server never became healthy"
+                    time.sleep(0.1)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(10)
+        refused_by = time.monotonic() + 5
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except ConnectionRefusedError:
+                break
+            assert time.monotonic() < refused_by, "something still serves the port"
+            time.sleep(0.05)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -113,6 +113,7 @@ CODES: list[tuple[str, int, type[ApiError]]] = [
     ("unknown_protocol", 404, StudyConfigError),
     ("invalid_params", 422, StudyConfigError),
     ("plan_infeasible", 422, StudyConfigError),
+    ("population_too_small", 422, StudyConfigError),
     ("invalid_request", 422, InvalidRequestError),
     ("epsilon_out_of_range", 422, InvalidRequestError),
     ("internal_error", 500, ServerError),

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from scipy import stats
 
+from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core.base import (
     JSON,
     FloatArray,
@@ -376,3 +377,19 @@ def test_crossover_in_simulation() -> None:
             rel=5 * math.sqrt(2 / reps),
         )
         assert (np.mean(errors**2) > mse_b0) == alg1_loses
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.3, 1.0, 7.0])
+def test_the_minimum_population_is_exactly_where_the_plan_becomes_feasible(epsilon: float) -> None:
+    """§1.5 at equal ε: the closed form (no parameters) is the first n the plan accepts with
+    more than 2 stage-one bins, from both sides; with at most 2 bins only 2 are needed."""
+    protocol = CATALOGUE["user-mean"]
+    many_bins = protocol.parse_params({"samples_per_user": 64})  # 4 bins
+    n = protocol.min_participants(epsilon)
+    assert n == 2 * math.ceil(300 / min(epsilon**2, 1.0))
+    protocol.plan(many_bins, np.full(n, epsilon), {}, 3)
+    with pytest.raises(ValueError, match="infeasible plan"):
+        protocol.plan(many_bins, np.full(n - 1, epsilon), {}, 3)
+    assert protocol.min_participants(epsilon, many_bins) == n  # the plan's own search agrees
+    two_bins = protocol.parse_params({"samples_per_user": 16})
+    assert protocol.min_participants(epsilon, two_bins) == 2
