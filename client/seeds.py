@@ -9,6 +9,12 @@ undo the privatization, so it is never sent.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from fedldp.protocol.core.streams import StreamKey, stream_key
@@ -16,12 +22,14 @@ from fedldp.protocol.core.streams import StreamKey, stream_key
 __all__ = [
     "BEHAVIOUR_PURPOSE",
     "DATA_PURPOSE",
+    "DIGEST_PURPOSE",
     "NOISE_PURPOSE",
     "ROUND_PURPOSE",
     "behaviour_key",
     "data_key",
     "derive_seeds",
     "noise_seed",
+    "population_digest",
     "round_key",
 ]
 
@@ -66,3 +74,18 @@ def round_key(population_seed: int, round_index: int) -> StreamKey:
 def behaviour_key(population_seed: int) -> StreamKey:
     """Key of the streams that draw each user's behaviour (``fedldp.client.behaviour``)."""
     return stream_key(population_seed, BEHAVIOUR_PURPOSE)
+
+
+DIGEST_PURPOSE = 0x44
+
+
+def population_digest(seed: int, spec: Mapping[str, Any]) -> str:
+    """A public fingerprint of a run's population: HMAC-SHA256 of the canonical JSON of its spec
+    (sorted keys, no spaces) under a key derived from the private population seed. Swarms of one
+    run (same seed, same spec) declare the same digest, so a server can refuse a swarm whose
+    population differs; without the private seed it cannot tell which spec a digest belongs to."""
+    population_seed = derive_seeds(seed)[1]
+    state = np.random.SeedSequence(population_seed, spawn_key=(DIGEST_PURPOSE,))
+    key = state.generate_state(8, np.uint32).tobytes()
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()

@@ -1,6 +1,7 @@
 """The FastAPI application factory (STYLE.md rule 5: ``create_app(settings)``, no import-time app).
 
-Errors: every ``FedldpError`` renders as ``{"code", "detail"}`` with its status; request bodies that
+Request bodies are capped per route while they stream in (``fedldp.server.limits``). Errors:
+every ``FedldpError`` renders as ``{"code", "detail"}`` with its status; request bodies that
 fail validation as 422 ``invalid_request``; unknown routes as 404 ``not_found``; anything else as a
 500 ``internal_error`` without a stack trace (which goes to the log).
 
@@ -31,6 +32,7 @@ from fedldp.server.dashboard import add_dashboard
 from fedldp.server.db import Database
 from fedldp.server.errors import FedldpError
 from fedldp.server.grouping import ReportGrouper
+from fedldp.server.limits import BodyLimit
 from fedldp.server.observe import Observe
 from fedldp.server.rounds import sweep
 from fedldp.server.routes import router
@@ -45,7 +47,7 @@ DOCS_ASSETS = "/docs-assets"
 """Where the Swagger UI and ReDoc assets are served from (the installed package's files)."""
 
 _METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
 
 
 def _error(
@@ -119,6 +121,10 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
     def metrics() -> Response:
         """Prometheus metrics of this process (fedldp.server.metrics)."""
         return Response(ctx.metrics.latest(), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_middleware(
+        BodyLimit, single=settings.max_body_bytes, batch=settings.max_batch_body_bytes
+    )
 
     @app.exception_handler(FedldpError)
     async def _fedldp(request: Request, exc: FedldpError) -> JSONResponse:

@@ -5,7 +5,9 @@ token and checks one in a microsecond or two, which the 50 000-report batches ne
 token is HMAC-SHA256(study secret, "study id:block:start:stop"), issued with an enrollment batch
 of the consecutive ids start..stop-1: it stands for the tokens of those participants, whose
 holder it was given to, and for no other (the two messages cannot coincide: a participant's
-names one integer after the study id).
+names one integer after the study id). A lease token is HMAC-SHA256(study secret,
+"study id:lease:serial:start:stop"): the serial numbers a study's leases, so a block leased again
+after its first lease expired gets a new token and the old holder's no longer enrolls it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ __all__ = [
     "block_token_for",
     "block_token_ok",
     "check_admin",
+    "lease_token_for",
+    "lease_token_ok",
     "new_secret",
     "token_for",
     "token_ok",
@@ -67,6 +71,19 @@ def block_token_for(secret: str, study_id: str, start: int, stop: int) -> str:
     """The token of the participants ``start`` to ``stop - 1`` together."""
     mac = hmac.digest(bytes.fromhex(secret), f"{study_id}:block:{start}:{stop}".encode(), "sha256")
     return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+
+def lease_token_for(secret: str, study_id: str, serial: int, start: int, stop: int) -> str:
+    """The token of lease ``serial`` of a study, of the ids ``start`` to ``stop - 1``."""
+    message = f"{study_id}:lease:{serial}:{start}:{stop}".encode()
+    mac = hmac.digest(bytes.fromhex(secret), message, "sha256")
+    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+
+def lease_token_ok(
+    secret: str, study_id: str, serial: int, start: int, stop: int, token: str
+) -> bool:
+    return _same(lease_token_for(secret, study_id, serial, start, stop), token)
 
 
 def block_token_ok(secret: str, study_id: str, start: int, stop: int, token: str) -> bool:

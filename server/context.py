@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
+from fedldp.server import repository as repo
 from fedldp.server.auth import TokenCache
 from fedldp.server.db import Database
 from fedldp.server.keys import KeyStore, default_key_dir
@@ -74,11 +75,24 @@ class Context:
     transitions: Transitions = field(default_factory=Transitions)
     keys: KeyStore = field(init=False)
     metrics: Metrics = field(default_factory=Metrics)
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    """Each study's token key, once read (it never changes): the single-participant routes
+    check a token before they parse the body with no database round trip."""
     _sqlite_turn: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         directory = self.settings.key_dir or default_key_dir(self.settings.database_url)
         self.keys = KeyStore(directory)
+
+    def study_secret(self, study_id: str) -> str | None:
+        """The study's token key (None: no such study); read once per process."""
+        secret = self.secrets.get(study_id)
+        if secret is None:
+            with self.db.session() as session:
+                secret = repo.study_secret(session, study_id)
+            if secret is not None:
+                self.secrets[study_id] = secret
+        return secret
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:

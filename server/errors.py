@@ -10,19 +10,24 @@ from __future__ import annotations
 __all__ = [
     "AdminKeyInvalid",
     "AdminKeyRequired",
+    "BodyTooLarge",
     "BudgetExceeded",
     "DuplicateConflict",
+    "DuplicateKey",
     "EnrollmentFull",
     "EpsilonOutOfRange",
     "FedldpError",
     "ImplausibleReport",
+    "InvalidEncoding",
     "InvalidParams",
     "InvalidPayload",
     "InvalidRequest",
     "InvalidToken",
     "KeyUnavailable",
+    "LeaseExpired",
     "NotFinished",
     "NotInCohort",
+    "NotLeased",
     "NothingToLease",
     "ParticipantExists",
     "PlanInfeasible",
@@ -31,8 +36,10 @@ __all__ = [
     "RoundClosed",
     "StudyEnded",
     "StudyExists",
+    "StudyMismatch",
     "StudyNotEnrolling",
     "StudyNotRunning",
+    "TokenRequired",
     "UnknownParticipant",
     "UnknownProtocol",
     "UnknownRound",
@@ -167,6 +174,44 @@ class BudgetExceeded(FedldpError):
 
 class DuplicateConflict(FedldpError):
     code, status = "duplicate_conflict", 409
+
+
+class TokenRequired(FedldpError):
+    """A participant endpoint called without credentials (checked before the body is)."""
+
+    code, status = "token_required", 401
+
+
+class InvalidEncoding(FedldpError):
+    """A request body that is not UTF-8 (JSON on the wire is UTF-8, RFC 8259 §8.1)."""
+
+    code, status = "invalid_encoding", 415
+
+
+class DuplicateKey(FedldpError):
+    """A JSON object naming one key twice (parsers disagree on which value wins)."""
+
+    code, status = "duplicate_key", 422
+
+
+class BodyTooLarge(FedldpError):
+    code, status = "body_too_large", 413
+
+
+class NotLeased(FedldpError):
+    """Explicit participant ids outside the caller's lease (or without a valid lease token)."""
+
+    code, status = "not_leased", 403
+
+
+class LeaseExpired(FedldpError):
+    code, status = "lease_expired", 409
+
+
+class StudyMismatch(FedldpError):
+    """Joining a study by name with another declaration than its creator's."""
+
+    code, status = "study_mismatch", 409
 
 
 class KeyUnavailable(FedldpError):

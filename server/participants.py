@@ -499,7 +499,7 @@ def submit_many(
     each report's stored receipt when it is an identical resend."""
     index, kind = reports[0].round, reports[0].payload.kind
     ids = [r.participant_id for r in reports]
-    tokens = [r.token for r in reports]
+    tokens = [r.token or "" for r in reports]  # the route put each one's token in
     rows = [payload_row(r.payload).tolist() for r in reports]
     with ctx.transaction() as session:
         study = require_study(session, study_id)

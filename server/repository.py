@@ -30,7 +30,13 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from fedldp.protocol.core.base import FloatArray, IntArray
-from fedldp.server.tables import ContributionRow, ParticipantRow, ReportRow, RoundRow, StudyRow
+from fedldp.server.tables import (
+    ContributionRow,
+    ParticipantRow,
+    ReportRow,
+    RoundRow,
+    StudyRow,
+)
 
 __all__ = [
     "INT_MAX",
@@ -49,7 +55,6 @@ __all__ = [
     "get_study",
     "insert_contributions",
     "insert_reports",
-    "lease_ids",
     "list_rounds",
     "list_studies",
     "load_participants",
@@ -60,6 +65,8 @@ __all__ = [
     "set_study",
     "spent_per_participant",
     "stream_reports",
+    "study_named",
+    "study_secret",
     "transition_study",
     "update_round",
 ]
@@ -232,17 +239,14 @@ def count_participants(session: Session, study_id: str, count: int) -> int | Non
     return None if total is None else int(total)
 
 
-def lease_ids(session: Session, study_id: str, size: int, limit: int) -> int | None:
-    """Reserve the next ``size`` ids below ``limit`` of an enrolling study: the first, or None
-    when every id below ``limit`` is leased (or the study is not enrolling)."""
-    stmt = (
-        update(StudyRow)
-        .where(StudyRow.id == study_id, StudyRow.phase == "enrolling", StudyRow.leased < limit)
-        .values(leased=StudyRow.leased + size)
-        .returning(StudyRow.leased)
-    )
-    total = session.execute(stmt).scalar_one_or_none()
-    return None if total is None else int(total) - size
+def study_named(session: Session, name: str) -> StudyRow | None:
+    return session.execute(select(StudyRow).where(StudyRow.name == name)).scalar_one_or_none()
+
+
+def study_secret(session: Session, study_id: str) -> str | None:
+    return session.execute(
+        select(StudyRow.secret).where(StudyRow.id == study_id)
+    ).scalar_one_or_none()
 
 
 def max_participant_id(session: Session, study_id: str) -> int | None:

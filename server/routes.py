@@ -1,5 +1,6 @@
 """HTTP routes (STYLE.md rule 2): parse, call a service, return. Bodies are
-fedldp.protocol.core.wire models."""
+fedldp.protocol.core.wire models, read by ``fedldp.server.bodies.json_body`` after the caller's
+credentials (``fedldp.server.credentials``); each route lists every refusal it can answer."""
 
 from __future__ import annotations
 
@@ -9,11 +10,56 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from fedldp.protocol.core import wire
-from fedldp.server import participants, streams, studies
-from fedldp.server.auth import check_admin
+from fedldp.server import leases, participants, streams, studies
 from fedldp.server.bodies import documented, json_body
 from fedldp.server.context import Context
-from fedldp.server.errors import FedldpError
+from fedldp.server.credentials import (
+    PARTICIPANT_SCHEME,
+    BlockBearer,
+    LeaseBearer,
+    ParticipantBearer,
+    batch_credentials,
+    enroll_credentials,
+    report_credentials,
+    require_admin,
+    require_token,
+)
+from fedldp.server.errors import (
+    AdminKeyInvalid,
+    AdminKeyRequired,
+    BodyTooLarge,
+    BudgetExceeded,
+    DuplicateConflict,
+    DuplicateKey,
+    EnrollmentFull,
+    EpsilonOutOfRange,
+    FedldpError,
+    InvalidEncoding,
+    InvalidParams,
+    InvalidPayload,
+    InvalidRequest,
+    InvalidToken,
+    LeaseExpired,
+    NotFinished,
+    NothingToLease,
+    NotInCohort,
+    NotLeased,
+    ParticipantExists,
+    PlanInfeasible,
+    PredictionUnsupported,
+    RoundClosed,
+    StudyEnded,
+    StudyExists,
+    StudyMismatch,
+    StudyNotEnrolling,
+    StudyNotRunning,
+    TokenRequired,
+    UnknownParticipant,
+    UnknownProtocol,
+    UnknownRound,
+    UnknownStudy,
+    WrongRound,
+)
 from fedldp.server.grouping import ReportGrouper
 
 __all__ = ["router"]
@@ -23,14 +69,23 @@ router = APIRouter()
 MAX_HOLD_S = 10.0
 """Longest a task batch may be held back (well below the clients' read timeout)."""
 
-_ERROR = {"model": wire.ErrorBody}
-_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: _ERROR,
-    403: _ERROR,
-    404: _ERROR,
-    409: _ERROR,
-    422: _ERROR,
-}
+_BODY = (InvalidEncoding, DuplicateKey, BodyTooLarge, InvalidRequest)
+_ADMIN = (AdminKeyRequired, AdminKeyInvalid)
+_TOKEN = (TokenRequired, InvalidToken)
+
+
+def _refusals(*errors: type[FedldpError]) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` of a route that may refuse with ``errors``: one per status, each
+    listing its stable codes."""
+    codes: dict[int, list[str]] = {}
+    for error in errors:
+        listed = codes.setdefault(error.status, [])
+        if error.code not in listed:
+            listed.append(error.code)
+    return {
+        status: {"model": wire.ErrorBody, "description": "refused: code " + ", ".join(found)}
+        for status, found in sorted(codes.items())
+    }
 
 
 def context(request: Request) -> Context:
@@ -39,21 +94,7 @@ def context(request: Request) -> Context:
 
 
 Ctx = Annotated[Context, Depends(context)]
-AdminKey = Annotated[str | None, Header(alias="x-admin-key", description="the admin key")]
-Authorization = Annotated[
-    str | None, Header(description="Bearer <the participant's token from enrollment>")
-]
-
-
-def _admin(ctx: Context, key: str | None) -> None:
-    check_admin(ctx.settings.admin_key, key)
-
-
-def _bearer(value: str | None) -> str | None:
-    if value is None:
-        return None
-    scheme, _, token = value.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else None
+Admin = [Depends(require_admin)]
 
 
 @router.get("/health", tags=["service"])
@@ -63,7 +104,7 @@ def health(ctx: Ctx) -> wire.Health:
     return wire.Health(status="ok", version=__version__, database=ctx.db.dialect)
 
 
-@router.get("/v1/protocols", tags=["catalogue"])
+@router.get("/v1/protocols", responses=_refusals(InvalidRequest), tags=["catalogue"])
 def protocols(
     epsilon: Annotated[
         float,
@@ -80,11 +121,22 @@ def protocols(
 
 
 @router.post(
-    "/v1/studies", status_code=status.HTTP_201_CREATED, responses=_RESPONSES, tags=["studies"]
+    "/v1/studies",
+    status_code=status.HTTP_201_CREATED,
+    dependencies=Admin,
+    responses=_refusals(
+        *_ADMIN, *_BODY, UnknownProtocol, InvalidParams, StudyExists, StudyMismatch
+    ),
+    tags=["studies"],
+    openapi_extra=documented(wire.StudyCreate),
 )
-def create_study(body: wire.StudyCreate, ctx: Ctx, x_admin_key: AdminKey = None) -> wire.StudyView:
-    """Create a study (admin key needed when the server has one)."""
-    _admin(ctx, x_admin_key)
+def create_study(
+    body: Annotated[wire.StudyCreate, Depends(json_body(wire.StudyCreate))], ctx: Ctx
+) -> wire.StudyView:
+    """Create a study (admin key needed when the server has one). A name already taken
+    answers ``study_exists`` when the request declares what its creator did (protocol, params,
+    seed, enrollment target, population digest: the request may join it), else
+    ``study_mismatch`` naming the first field that differs."""
     return studies.create(ctx, body)
 
 
@@ -93,7 +145,7 @@ def list_studies(ctx: Ctx) -> wire.StudyList:
     return wire.StudyList(studies=studies.list_all(ctx))
 
 
-@router.get("/v1/studies/{study_id}", responses=_RESPONSES, tags=["studies"])
+@router.get("/v1/studies/{study_id}", responses=_refusals(UnknownStudy), tags=["studies"])
 def get_study(study_id: str, ctx: Ctx) -> wire.StudyView:
     """Phase and per-round progress (expected and received reports, time left)."""
     return studies.get(ctx, study_id)
@@ -102,7 +154,10 @@ def get_study(study_id: str, ctx: Ctx) -> wire.StudyView:
 @router.get(
     "/v1/studies/{study_id}/events",
     response_class=StreamingResponse,
-    responses={**_RESPONSES, 200: {"content": {"text/event-stream": {}}}},
+    responses={
+        **_refusals(UnknownStudy, InvalidRequest),
+        200: {"content": {"text/event-stream": {}}},
+    },
     tags=["studies"],
 )
 async def get_events(
@@ -123,86 +178,131 @@ async def get_events(
     )
 
 
-@router.post("/v1/studies/{study_id}/start", responses=_RESPONSES, tags=["studies"])
-def start_study(study_id: str, ctx: Ctx, x_admin_key: AdminKey = None) -> wire.StudyView:
+@router.post(
+    "/v1/studies/{study_id}/start",
+    dependencies=Admin,
+    responses=_refusals(*_ADMIN, UnknownStudy, StudyNotEnrolling, PlanInfeasible),
+    tags=["studies"],
+)
+def start_study(study_id: str, ctx: Ctx) -> wire.StudyView:
     """Close enrollment, fix the plan and open the first round."""
-    _admin(ctx, x_admin_key)
     return studies.start(ctx, study_id)
 
 
-@router.post("/v1/studies/{study_id}/cancel", responses=_RESPONSES, tags=["studies"])
-def cancel_study(study_id: str, ctx: Ctx, x_admin_key: AdminKey = None) -> wire.StudyView:
-    _admin(ctx, x_admin_key)
+@router.post(
+    "/v1/studies/{study_id}/cancel",
+    dependencies=Admin,
+    responses=_refusals(*_ADMIN, UnknownStudy, StudyEnded),
+    tags=["studies"],
+)
+def cancel_study(study_id: str, ctx: Ctx) -> wire.StudyView:
     return studies.cancel(ctx, study_id)
+
+
+_ENROLL = _refusals(
+    *_BODY,
+    TokenRequired,
+    NotLeased,
+    UnknownStudy,
+    LeaseExpired,
+    StudyNotEnrolling,
+    EnrollmentFull,
+    ParticipantExists,
+    EpsilonOutOfRange,
+)
 
 
 @router.post(
     "/v1/studies/{study_id}/participants",
     status_code=status.HTTP_201_CREATED,
-    responses=_RESPONSES,
+    responses=_ENROLL,
     tags=["participants"],
+    openapi_extra=documented(wire.EnrollRequest),
 )
-def enroll(study_id: str, body: wire.EnrollRequest, ctx: Ctx) -> wire.Enrollment:
-    """Enroll one participant with its declared ε: its id and secret token."""
-    enrolled = studies.enroll(ctx, study_id, [body.epsilon], [body.metadata], [body.participant_id])
+def enroll(
+    study_id: str,
+    body: Annotated[wire.EnrollRequest, Depends(json_body(wire.EnrollRequest, enroll_credentials))],
+    ctx: Ctx,
+    lease_token: LeaseBearer = None,
+) -> wire.Enrollment:
+    """Enroll one participant with its declared ε: its id and secret token. An explicit
+    ``participant_id`` must lie in the caller's lease (its token as bearer)."""
+    token = None if lease_token is None else lease_token.credentials
+    enrolled = studies.enroll(
+        ctx, study_id, [body.epsilon], [body.metadata], [body.participant_id], lease_token=token
+    )
     return enrolled.enrollments[0]
 
 
 @router.post(
     "/v1/studies/{study_id}/participants/batch",
     status_code=status.HTTP_201_CREATED,
-    responses=_RESPONSES,
+    responses=_ENROLL,
     tags=["participants"],
     openapi_extra=documented(wire.EnrollBatch),
 )
 def enroll_batch(
-    study_id: str, body: Annotated[wire.EnrollBatch, Depends(json_body(wire.EnrollBatch))], ctx: Ctx
+    study_id: str,
+    body: Annotated[wire.EnrollBatch, Depends(json_body(wire.EnrollBatch, enroll_credentials))],
+    ctx: Ctx,
+    lease_token: LeaseBearer = None,
 ) -> wire.EnrollmentBatch:
     """Enroll many participants: their ids and tokens, and, when the ids are consecutive, the
-    block token that stands for all of them on the batch endpoints (``block_only``: that alone)."""
-    return studies.enroll(ctx, study_id, *body.rows(), block_only=body.block_only)
+    block token that stands for all of them on the batch endpoints (``block_only``: that alone).
+    Explicit ``participant_ids`` must all lie in the caller's lease (its token as bearer)."""
+    token = None if lease_token is None else lease_token.credentials
+    return studies.enroll(
+        ctx, study_id, *body.rows(), block_only=body.block_only, lease_token=token
+    )
 
 
 @router.post(
     "/v1/studies/{study_id}/leases",
     status_code=status.HTTP_201_CREATED,
-    responses=_RESPONSES,
+    dependencies=Admin,
+    responses=_refusals(*_ADMIN, *_BODY, UnknownStudy, StudyNotEnrolling, NothingToLease),
     tags=["participants"],
+    openapi_extra=documented(wire.LeaseRequest),
 )
 def lease(
-    study_id: str, body: wire.LeaseRequest, ctx: Ctx, x_admin_key: AdminKey = None
+    study_id: str,
+    body: Annotated[wire.LeaseRequest, Depends(json_body(wire.LeaseRequest))],
+    ctx: Ctx,
 ) -> wire.Lease:
-    """Reserve the next block of participant ids for one swarm (studies with an enrollment
-    target; swarms then enroll their block with explicit participant ids). Needs the admin key
-    when the server has one: a lease holds ids until the enrollment deadline."""
-    _admin(ctx, x_admin_key)
-    return studies.lease(ctx, study_id, body.size)
+    """Reserve a block of participant ids for one swarm, with the token that enrolls them
+    (explicit participant ids; nobody else can). The block expires unless all of it enrolls
+    within the server's lease TTL; its ids then go to the next lease. Needs the admin key when
+    the server has one."""
+    return leases.grant(ctx, study_id, body.size)
 
 
 @router.get(
     "/v1/studies/{study_id}/participants/{participant_id}/task",
     response_model=wire.Task,
-    responses=_RESPONSES,
+    responses=_refusals(*_TOKEN, UnknownStudy, UnknownParticipant, InvalidRequest),
     tags=["participants"],
 )
 def get_task(
-    study_id: str, participant_id: int, ctx: Ctx, authorization: Authorization = None
+    study_id: str, participant_id: int, ctx: Ctx, token: ParticipantBearer = None
 ) -> wire.Task:
     """What the participant should do now: wait, report (round, broadcast, ε), or nothing."""
-    return participants.task(ctx, study_id, participant_id, _bearer(authorization))
+    return participants.task(ctx, study_id, participant_id, require_token(token))
 
 
 @router.post(
     "/v1/studies/{study_id}/tasks",
-    responses=_RESPONSES,
+    responses=_refusals(*_BODY, *_TOKEN, UnknownStudy, UnknownParticipant),
     tags=["participants"],
     openapi_extra=documented(wire.TaskBatchRequest),
 )
 async def get_tasks(
     study_id: str,
-    body: Annotated[wire.TaskBatchRequest, Depends(json_body(wire.TaskBatchRequest))],
+    body: Annotated[
+        wire.TaskBatchRequest, Depends(json_body(wire.TaskBatchRequest, batch_credentials))
+    ],
     ctx: Ctx,
     hold: Annotated[float, Query(ge=0, le=MAX_HOLD_S)] = 0.0,
+    block: BlockBearer = None,
 ) -> wire.TaskBatch:
     """The tasks of many participants (with each one's token, or block tokens covering them).
     ``hold=S`` (seconds) holds the answer while none of them has a report task and some would
@@ -210,12 +310,41 @@ async def get_tasks(
     return await participants.tasks_when_ready(ctx, study_id, body.participant_ids, body, hold)
 
 
-@router.post("/v1/studies/{study_id}/reports", responses=_RESPONSES, tags=["reports"])
+_REPORT = (
+    *_TOKEN,
+    UnknownStudy,
+    UnknownParticipant,
+    StudyNotRunning,
+    RoundClosed,
+    WrongRound,
+    NotInCohort,
+    BudgetExceeded,
+    DuplicateConflict,
+    InvalidPayload,
+)
+
+
+@router.post(
+    "/v1/studies/{study_id}/reports",
+    status_code=status.HTTP_201_CREATED,
+    responses={
+        200: {"model": wire.Receipt, "description": "a resend: the receipt it got the first time"},
+        **_refusals(*_BODY, *_REPORT),
+    },
+    tags=["reports"],
+    # the scheme declared by hand: a security dependency would cost the hot path a dependency
+    # (report_credentials reads the header itself)
+    openapi_extra=documented(wire.ReportSubmit, security=[{PARTICIPANT_SCHEME: []}]),
+)
 async def submit_report(
-    study_id: str, body: wire.ReportSubmit, request: Request, response: Response
+    study_id: str,
+    body: Annotated[wire.ReportSubmit, Depends(json_body(wire.ReportSubmit, report_credentials))],
+    request: Request,
+    response: Response,
 ) -> wire.Receipt:
-    """One privatized report (idempotent: resending it returns the same receipt). Concurrent
-    reports are stored together, one transaction per group (fedldp.server.grouping)."""
+    """One privatized report (idempotent: resending it returns the same receipt), with the
+    participant's token as bearer. Concurrent reports are stored together, one transaction per
+    group (fedldp.server.grouping)."""
     grouper: ReportGrouper = request.app.state.grouper
     receipt = await grouper.submit(study_id, body)
     response.status_code = status.HTTP_200_OK if receipt.duplicate else status.HTTP_201_CREATED
@@ -224,12 +353,15 @@ async def submit_report(
 
 @router.post(
     "/v1/studies/{study_id}/reports/batch",
-    responses=_RESPONSES,
+    responses=_refusals(*_BODY, *_REPORT),
     tags=["reports"],
     openapi_extra=documented(wire.ReportBatch),
 )
 def submit_reports(
-    study_id: str, body: Annotated[wire.ReportBatch, Depends(json_body(wire.ReportBatch))], ctx: Ctx
+    study_id: str,
+    body: Annotated[wire.ReportBatch, Depends(json_body(wire.ReportBatch, batch_credentials))],
+    ctx: Ctx,
+    block: BlockBearer = None,
 ) -> wire.BatchReceipt:
     """Many participants' privatized reports for one round (with each one's token, or block
     tokens covering them); rejected items are listed."""
@@ -242,24 +374,36 @@ def submit_reports(
     return receipt
 
 
-@router.get("/v1/studies/{study_id}/rounds", responses=_RESPONSES, tags=["results"])
+@router.get("/v1/studies/{study_id}/rounds", responses=_refusals(UnknownStudy), tags=["results"])
 def get_rounds(study_id: str, ctx: Ctx) -> wire.RoundsView:
     return studies.rounds_of(ctx, study_id)
 
 
-@router.get("/v1/studies/{study_id}/rounds/{index}", responses=_RESPONSES, tags=["results"])
+@router.get(
+    "/v1/studies/{study_id}/rounds/{index}",
+    responses=_refusals(UnknownStudy, UnknownRound, InvalidRequest),
+    tags=["results"],
+)
 def get_round(study_id: str, index: int, ctx: Ctx) -> wire.RoundView:
     """A round's public broadcast and output."""
     return studies.round_of(ctx, study_id, index)
 
 
-@router.get("/v1/studies/{study_id}/result", responses=_RESPONSES, tags=["results"])
+@router.get(
+    "/v1/studies/{study_id}/result",
+    responses=_refusals(UnknownStudy, NotFinished),
+    tags=["results"],
+)
 def get_result(study_id: str, ctx: Ctx) -> wire.ResultView:
     """Estimate, error bar, diagnostics and ε summary of a finished study (409 before)."""
     return studies.result(ctx, study_id)
 
 
-@router.get("/v1/studies/{study_id}/epsilon", responses=_RESPONSES, tags=["results"])
+@router.get(
+    "/v1/studies/{study_id}/epsilon",
+    responses=_refusals(UnknownStudy, InvalidRequest),
+    tags=["results"],
+)
 def get_epsilon(
     study_id: str, ctx: Ctx, bins: Annotated[int, Query(ge=1, le=200)] = 20
 ) -> wire.EpsilonLedgerView:
@@ -267,8 +411,17 @@ def get_epsilon(
     return studies.epsilon_ledger(ctx, study_id, bins)
 
 
-@router.post("/v1/studies/{study_id}/predict", responses=_RESPONSES, tags=["results"])
-def post_predict(study_id: str, body: wire.PredictRequest, ctx: Ctx) -> wire.PredictView:
+@router.post(
+    "/v1/studies/{study_id}/predict",
+    responses=_refusals(*_BODY, UnknownStudy, NotFinished, PredictionUnsupported),
+    tags=["results"],
+    openapi_extra=documented(wire.PredictRequest),
+)
+def post_predict(
+    study_id: str,
+    body: Annotated[wire.PredictRequest, Depends(json_body(wire.PredictRequest))],
+    ctx: Ctx,
+) -> wire.PredictView:
     """Predictions of a finished user-classify or user-regress study for feature rows (at most
     10,000 per request; each row of the study's feature dimension, values in [0, 1] per axis,
     others clipped into it). 409 before the study finishes; 422 for other protocols."""
@@ -277,11 +430,11 @@ def post_predict(study_id: str, body: wire.PredictRequest, ctx: Ctx) -> wire.Pre
 
 @router.get(
     "/v1/studies/{study_id}/participants/{participant_id}/budget",
-    responses=_RESPONSES,
+    responses=_refusals(*_TOKEN, UnknownStudy, UnknownParticipant, InvalidRequest),
     tags=["participants"],
 )
 def get_budget(
-    study_id: str, participant_id: int, ctx: Ctx, authorization: Authorization = None
+    study_id: str, participant_id: int, ctx: Ctx, token: ParticipantBearer = None
 ) -> wire.BudgetView:
     """The participant's ε ledger: declared, planned per round, spent."""
-    return participants.budget(ctx, study_id, participant_id, _bearer(authorization))
+    return participants.budget(ctx, study_id, participant_id, require_token(token))

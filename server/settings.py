@@ -49,6 +49,22 @@ class Settings(BaseSettings):
     aggregate_chunk: int = Field(
         8192, ge=1, description="reports per chunk streamed from the database into aggregation"
     )
+    lease_ttl_s: float = Field(
+        600.0,
+        gt=0,
+        description="how long a lease holds its ids: one not fully enrolled by then expires, and "
+        "its ids go to the next lease",
+    )
+    max_body_bytes: int = Field(
+        1 << 20, ge=1024, description="largest request body of a single-participant or admin route"
+    )
+    max_batch_body_bytes: int = Field(
+        128 << 20,
+        ge=1024,
+        description="largest request body of the batch routes (enrollment, task and report "
+        "batches) and of predictions: 50 000 packed reports of 300 numbers, or 50 000 columnar "
+        "enrollments with 64 public features each, with room to spare",
+    )
     key_dir: Path | None = Field(
         None,
         description=(

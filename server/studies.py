@@ -4,6 +4,7 @@ fedldp.server.routes)."""
 from __future__ import annotations
 
 import functools
+import json
 import secrets
 import uuid
 from collections.abc import Sequence
@@ -23,7 +24,6 @@ from fedldp.protocol.core.wire import (
     BlockToken,
     EnrollmentBatch,
     EpsilonLedgerView,
-    Lease,
     PredictRequest,
     PredictView,
     ProtocolInfo,
@@ -34,7 +34,7 @@ from fedldp.protocol.core.wire import (
     StudyCreate,
     StudyView,
 )
-from fedldp.server import eventlog
+from fedldp.server import eventlog, lease_rows, leases
 from fedldp.server import repository as repo
 from fedldp.server.auth import block_token_for, new_secret, tokens_for
 from fedldp.server.context import Context
@@ -45,13 +45,13 @@ from fedldp.server.errors import (
     InvalidRequest,
     KeyUnavailable,
     NotFinished,
-    NothingToLease,
     ParticipantExists,
     PlanInfeasible,
     PopulationTooSmall,
     PredictionUnsupported,
     StudyEnded,
     StudyExists,
+    StudyMismatch,
     StudyNotEnrolling,
     UnknownProtocol,
     UnknownRound,
@@ -69,7 +69,6 @@ __all__ = [
     "enroll",
     "epsilon_ledger",
     "get",
-    "lease",
     "list_all",
     "require_study",
     "result",
@@ -89,6 +88,44 @@ def require_study(session: Session, study_id: str) -> StudyRow:
 
 def _view(session: Session, study: StudyRow) -> StudyView:
     return study_view(study, repo.list_rounds(session, study.id), utcnow())
+
+
+def _parse_params(protocol: Protocol[Any], raw: dict[str, Any]) -> Any:
+    """The protocol's parameters, validated strictly (as JSON: no string or boolean for a
+    number, no float for an integer) and against their bounds; InvalidParams otherwise."""
+    try:
+        text = json.dumps(raw, allow_nan=False)
+    except ValueError:
+        raise InvalidParams(f"invalid parameters for {protocol.name}: not finite") from None
+    return protocol.params_model.model_validate_json(text, strict=True)
+
+
+def _declared(study: StudyRow) -> dict[str, Any]:
+    """What a study's creator declared and a swarm joining it must declare alike."""
+    return {
+        "protocol": study.protocol,
+        "params": study.params,
+        "seed": study.seed,
+        "enrollment_target": study.enrollment_target,
+        "population_digest": study.population_digest,
+    }
+
+
+def _mismatch(ctx: Context, name: str, mine: dict[str, Any]) -> None:
+    """StudyMismatch naming the first field in which the study called ``name`` differs from
+    ``mine`` (nothing when it does not)."""
+    with ctx.transaction() as session:
+        study = repo.study_named(session, name)
+        if study is None:
+            return
+        theirs = _declared(study)
+    for field, value in mine.items():
+        if theirs[field] != value:
+            raise StudyMismatch(
+                f"study {name!r} was created with another {field} than this request's: joining "
+                "swarms must declare the same protocol, params, seed, enrollment target and "
+                "population"
+            )
 
 
 @functools.lru_cache(maxsize=64)
@@ -124,7 +161,7 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
             f"no protocol {body.protocol!r}; the catalogue has {', '.join(sorted(CATALOGUE))}"
         )
     try:
-        params = protocol.parse_params(body.params)
+        params = _parse_params(protocol, body.params)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}" for e in exc.errors()
@@ -161,6 +198,7 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         quorum=body.quorum,
         epsilon_min=body.epsilon_min,
         epsilon_max=body.epsilon_max,
+        population_digest=body.population_digest,
         n_participants=0,
         current_round=None,
         failure_reason=None,
@@ -180,7 +218,9 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
             eventlog.phase_changed(session, study.id, "enrolling")
             return _view(session, study)
     except IntegrityError:
+        assert body.name is not None  # the only unique column a new study can collide on
         ctx.keys.destroy(study.id)
+        _mismatch(ctx, body.name, _declared(study))
         raise StudyExists(f"a study named {body.name!r} exists already") from None
 
 
@@ -258,9 +298,11 @@ def enroll(
     requested: list[int | None],
     *,
     block_only: bool = False,
+    lease_token: str | None = None,
 ) -> EnrollmentBatch:
-    """Enroll participants (their ε, metadata and requested ids), numbered by the server in
-    arrival order or, all of them, with the ids they give (a lease's); the enrollment target,
+    """Enroll participants (their ε, metadata and requested ids), numbered by the server with
+    ids outside every lease or, all of them, with the ids they give, which must lie in the lease
+    whose ``lease_token`` the caller holds (``fedldp.server.leases``); the enrollment target,
     when reached, starts the study. The answer holds each participant's token and, for
     consecutive ids, their block token; ``block_only``: the block token alone (the tokens are
     not even computed)."""
@@ -284,12 +326,25 @@ def enroll(
                     f"study {study_id} has {study.n_participants} of its {target} participants; "
                     f"{len(epsilons)} more do not fit"
                 )
-            if explicit and target is not None and max(explicit) >= target:
-                raise InvalidRequest(f"participant ids must lie below the target {target}")
+            lease = None
+            if explicit:
+                lease = leases.authorise(session, study, explicit, lease_token, now)
+                ids = explicit
+            else:
+                first = lease_rows.take_ids(session, study_id, len(epsilons), None)
+                if first is None:
+                    raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
+                if target is not None and first + len(epsilons) > target:
+                    raise EnrollmentFull(
+                        f"study {study_id} has no {len(epsilons)} participant ids below its "
+                        f"target {target} left outside its leases"
+                    )
+                ids = list(range(first, first + len(epsilons)))
             total = repo.count_participants(session, study_id, len(epsilons))
             if total is None:
                 raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
-            ids = explicit or list(range(total - len(epsilons), total))
+            if lease is not None:
+                lease_rows.count_enrolled(session, study_id, lease.serial, len(ids))
             repo.add_participants(
                 session,
                 study_id,
@@ -307,7 +362,7 @@ def enroll(
             if full:
                 start_study(ctx, session, require_study(session, study_id), now)
     except IntegrityError:
-        # server-numbered ids (no explicit ones) can run into ids enrolled from a lease
+        # only explicit ids can: the server numbers the others outside every lease
         span = f"{min(explicit)}..{max(explicit)}" if explicit else "numbered by the server"
         raise ParticipantExists(
             f"some of participant ids {span} of study {study_id} are enrolled already"
@@ -325,22 +380,6 @@ def _block_token(study: StudyRow, ids: list[int]) -> BlockToken | None:
     return BlockToken(
         start=start, stop=stop, token=block_token_for(study.secret, study.id, start, stop)
     )
-
-
-def lease(ctx: Context, study_id: str, size: int) -> Lease:
-    """Reserve the next block of at most ``size`` participant ids for one swarm (leased
-    enrollment: swarms that share a study take disjoint blocks, up to the enrollment target)."""
-    with ctx.transaction() as session:
-        study = require_study(session, study_id)
-        target = study.enrollment_target
-        if target is None:
-            raise InvalidRequest(f"study {study_id} has no enrollment target; leases need one")
-        if study.phase != "enrolling":
-            raise StudyNotEnrolling(f"study {study_id} is {study.phase}; enrollment is closed")
-        first = repo.lease_ids(session, study_id, size, target)
-        if first is None:
-            raise NothingToLease(f"all {target} participant ids of study {study_id} are leased")
-        return Lease(study_id=study_id, start=first, stop=min(first + size, target))
 
 
 def rounds_of(ctx: Context, study_id: str) -> RoundsView:

@@ -30,6 +30,7 @@ __all__ = [
     "Base",
     "ContributionRow",
     "EventRow",
+    "LeaseRow",
     "ParticipantRow",
     "ReportRow",
     "RoundRow",
@@ -90,7 +91,10 @@ class StudyRow(Base):
     epsilon_min: Mapped[float | None] = mapped_column(Float, nullable=True)
     epsilon_max: Mapped[float | None] = mapped_column(Float, nullable=True)
     n_participants: Mapped[int] = mapped_column(Integer, default=0)
-    leased: Mapped[int] = mapped_column(Integer, default=0)  # ids handed out in leases
+    # the next id never handed out: leases and server-numbered enrollments take ids from here
+    leased: Mapped[int] = mapped_column(Integer, default=0)
+    # what the creator declared of its population: a keyed digest (see StudyCreate)
+    population_digest: Mapped[str | None] = mapped_column(String(128), nullable=True)
     current_round: Mapped[int | None]
     failure_reason: Mapped[str | None] = mapped_column(Text)
     warnings: Mapped[list[Any]]
@@ -98,6 +102,23 @@ class StudyRow(Base):
     # the number of the study's last event (fedldp.server.eventlog allocates the next under
     # this row's lock, so a study's events commit in the order of their numbers)
     last_event: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class LeaseRow(Base):
+    """A block [start, stop) of participant ids reserved for one caller until ``expires_at``,
+    unless all ``stop - start`` of them enroll before (``enrolled`` counts them). ``serial``
+    numbers the study's leases (it is in the lease token): an expired block is leased again
+    under a new serial, and the old token no longer enrolls it."""
+
+    __tablename__ = "leases"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    serial: Mapped[int] = mapped_column(Integer, primary_key=True)
+    start: Mapped[int] = mapped_column(Integer)
+    stop: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[datetime]
+    enrolled: Mapped[int] = mapped_column(Integer, default=0)
+    released: Mapped[bool] = mapped_column(default=False)  # expired and leased again
 
 
 class ParticipantRow(Base):

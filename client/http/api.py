@@ -106,17 +106,19 @@ class NotFoundError(ApiError):
 
 
 class AuthError(ApiError):
-    """invalid_token, admin_key_required, admin_key_invalid."""
+    """invalid_token, token_required, not_leased, admin_key_required, admin_key_invalid."""
 
 
 class PhaseError(ApiError):
     """The study or round is not in a state that allows the request: study_not_enrolling,
-    study_not_running, round_closed, wrong_round, not_finished."""
+    study_not_running, round_closed, wrong_round, not_finished, lease_expired, study_mismatch
+    (and the other conflicts listed in ``_FAMILIES``)."""
 
 
 class InvalidRequestError(ApiError):
-    """invalid_request: a body or query the server could not parse; epsilon_out_of_range: an ε
-    outside the range the study accepts at enrollment."""
+    """invalid_request: a body or query the server could not parse (invalid_encoding,
+    duplicate_key, body_too_large: before parsing it);
+    epsilon_out_of_range: an ε outside the range the study accepts at enrollment."""
 
 
 class ReportRejectedError(InvalidRequestError):
@@ -140,7 +142,16 @@ class UnavailableError(ServerError):
 
 _FAMILIES: dict[str, type[ApiError]] = {
     **dict.fromkeys(("unknown_study", "unknown_participant"), NotFoundError),
-    **dict.fromkeys(("invalid_token", "admin_key_required", "admin_key_invalid"), AuthError),
+    **dict.fromkeys(
+        (
+            "invalid_token",
+            "token_required",
+            "not_leased",
+            "admin_key_required",
+            "admin_key_invalid",
+        ),
+        AuthError,
+    ),
     **dict.fromkeys(
         (
             "study_not_enrolling",
@@ -153,6 +164,8 @@ _FAMILIES: dict[str, type[ApiError]] = {
             "nothing_to_lease",
             "participant_exists",
             "enrollment_full",
+            "lease_expired",
+            "study_mismatch",
         ),
         PhaseError,
     ),
@@ -170,7 +183,15 @@ _FAMILIES: dict[str, type[ApiError]] = {
         ("unknown_protocol", "invalid_params", "plan_infeasible", "population_too_small"),
         StudyConfigError,
     ),
-    "invalid_request": InvalidRequestError,
+    **dict.fromkeys(
+        (
+            "invalid_request",
+            "invalid_encoding",
+            "duplicate_key",
+            "body_too_large",
+        ),
+        InvalidRequestError,
+    ),
     "epsilon_out_of_range": InvalidRequestError,
     "internal_error": ServerError,
 }
@@ -286,14 +307,16 @@ class ApiClient:
         token: str | None = None,
         admin: bool = False,
         idempotent: bool | None = None,
+        exclude: set[str] | None = None,
     ) -> httpx.Response:
-        """Send one request with the retry policy; the 2xx response, or raise an ``ApiError``."""
+        """Send one request with the retry policy; the 2xx response, or raise an ``ApiError``
+        (``exclude``: fields of ``body`` not to send)."""
         if idempotent is None:
             idempotent = method in ("GET", "HEAD")
         headers: dict[str, str] = {}
         content: bytes | None = None
         if body is not None:
-            content = body.model_dump_json().encode()
+            content = body.model_dump_json(exclude=exclude).encode()
             headers["content-type"] = "application/json"
         if token is not None:
             headers["authorization"] = f"Bearer {token}"
@@ -349,9 +372,16 @@ class ApiClient:
         token: str | None = None,
         admin: bool = False,
         idempotent: bool | None = None,
+        exclude: set[str] | None = None,
     ) -> M:
         response = await self.request(
-            method, path, body=body, token=token, admin=admin, idempotent=idempotent
+            method,
+            path,
+            body=body,
+            token=token,
+            admin=admin,
+            idempotent=idempotent,
+            exclude=exclude,
         )
         return _decode(model, response)
 
@@ -378,14 +408,28 @@ class ApiClient:
     async def cancel_study(self, study_id: str) -> StudyView:
         return await self._call(StudyView, "POST", f"/v1/studies/{study_id}/cancel", admin=True)
 
-    async def enroll(self, study_id: str, request: EnrollRequest) -> Enrollment:
+    async def enroll(
+        self, study_id: str, request: EnrollRequest, lease: Lease | None = None
+    ) -> Enrollment:
+        """Enroll one participant (an explicit ``participant_id`` needs its ``lease``)."""
         return await self._call(
-            Enrollment, "POST", f"/v1/studies/{study_id}/participants", body=request
+            Enrollment,
+            "POST",
+            f"/v1/studies/{study_id}/participants",
+            body=request,
+            token=None if lease is None else lease.token,
         )
 
-    async def enroll_batch(self, study_id: str, batch: EnrollBatch) -> EnrollmentBatch:
+    async def enroll_batch(
+        self, study_id: str, batch: EnrollBatch, lease: Lease | None = None
+    ) -> EnrollmentBatch:
+        """Enroll many participants (explicit ``participant_ids`` need their ``lease``)."""
         return await self._call(
-            EnrollmentBatch, "POST", f"/v1/studies/{study_id}/participants/batch", body=batch
+            EnrollmentBatch,
+            "POST",
+            f"/v1/studies/{study_id}/participants/batch",
+            body=batch,
+            token=None if lease is None else lease.token,
         )
 
     async def lease(self, study_id: str, size: int) -> Lease:
@@ -415,8 +459,15 @@ class ApiClient:
         return await self._call(TaskBatch, "POST", path, body=request, idempotent=True)
 
     async def submit_report(self, study_id: str, report: ReportSubmit) -> Receipt:
+        """One report; its token travels as ``Authorization: Bearer``, not in the body."""
         return await self._call(
-            Receipt, "POST", f"/v1/studies/{study_id}/reports", body=report, idempotent=True
+            Receipt,
+            "POST",
+            f"/v1/studies/{study_id}/reports",
+            body=report,
+            token=report.token,
+            idempotent=True,
+            exclude={"token"},
         )
 
     async def submit_reports(self, study_id: str, batch: ReportBatch) -> BatchReceipt:

@@ -17,11 +17,11 @@ This is also the Python API for users' scripts::
 
 Flow (DESIGN.md "Flow of a study"): optionally create the study with the public study seed
 ``derive_seeds(seed)[0]`` (the population seed stays here); enroll the whole population with
-participant id = population index, given explicitly, two batch requests in flight; start
-the study; let the users work (``fedldp.client.http.agents``) until every one is done; fetch the
-result. With
-``processes=K`` the users are split into K contiguous blocks run by K spawned worker processes, each
-with its own HTTP client; enrollment and the result stay with the parent.
+participant id = population index, given explicitly from leases, two batch requests in flight;
+start the study; let the users work (``fedldp.client.http.agents``) until every one is done;
+fetch the result. With ``processes=K`` the users are split into K contiguous blocks run by K
+spawned worker processes, each with its own HTTP client; enrollment and the result stay with the
+parent.
 """
 
 from __future__ import annotations
@@ -48,14 +48,15 @@ from fedldp.client.http.user import Privatizer
 from fedldp.client.population.build import AnyPopulation, PopulationSpec, build_population
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
-from fedldp.client.seeds import derive_seeds, noise_seed
+from fedldp.client.seeds import derive_seeds, noise_seed, population_digest
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import JSON, FloatArray, IntArray, Protocol, split_sizes
+from fedldp.protocol.core.base import JSON, FloatArray, IntArray, Protocol, jsonable, split_sizes
 from fedldp.protocol.core.wire import (
     MAX_BATCH,
     BlockToken,
     EnrollBatch,
     EnrollmentBatch,
+    Lease,
     ResultView,
     StudyCreate,
     StudyView,
@@ -145,14 +146,19 @@ def view_summary(
     return out
 
 
-def _population(population: AnyPopulation | PopulationSpec, seed: int | None) -> AnyPopulation:
+def _population(
+    population: AnyPopulation | PopulationSpec, seed: int | None
+) -> tuple[AnyPopulation, str]:
+    """The population and its digest (``population_digest`` of its spec, or of its public
+    description when given built)."""
     if isinstance(population, PopulationSpec):
         if seed is None:
             raise ValueError("a PopulationSpec needs a seed")
-        return build_population(population, seed)
+        spec: JSON = population.model_dump(mode="json")
+        return build_population(population, seed), population_digest(seed, spec)
     if seed is not None and seed != population.seed:
         raise ValueError(f"seed {seed} differs from the population's seed {population.seed}")
-    return population
+    return population, population_digest(population.seed, population.describe())
 
 
 def _local_protocol(name: str) -> Protocol[Any]:
@@ -203,13 +209,13 @@ def _enroll_batch(
 async def refuse_late_joiners(
     api: ApiClient, study: StudyView, population: AnyPopulation, joiners: IntArray
 ) -> int:
-    """Behaviour ``join_late``: these users try to enroll after the study started; the server
-    refuses them (``study_not_enrolling``). How many it refused."""
-    first = study.n_participants
+    """Behaviour ``join_late``: these users try to enroll after the study started (numbered by
+    the server: explicit ids would need a lease); the server refuses them
+    (``study_not_enrolling``). How many it refused."""
     for start in range(0, joiners.size, ENROLL_CHUNK):
         stop = min(start + ENROLL_CHUNK, joiners.size)
         batch = _enroll_batch(population, start, stop, members=joiners).model_copy(
-            update={"participant_ids": list(range(first + start, first + stop))}
+            update={"participant_ids": None}
         )
         try:
             await api.enroll_batch(study.id, batch)
@@ -223,28 +229,37 @@ async def refuse_late_joiners(
     return int(joiners.size)
 
 
-async def join(
-    api: ApiClient, name: str, create: StudyCreate, population: AnyPopulation
-) -> StudyView:
-    """The study called ``name``: created with the population size as enrollment target by the
-    first swarm to ask, found by the others (which check it is the same study)."""
+async def join(api: ApiClient, name: str, create: StudyCreate) -> StudyView:
+    """The study called ``name``: created by the first swarm to ask (with the population size
+    as enrollment target and the population's digest), found by the others, whose declaration
+    (protocol, params, study seed, target, population digest) must be the creator's: the server
+    refuses another (``study_mismatch``), and so does this side, should the server not."""
     try:
         return await api.create_study(create.model_copy(update={"name": name}))
     except PhaseError as exc:
+        if exc.code == "study_mismatch":
+            raise SwarmError("study_mismatch", exc.detail) from None
         if exc.code != "study_exists":
             raise
     found = [s for s in (await api.list_studies()).studies if s.name == name]
     if not found:
         raise SwarmError("study_missing", f"study {name!r} exists but is not listed")
     study = found[0]
-    mine = (create.protocol, create.seed, population.n)
-    theirs = (study.protocol, study.seed, study.enrollment_target)
-    if mine != theirs:
-        raise SwarmError(
-            "study_mismatch",
-            f"study {name!r} runs (protocol, study seed, users) = {theirs}, this swarm {mine}: "
-            "give every swarm of a study the same protocol, seed and population",
-        )
+    params = _local_protocol(create.protocol).parse_params(create.params)
+    mine = {
+        "protocol": create.protocol,
+        "params": jsonable(params.model_dump(mode="json", exclude_unset=True)),
+        "seed": create.seed,
+        "enrollment_target": create.enrollment_target,
+        "population_digest": create.population_digest,
+    }
+    for key, value in mine.items():
+        if getattr(study, key) != value:
+            raise SwarmError(
+                "study_mismatch",
+                f"study {name!r} was created with another {key} than this swarm's: give every "
+                "swarm of a study the same protocol, params, seed and population",
+            )
     return study
 
 
@@ -271,7 +286,7 @@ async def enroll_leases(
                 break
             raise
         answer = await api.enroll_batch(
-            study.id, _enroll_batch(population, lease.start, lease.stop, block_only)
+            study.id, _enroll_batch(population, lease.start, lease.stop, block_only), lease
         )
         slots += range(lease.start, lease.stop)
         ids += answer.participant_ids
@@ -294,10 +309,11 @@ async def enroll(
     block_only: bool = False,
     members: IntArray | None = None,
 ) -> Roster:
-    """Enroll every user with participant id = slot (given explicitly, so that a few batches
-    can be in flight at once). ``block_only`` asks for each batch's block token and not for
-    every user's token: enough for the batch agents, which need no more. ``members`` (the
-    behaviour's users who enroll in time): only those slots, participant id i = ``members[i]``."""
+    """Enroll every user with participant id = slot (given explicitly, from a lease of each
+    batch's ids, so that a few batches can be in flight at once). ``block_only`` asks for each
+    batch's block token and not for every user's token: enough for the batch agents.
+    ``members`` (the behaviour's users who enroll in time): only those slots, participant id
+    i = ``members[i]``."""
     if study.phase != "enrolling" or study.n_participants != 0:
         raise SwarmError(
             "study_not_empty",
@@ -310,7 +326,7 @@ async def enroll(
     async def block(start: int, stop: int) -> None:
         async with gate:  # built inside the gate: one batch is built while another is stored
             batch = _enroll_batch(population, start, stop, block_only, members)
-            answer = await api.enroll_batch(study.id, batch)
+            answer = await api.enroll_batch(study.id, batch, leases[start])
         if answer.participant_ids != list(range(start, stop)):
             raise SwarmError(
                 "enrollment_mismatch",
@@ -323,14 +339,33 @@ async def enroll(
 
     slots = np.arange(population.n, dtype=np.int64) if members is None else members
     n = int(slots.size)
-    await asyncio.gather(
-        *(block(start, min(start + ENROLL_CHUNK, n)) for start in range(0, n, ENROLL_CHUNK))
-    )
+    chunks = [(start, min(start + ENROLL_CHUNK, n)) for start in range(0, n, ENROLL_CHUNK)]
+    leases = await _lease_chunks(api, study.id, chunks)
+    await asyncio.gather(*(block(start, stop) for start, stop in chunks))
     ids = [pid for start in sorted(answers) for pid in answers[start].participant_ids]
     tokens = [token for start in sorted(answers) for token in answers[start].tokens]
     blocks = tuple(a.block for a in answers.values() if a.block is not None)
     epsilon = np.asarray(population.epsilon, dtype=np.float64)[slots]
     return Roster(slots, ids, tokens, epsilon, blocks)
+
+
+async def _lease_chunks(
+    api: ApiClient, study_id: str, chunks: list[tuple[int, int]]
+) -> dict[int, Lease]:
+    """A lease of each chunk's ids (in a new, empty study they come in order), so that the
+    chunks enroll with explicit ids (which only their lease's token enrolls), a few at once."""
+    leases: dict[int, Lease] = {}
+    for start, stop in chunks:
+        lease = await api.lease(study_id, stop - start)
+        if (lease.start, lease.stop) != (start, stop):
+            raise SwarmError(
+                "enrollment_mismatch",
+                f"study {study_id} leased ids {lease.start}..{lease.stop - 1}, not population "
+                f"slots {start}..{stop - 1}: it is not new and empty",
+                server_side=True,
+            )
+        leases[start] = lease
+    return leases
 
 
 async def start(api: ApiClient, study_id: str) -> StudyView:
@@ -479,7 +514,7 @@ async def run_swarm(
         raise ValueError(f"batch must lie in [1, {MAX_BATCH}]")
     if processes < 1 or (processes > 1 and transport is not None):
         raise ValueError("processes must be >= 1 (and 1 with a custom transport)")
-    pop = _population(population, seed)
+    pop, digest = _population(population, seed)
     roles = _roles(behaviour, pop.population_seed)
     if roles is not None and roles.behaviour.join_late > 0 and lease:
         raise ValueError("join-late users need the whole population in one swarm (no lease)")
@@ -517,10 +552,11 @@ async def run_swarm(
                     # central trust: the server's secret noise seed, from the private seed, so
                     # that `fedldp simulate` reproduces the release
                     noise_seed=noise_seed(pop.seed) if _central(protocol_name) else None,
+                    population_digest=digest,
                 )
                 if lease:
                     assert name is not None
-                    study = await join(api, name, spec, pop)
+                    study = await join(api, name, spec)
                 else:
                     study = await api.create_study(spec)
             else:

@@ -115,13 +115,13 @@ class RRParams(HeteroParams):
 
 
 class DuchiParams(HeteroParams):
-    dimension: int = Field(ge=1, description="d: dimension of the data")
+    dimension: int = Field(ge=1, le=4096, description="d: dimension of the data")
     radius: float = Field(1.0, gt=0, description="r: data lie in the ball B^d(r)")
     project: bool = Field(True, description="project the estimate onto B^d(r)")
 
 
 class FrequencyParams(HeteroParams):
-    domain_size: int = Field(ge=1, description="k: items are 0..k−1")
+    domain_size: int = Field(ge=1, le=1 << 20, description="k: items are 0..k−1")
     m_at_least_s_rr: bool = Field(False, description="also enforce m ≥ ceil(S_RR) (§2.5)")
 
 

@@ -43,6 +43,10 @@ from fedldp.protocol.mechanisms.plausibility import around, laplace_mean_reach, 
 from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
 from fedldp.protocol.user_level import two_stage as ts
 
+MAX_SAMPLES_PER_USER = 10**6
+"""Most samples a user may contribute: beyond it a study cannot run (every user would hold and
+privatize millions of samples per report)."""
+
 __all__ = [
     "PROTOCOLS",
     "BaselineClippedLaplace",
@@ -122,12 +126,19 @@ def _error_bar(mse: float, level: float) -> ErrorBar:
 # --------------------------------------------------------------------------- two-stage mean
 
 
+EXACT_SCORE_USERS = 1 << 24
+"""Up to this many stage-one users ``min_participants`` checks the §1.5 score by summing it as
+the plan does (so floating-point rounding cannot make the answer off by one)."""
+
+
 class UserMeanParams(Params):
     """Parameters of ``user-mean`` (Alg 1, or Alg 1-HT with ``heavy_tail``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    samples_per_user: int = Field(ge=1, description="m: samples each user contributes")
+    samples_per_user: int = Field(
+        ge=1, le=MAX_SAMPLES_PER_USER, description="m: samples each user contributes"
+    )
     bound: float = Field(1.0, gt=0, description="D: every sample lies in [-D, D] (bounded case)")
     heavy_tail: bool = Field(False, description="Alg 1-HT: only E|X|^p <= M_p is assumed")
     moment_p: float = Field(3.0, ge=2, description="p of the moment bound (heavy_tail)")
@@ -201,6 +212,8 @@ class UserMean(Protocol[UserMeanParams]):
             return super().min_participants(epsilon, params)
         per_user = float(min(check_epsilons(np.array([epsilon]))[0] ** 2, 1.0))
         n1 = max(1, math.ceil(ts.MIN_SCORE / per_user))
+        if n1 > EXACT_SCORE_USERS:  # summing that many ε's would not fit in memory (ε ≈ 1e-6
+            return 2 * n1  # gives 3e14); the ±1 of the sum's rounding is immaterial there
         while ts.stage_one_score(np.full(n1, epsilon)) < ts.MIN_SCORE:  # rounding of the sum
             n1 += 1
         while n1 > 1 and ts.stage_one_score(np.full(n1 - 1, epsilon)) >= ts.MIN_SCORE:
@@ -367,7 +380,9 @@ class BaselineParams(Params):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    samples_per_user: int = Field(ge=1, description="m: samples each user contributes")
+    samples_per_user: int = Field(
+        ge=1, le=MAX_SAMPLES_PER_USER, description="m: samples each user contributes"
+    )
     bound: float = Field(1.0, gt=0, description="D: every sample lies in [-D, D]")
     level: float = Field(0.95, gt=0, lt=1, description="level of the error bar")
 

@@ -419,14 +419,14 @@ async def test_non_finite_numbers_are_refused_by_the_wire_schema(
 
 async def test_unknown_participant_is_refused(rr: Running) -> None:
     token = rr.people[0].token
-    for pid in (4, 10**6, 2**31 - 1):
+    for pid in (4, 10**6, 2**31 - 1):  # a report's token is checked first: none is valid
         expect_error(
             await rr.client.post(
                 rr.reports,
                 json={"participant_id": pid, "token": token, "round": 0, "payload": BIT_UP},
             ),
-            404,
-            "unknown_participant",
+            401,
+            "invalid_token",
         )
     expect_error(  # beyond any participant id the schema admits
         await rr.client.post(
@@ -476,15 +476,16 @@ async def test_bad_token_is_refused(rr: Running) -> None:
     other = rr.people[1].token
     task_url = f"/v1/studies/{rr.study.id}/participants/0/task"
     budget_url = f"/v1/studies/{rr.study.id}/participants/0/budget"
+    expect_error(await rr.client.get(task_url, headers=bearer(other)), 401, "invalid_token")
+    expect_error(await rr.client.get(budget_url, headers=bearer(other)), 401, "invalid_token")
     for headers in (
         {},
-        bearer(other),
         bearer(""),
         {"Authorization": rr.people[0].token},  # no scheme
         {"Authorization": f"Basic {rr.people[0].token}"},
-    ):
-        expect_error(await rr.client.get(task_url, headers=headers), 401, "invalid_token")
-        expect_error(await rr.client.get(budget_url, headers=headers), 401, "invalid_token")
+    ):  # no bearer token at all
+        expect_error(await rr.client.get(task_url, headers=headers), 401, "token_required")
+        expect_error(await rr.client.get(budget_url, headers=headers), 401, "token_required")
     for wrong in (other, "\u00e9t\u00e9"):  # a non-ASCII token is just as wrong
         expect_error(
             await rr.client.post(
@@ -639,9 +640,13 @@ async def test_batch_credentials_are_tokens_or_blocks(
 ) -> None:
     rr, (low, _) = blocks
     token = rr.people[0].token
+    for uncredited in ({"participant_ids": [0]}, {"participant_ids": [0], "tokens": None}):
+        expect_error(  # no credentials: 401 before any detail of the body
+            await rr.client.post(f"/v1/studies/{rr.study.id}/tasks", json=uncredited),
+            401,
+            "token_required",
+        )
     cases: list[dict[str, Any]] = [
-        {"participant_ids": [0]},
-        {"participant_ids": [0], "tokens": None, "blocks": None},
         {"participant_ids": [0], "tokens": [token], "blocks": [block_json(low)]},
         {"participant_ids": [0], "blocks": []},
         {"participant_ids": [0], "blocks": [block_json(low, stop=0)]},

@@ -68,13 +68,13 @@ def test_lookups_span_more_ids_than_one_in_list(ctx: Context, study_id: str) -> 
 def test_participants_sharing_metadata_store_each_their_own(ctx: Context) -> None:
     """Runs of equal metadata are encoded once (fedldp.server.repository._processed); every
     participant still reads back its own, 0.0 and -0.0 included."""
-    samples = [4.0, 4.0, 8.0, 8.0, 8.0, -0.0, 0.0, 0.0, 4.0]
+    weights = [4.0, 4.0, 8.0, 8.0, 8.0, -0.0, 0.0, 0.0, 4.0]
     study = studies.create(ctx, StudyCreate(protocol="hetero-mean-rr", seed=3))
-    batch = EnrollBatch(epsilons=[1.0] * len(samples), metadata={"samples": samples})
+    batch = EnrollBatch(epsilons=[1.0] * len(weights), metadata={"weight": weights})
     studies.enroll(ctx, study.id, *batch.rows())
     with ctx.transaction() as session:
         _, metadata = repo.load_participants(session, study.id)
-    assert [repr(m["samples"]) for m in metadata] == [repr(v) for v in samples]
+    assert [repr(m["weight"]) for m in metadata] == [repr(v) for v in weights]
 
 
 @pytest.mark.parametrize("chunk", [1, 4, 8192])

@@ -163,11 +163,12 @@ def test_revision_files_are_named_by_their_id_in_one_line() -> None:
     for number, stem in enumerate(files, start=1):
         assert re.fullmatch(rf"{number:04d}_[a-z0-9_]+", stem), stem
     assert head() == files[-1]
-    assert files[:4] == [
+    assert files[:5] == [
         "0001_initial",
         "0002_study_epsilon_range",
         "0003_round_counts",
         "0004_events",
+        "0005_leases",
     ]
 
 

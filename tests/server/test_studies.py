@@ -402,9 +402,15 @@ async def enroll_lease(client: httpx.AsyncClient, study_id: str, block: Lease) -
             {"epsilon": 1.0, "participant_id": pid} for pid in range(block.start, block.stop)
         ]
     }
-    response = await client.post(f"/v1/studies/{study_id}/participants/batch", json=body)
+    response = await client.post(
+        f"/v1/studies/{study_id}/participants/batch", json=body, headers=bearer(block.token)
+    )
     assert response.status_code == 201, response.text
     return EnrollmentBatch.model_validate_json(response.content).enrollments
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 async def test_leases_hand_out_disjoint_blocks_up_to_the_target(client: httpx.AsyncClient) -> None:
@@ -428,13 +434,10 @@ async def test_leases_hand_out_disjoint_blocks_up_to_the_target(client: httpx.As
         )
 
 
-async def test_leases_need_an_enrolling_study_with_a_target(client: httpx.AsyncClient) -> None:
-    open_ended = await create_study(client, "hetero-mean-rr")
-    expect_error(
-        await client.post(f"/v1/studies/{open_ended.id}/leases", json={"size": 5}),
-        422,
-        "invalid_request",
-    )
+async def test_leases_need_an_enrolling_study(client: httpx.AsyncClient) -> None:
+    open_ended = await create_study(client, "hetero-mean-rr")  # no target: ids up to MAX_ID
+    block = await lease(client, open_ended.id, 5)
+    assert (block.start, block.stop) == (0, 5)
     study = await create_study(client, "hetero-mean-rr", enrollment_target=2)
     await enroll(client, study.id, [1.0, 1.0])  # the target starts it
     expect_error(
@@ -478,13 +481,18 @@ async def test_leased_blocks_enrolled_in_any_order_start_the_study(
 async def test_leased_ids_are_checked(client: httpx.AsyncClient) -> None:
     study = await create_study(client, "hetero-mean-rr", enrollment_target=4)
     url = f"/v1/studies/{study.id}/participants/batch"
+    block = await lease(client, study.id, 2)  # ids 0 and 1
     cases: list[tuple[list[dict[str, Any]], int, str]] = [
-        ([{"epsilon": 1.0, "participant_id": 4}], 422, "invalid_request"),  # beyond the target
+        ([{"epsilon": 1.0, "participant_id": 2}], 403, "not_leased"),  # beyond the lease
+        ([{"epsilon": 1.0, "participant_id": 4}], 403, "not_leased"),  # beyond the target
         ([{"epsilon": 1.0, "participant_id": 0}, {"epsilon": 1.0}], 422, "invalid_request"),
         ([{"epsilon": 1.0, "participant_id": 1}] * 2, 422, "invalid_request"),
     ]
     for participants, status, code in cases:
-        expect_error(await client.post(url, json={"participants": participants}), status, code)
+        response = await client.post(
+            url, json={"participants": participants}, headers=bearer(block.token)
+        )
+        expect_error(response, status, code)
     assert (await study_view(client, study.id)).n_participants == 0
     open_ended = await create_study(client, "hetero-mean-rr")  # no target to bound the ids
     for pid in (2**31, 2**64):
@@ -492,20 +500,23 @@ async def test_leased_ids_are_checked(client: httpx.AsyncClient) -> None:
             await client.post(
                 f"/v1/studies/{open_ended.id}/participants",
                 json={"epsilon": 1.0, "participant_id": pid},
+                headers=bearer(block.token),
             ),
             422,
             "invalid_request",
         )
     assert (await study_view(client, open_ended.id)).n_participants == 0
 
-    first = await client.post(url, json={"participants": [{"epsilon": 1.0, "participant_id": 1}]})
+    one = {"participants": [{"epsilon": 1.0, "participant_id": 1}]}
+    first = await client.post(url, json=one, headers=bearer(block.token))
     assert first.status_code == 201
-    again = await client.post(url, json={"participants": [{"epsilon": 2.0, "participant_id": 1}]})
+    again = await client.post(url, json=one, headers=bearer(block.token))
     expect_error(again, 409, "participant_exists")
-    # Server-numbered enrollment that runs into a leased id is refused the same way.
+    # Server-numbered enrollment takes ids outside every lease.
     numbered = await client.post(url, json={"participants": [{"epsilon": 1.0}]})
-    expect_error(numbered, 409, "participant_exists")
-    assert (await study_view(client, study.id)).n_participants == 1
+    assert numbered.status_code == 201, numbered.text
+    assert EnrollmentBatch.model_validate_json(numbered.content).participant_ids == [2]
+    assert (await study_view(client, study.id)).n_participants == 2
 
 
 async def test_enrollment_batches_of_consecutive_ids_get_a_block_token(
@@ -514,15 +525,22 @@ async def test_enrollment_batches_of_consecutive_ids_get_a_block_token(
     study = await create_study(client, "hetero-mean-rr", enrollment_target=12)
     url = f"/v1/studies/{study.id}/participants/batch"
 
-    async def enrolled(body: dict[str, Any]) -> EnrollmentBatch:
-        response = await client.post(url, json=body)
+    async def enrolled(body: dict[str, Any], block: Lease | None = None) -> EnrollmentBatch:
+        headers = None if block is None else bearer(block.token)
+        response = await client.post(url, json=body, headers=headers)
         assert response.status_code == 201, response.text
         return EnrollmentBatch.model_validate_json(response.content)
 
     numbered = await enrolled({"epsilons": [1.0] * 3})
-    explicit = await enrolled({"epsilons": [1.0] * 3, "participant_ids": [5, 3, 4]})
-    gapped = await enrolled({"epsilons": [1.0] * 2, "participant_ids": [6, 8]})
-    single = await enrolled({"participants": [{"epsilon": 1.0, "participant_id": 10}]})
+    explicit = await enrolled(
+        {"epsilons": [1.0] * 3, "participant_ids": [5, 3, 4]}, await lease(client, study.id, 3)
+    )
+    gapped = await enrolled(
+        {"epsilons": [1.0] * 2, "participant_ids": [6, 8]}, await lease(client, study.id, 3)
+    )
+    single = await enrolled(
+        {"participants": [{"epsilon": 1.0, "participant_id": 10}]}, await lease(client, study.id, 2)
+    )
     assert [(b.start, b.stop) if b else None for b in (numbered.block, explicit.block)] == [
         (0, 3),
         (3, 6),
@@ -546,17 +564,20 @@ async def test_enrollment_may_answer_with_the_block_token_only(client: httpx.Asy
     assert (answer.block.start, answer.block.stop) == (0, 3)
     with pytest.raises(ValueError, match="block token only"):
         _ = answer.enrollments
+    block = await lease(client, study.id, 3)
     listed = await client.post(
         url,
         json={
             "participants": [{"epsilon": 1.0, "participant_id": p} for p in (4, 3)],
             "block_only": True,
         },
+        headers=bearer(block.token),
     )
     assert listed.status_code == 201, listed.text
     assert EnrollmentBatch.model_validate_json(listed.content).tokens == []
-    gapped = {"epsilons": [1.0] * 2, "participant_ids": [6, 8], "block_only": True}
-    expect_error(await client.post(url, json=gapped), 422, "invalid_request")
+    gapped = {"epsilons": [1.0] * 2, "participant_ids": [3, 5], "block_only": True}
+    response = await client.post(url, json=gapped, headers=bearer(block.token))
+    expect_error(response, 422, "invalid_request")
     assert (await study_view(client, study.id)).n_participants == 5
 
 
@@ -598,13 +619,21 @@ async def test_an_enrollment_target_below_the_minimum_population_is_refused(
 
 async def test_study_names_are_unique(client: httpx.AsyncClient) -> None:
     await create_study(client, "hetero-mean-rr", name="shared")
-    expect_error(
+    expect_error(  # the same declaration: the caller may join it
         await client.post(
-            "/v1/studies", json={"protocol": "hetero-mean-laplace", "seed": 2, "name": "shared"}
+            "/v1/studies", json={"protocol": "hetero-mean-rr", "seed": 7, "name": "shared"}
         ),
         409,
         "study_exists",
     )
+    error = expect_error(  # another one: refused, naming what differs
+        await client.post(
+            "/v1/studies", json={"protocol": "hetero-mean-laplace", "seed": 2, "name": "shared"}
+        ),
+        409,
+        "study_mismatch",
+    )
+    assert "protocol" in error.detail
     await create_study(client, "hetero-mean-rr")  # unnamed studies never clash
     await create_study(client, "hetero-mean-rr")
     listed = StudyList.model_validate_json((await client.get("/v1/studies")).content)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,3 +26,32 @@ EpsilonBound = Annotated[float, Field(ge=EPSILON_MIN, le=EPSILON_MAX)]
 
 class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class Request(Model):
+    """A request body: strict (pydantic strict mode), so that no string or boolean passes for a
+    number, no float for an integer, no number for a string; an integer still passes for a float
+    (JSON has one number type)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+
+MAX_METADATA_KEYS = 64
+"""Most metadata entries one participant may declare."""
+MAX_METADATA_VECTOR = 4096
+"""Longest vector one metadata entry may hold (a participant's public features)."""
+MAX_SAMPLES = 10**9
+"""Largest sample count a participant may declare (metadata ``samples``)."""
+MetadataKey = Annotated[str, Field(min_length=1, max_length=64)]
+MetadataValue = float | Annotated[list[float], Field(max_length=MAX_METADATA_VECTOR)]
+
+
+def either(*pairs: tuple[str, str]) -> Callable[[dict[str, Any]], None]:
+    """``json_schema_extra`` of a model that needs exactly one field of each pair (validated
+    by its model validator): the rule in its JSON schema, as ``oneOf`` of the two required."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        rules = [{"oneOf": [{"required": [a]}, {"required": [b]}]} for a, b in pairs]
+        schema.setdefault("allOf", []).extend(rules)
+
+    return extra

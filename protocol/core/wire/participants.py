@@ -6,11 +6,23 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from fedldp.protocol.core.base import PayloadKind
 from fedldp.protocol.core.broadcast import glossary_text
-from fedldp.protocol.core.wire.common import MAX_BATCH, MAX_ID, Model, NonNegInt, PositiveFloat
+from fedldp.protocol.core.wire.common import (
+    MAX_BATCH,
+    MAX_ID,
+    MAX_METADATA_KEYS,
+    MAX_METADATA_VECTOR,
+    MAX_SAMPLES,
+    MetadataKey,
+    Model,
+    NonNegInt,
+    PositiveFloat,
+    Request,
+    either,
+)
 from fedldp.protocol.core.wire.studies import StudyPhase
 
 # --------------------------------------------------------------------------- participants
@@ -22,20 +34,62 @@ BROADCAST_DESCRIPTION = (
 )
 
 
-class EnrollRequest(Model):
+SAMPLES_KEY = "samples"
+"""The metadata entry that declares a participant's sample count: an integer in 1..MAX_SAMPLES."""
+
+Vector = Annotated[list[float], Field(max_length=MAX_METADATA_VECTOR)]
+Metadata = Annotated[
+    dict[MetadataKey, int | float | Vector],
+    Field(
+        max_length=MAX_METADATA_KEYS,
+        description=f"public metadata: at most {MAX_METADATA_KEYS} entries, each a number or a "
+        f"vector of at most {MAX_METADATA_VECTOR}; '{SAMPLES_KEY}' is an integer in "
+        f"1..{MAX_SAMPLES:.0e}",
+    ),
+]
+MetadataColumns = Annotated[
+    dict[
+        MetadataKey,
+        Annotated[list[int | float], Field(max_length=MAX_BATCH)]
+        | Annotated[list[Vector], Field(max_length=MAX_BATCH)],
+    ],
+    Field(max_length=MAX_METADATA_KEYS),
+]
+
+
+def _check_samples(values: list[Any]) -> None:
+    """ValueError unless every declared sample count is an integer in 1..MAX_SAMPLES."""
+    for v in values:
+        if type(v) is not int or not 1 <= v <= MAX_SAMPLES:
+            raise ValueError(f"{SAMPLES_KEY} must be an integer in 1..{MAX_SAMPLES}, not {v!r}")
+
+
+class EnrollRequest(Request):
+    """One participant: its ε, public metadata and, for leased enrollment, the id it takes
+    from its swarm's lease (whose token then goes in ``Authorization: Bearer``)."""
+
     epsilon: PositiveFloat
-    metadata: dict[str, float | list[float]] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
     participant_id: NonNegInt | None = Field(
         default=None,
-        description="an id from this swarm's lease (leased enrollment); omitted: the server "
-        "numbers participants in arrival order",
+        description="an id from the caller's lease (leased enrollment; the lease token goes in "
+        "Authorization: Bearer); omitted: the server numbers participants itself, outside "
+        "every leased block",
     )
 
+    @model_validator(mode="after")
+    def _samples(self) -> EnrollRequest:
+        if SAMPLES_KEY in self.metadata:
+            _check_samples([self.metadata[SAMPLES_KEY]])
+        return self
 
-class EnrollBatch(Model):
+
+class EnrollBatch(Request):
     """Many participants at once: a list of ``participants``, or the same as columns (one ε per
     participant in ``epsilons``, each metadata key with one value per participant, optional
     ``participant_ids``), which spares large batches one object per participant."""
+
+    model_config = ConfigDict(json_schema_extra=either(("participants", "epsilons")))
 
     participants: (
         Annotated[list[EnrollRequest], Field(min_length=1, max_length=MAX_BATCH)] | None
@@ -43,8 +97,8 @@ class EnrollBatch(Model):
     epsilons: Annotated[list[PositiveFloat], Field(min_length=1, max_length=MAX_BATCH)] | None = (
         None
     )
-    metadata: dict[str, list[float] | list[list[float]]] = Field(default_factory=dict)
-    participant_ids: list[NonNegInt] | None = None
+    metadata: MetadataColumns = Field(default_factory=dict)
+    participant_ids: Annotated[list[NonNegInt], Field(max_length=MAX_BATCH)] | None = None
     block_only: bool = Field(
         default=False,
         description="answer with the block token only, not with every participant's token (a "
@@ -61,6 +115,8 @@ class EnrollBatch(Model):
                 raise ValueError("every metadata column needs one value per epsilon")
             if self.participant_ids is not None and len(self.participant_ids) != n:
                 raise ValueError("participant_ids needs one id per epsilon")
+            if SAMPLES_KEY in self.metadata:
+                _check_samples(self.metadata[SAMPLES_KEY])
         elif self.metadata or self.participant_ids is not None:
             raise ValueError("metadata and participant_ids columns go with epsilons")
         return self
@@ -90,7 +146,7 @@ class EnrollBatch(Model):
         return list(self.epsilons), metadata, ids
 
 
-def _repeats(columns: list[list[float] | list[list[float]]]) -> list[bool]:
+def _repeats(columns: list[list[int | float] | list[list[float]]]) -> list[bool]:
     """Whether each row of the columns holds the previous row's values, bit for bit (so that
     0.0 and -0.0 differ); the first row repeats nothing, and rows of ragged vectors neither."""
     n = len(columns[0])
@@ -114,7 +170,7 @@ MAX_BLOCKS = 1000
 """Most block tokens one request may carry."""
 
 
-class BlockToken(Model):
+class BlockToken(Request):
     """The secret token of a block of participants: ids ``start`` to ``stop - 1`` of one study,
     enrolled by one batch request, which returned it. A batch of task requests or reports may
     carry block tokens instead of one token per participant: each authorises exactly the
@@ -153,16 +209,20 @@ class EnrollmentBatch(Model):
         ]
 
 
-class LeaseRequest(Model):
+class LeaseRequest(Request):
     size: Annotated[int, Field(ge=1, le=MAX_BATCH)]
 
 
 class Lease(Model):
-    """A block [start, stop) of participant ids reserved for one swarm (stop > start)."""
+    """A block [start, stop) of participant ids reserved for one swarm (stop > start) until
+    ``expires_at`` unless all of them enroll before. Enrolling them needs ``token`` (in
+    ``Authorization: Bearer``): no other caller can take the block's ids."""
 
     study_id: str
     start: int
     stop: int
+    token: str = ""
+    expires_at: datetime | None = None
 
 
 class TaskWait(Model):
@@ -192,10 +252,12 @@ class TaskDone(Model):
 Task = Annotated[TaskWait | TaskReport | TaskDone, Field(discriminator="kind")]
 
 
-class Credentials(Model):
+class Credentials(Request):
     """A batch request's proof that its participants sent it: one token per participant
     (``tokens``, in the order of ``participant_ids``), or the block tokens that cover them
     (``blocks``), which spares a batch of tens of thousands their tokens."""
+
+    model_config = ConfigDict(json_schema_extra=either(("tokens", "blocks")))
 
     tokens: list[str] | None = Field(
         default=None, description="each participant's token (give this or blocks)"

@@ -8,38 +8,38 @@ import numpy as np
 from pydantic import Field
 
 from fedldp.protocol.core.base import FloatArray, PayloadKind
-from fedldp.protocol.core.wire.common import Model, NonNegInt
+from fedldp.protocol.core.wire.common import NonNegInt, Request
 
 # --------------------------------------------------------------------------- payloads
 
 
-class ScalarPayload(Model):
+class ScalarPayload(Request):
     kind: Literal["scalar"] = "scalar"
     value: float
 
 
-class VectorPayload(Model):
+class VectorPayload(Request):
     kind: Literal["vector"] = "vector"
     values: list[float]
 
 
-class HistogramPayload(Model):
+class HistogramPayload(Request):
     kind: Literal["histogram"] = "histogram"
     values: list[float]
 
 
-class BitPayload(Model):
+class BitPayload(Request):
     kind: Literal["bit"] = "bit"
     bit: Literal[-1, 1]
 
 
-class IndexSignPayload(Model):
+class IndexSignPayload(Request):
     kind: Literal["index-sign"] = "index-sign"
     index: NonNegInt
     sign: Literal[-1, 1]
 
 
-class StatisticPayload(Model):
+class StatisticPayload(Request):
     """A user-wise statistic sent in the clear to a trusted (central-DP) aggregator."""
 
     kind: Literal["statistic"] = "statistic"

@@ -8,21 +8,29 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from fedldp.protocol.core.base import FloatArray, PayloadKind
-from fedldp.protocol.core.wire.common import MAX_BATCH, Model, NonNegInt
+from fedldp.protocol.core.wire.common import MAX_BATCH, Model, NonNegInt, Request, either
 from fedldp.protocol.core.wire.participants import Credentials
 from fedldp.protocol.core.wire.payloads import Payload
 
 # --------------------------------------------------------------------------- reports
 
 
-class ReportSubmit(Model):
+class ReportSubmit(Request):
+    """One participant's privatized report for one round. Its token goes in
+    ``Authorization: Bearer`` (as on every participant endpoint); the ``token`` field is the
+    older place for it, still read when the header is absent."""
+
     participant_id: NonNegInt
-    token: str
     round: NonNegInt
     payload: Payload
+    token: str | None = Field(
+        default=None,
+        description="deprecated: send the participant's token as Authorization: Bearer",
+        json_schema_extra={"deprecated": True},
+    )
 
 
 class Receipt(Model):
@@ -38,10 +46,14 @@ class ReportBatch(Credentials):
     come as JSON lists (``payloads``) or packed into one string (``packed``, see ``pack_rows``),
     which spares both sides formatting and parsing tens of thousands of numbers."""
 
+    model_config = ConfigDict(
+        json_schema_extra=either(("tokens", "blocks"), ("payloads", "packed"))
+    )
+
     round: NonNegInt
     kind: PayloadKind
     participant_ids: Annotated[list[NonNegInt], Field(min_length=1, max_length=MAX_BATCH)]
-    payloads: list[list[float]] | None = Field(
+    payloads: Annotated[list[list[float]], Field(max_length=MAX_BATCH)] | None = Field(
         default=None, description="each participant's payload row (give this or packed)"
     )
     packed: str | None = Field(

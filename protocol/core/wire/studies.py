@@ -14,6 +14,7 @@ from fedldp.protocol.core.wire.common import (
     Deadline,
     EpsilonBound,
     Model,
+    Request,
     Seed,
 )
 
@@ -68,7 +69,7 @@ class ErrorBody(Model):
 StudyPhase = Literal["enrolling", "running", "finished", "failed", "cancelled"]
 
 
-class StudyCreate(Model):
+class StudyCreate(Request):
     protocol: str
     params: dict[str, Any] = Field(default_factory=dict)
     seed: Seed
@@ -77,6 +78,14 @@ class StudyCreate(Model):
     enrollment_deadline_s: Deadline | None = None
     round_deadline_s: Deadline = 600.0
     quorum: Annotated[float, Field(gt=0, le=1)] = 1.0
+    population_digest: str | None = Field(
+        default=None,
+        max_length=128,
+        pattern=r"^[0-9a-f]*$",
+        description="a keyed digest of the creator's population (HMAC under a key only the "
+        "creator's private seed gives, so it tells the server nothing about the population): "
+        "swarms joining the study by name must declare the same",
+    )
     noise_seed: Seed | None = Field(
         None,
         description="central-trust protocols only: the seed of the server's noise, kept secret "
@@ -135,6 +144,9 @@ class StudyView(Model):
     )
     epsilon_max: float = Field(
         EPSILON_MAX, description="largest ε enrollment accepts (the study's, else the global)"
+    )
+    population_digest: str | None = Field(
+        None, description="the keyed digest of its creator's population (see StudyCreate)"
     )
 
 
@@ -210,7 +222,7 @@ MAX_PREDICT_ROWS = 10_000
 """Feature rows one prediction request may carry."""
 
 
-class PredictRequest(Model):
+class PredictRequest(Request):
     """Feature rows to predict from a finished nonparametric study (user-classify,
     user-regress); each row has the study's feature dimension."""
 

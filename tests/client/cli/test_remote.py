@@ -115,6 +115,24 @@ def test_cli_errors_are_one_line_with_the_code(
     assert "Traceback" not in err
 
 
+def test_a_swarm_with_another_population_is_refused_not_answered(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 14: the same name and seed with another population used to join the finished
+    study and print its old estimate beside the new truth, with exit code 0."""
+    joined = ["swarm", "--server", server, "--create", "hetero-mean-rr", "--name", "same"]
+    common = [*joined, "--lease", "--users", "300", "--distribution", "two-point", "--seed", "8"]
+    code, out, err = run_cli(capsys, *common, "--mean", "0.2", "--batch", "--json", "--quiet")
+    assert code == 0, err
+    assert json.loads(out)["truth"] == pytest.approx(0.2, abs=0.2)
+    code, out, err = run_cli(capsys, *common, "--mean", "-0.6", "--batch", "--json", "--quiet")
+    assert code != 0
+    assert "study_mismatch" in err
+    assert "population_digest" in err  # the field that differs
+    assert out == ""  # no estimate, no truth
+    assert "Traceback" not in err
+
+
 def test_swarm_creates_a_study_with_an_epsilon_range(
     server: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -321,9 +321,9 @@ async def test_requests_carry_tokens_admin_key_and_wire_json() -> None:
     assert "x-admin-key" not in get_task.headers
     assert cancel.headers["x-admin-key"] == "secret"
     assert "x-admin-key" not in report.headers  # the admin key goes only where it is needed
+    assert report.headers["authorization"] == "Bearer t3"  # not in the body (deprecated there)
     assert json.loads(report.content) == {
         "participant_id": 3,
-        "token": "t3",
         "round": 1,
         "payload": {"kind": "scalar", "value": 0.25},
     }

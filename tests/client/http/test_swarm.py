@@ -8,6 +8,7 @@ server process is driven in tests/e2e/test_e2e.py.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from fedldp.client.http.agents import SwarmError
 from fedldp.client.http.api import AuthError
 from fedldp.client.http.swarm import SwarmResult, run_swarm
 from fedldp.client.population.build import PopulationSpec, build_population
+from fedldp.client.seeds import population_digest
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.server.app import create_app
@@ -178,6 +180,44 @@ async def test_a_swarm_with_another_population_cannot_join(app: FastAPI) -> None
     with pytest.raises(SwarmError) as caught:
         await swarm(app, "user-mean", spec, 2, **kw)
     assert caught.value.code == "study_mismatch"
+
+
+async def test_a_swarm_joins_only_a_study_declared_alike(app: FastAPI) -> None:
+    """Same name and seed, another population or other params: refused (by the server, which
+    keeps the creator's declaration and a keyed digest of its population), never answered."""
+    spec = PopulationSpec(users=300, samples=4, distribution="two-point", mean=0.1)
+    kw: dict[str, Any] = {"batch": 300, "name": "declared", "lease": True}
+    first = await swarm(app, "user-mean", spec, 3, **kw)
+    assert first.study.population_digest is not None
+    other = spec.model_copy(update={"mean": -0.6})
+    with pytest.raises(SwarmError) as caught:
+        await swarm(app, "user-mean", other, 3, **kw)
+    assert caught.value.code == "study_mismatch"
+    assert "population_digest" in str(caught.value)
+    with pytest.raises(SwarmError) as caught:
+        await run_swarm(
+            URL,
+            population=spec,
+            seed=3,
+            create=("user-mean", {"samples_per_user": 4, "bound": 2.0}),
+            progress=False,
+            transport=httpx.ASGITransport(app=app),
+            **kw,
+        )
+    assert caught.value.code == "study_mismatch"
+    assert "params" in str(caught.value)
+
+
+def test_the_population_digest_hides_the_population() -> None:
+    """A keyed digest: the same spec under another seed gives another digest, so the server
+    cannot tell which population a digest belongs to without the private seed."""
+    spec = {"users": 10, "distribution": "two-point", "mean": 0.1}
+    digest = population_digest(1, spec)
+    assert digest == population_digest(1, dict(reversed(spec.items())))  # canonical JSON
+    assert digest != population_digest(2, spec)
+    assert digest != population_digest(1, {**spec, "mean": -0.6})
+    plain = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode())
+    assert digest != plain.hexdigest()
 
 
 async def test_lease_needs_a_name(app: FastAPI) -> None:

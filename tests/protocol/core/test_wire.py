@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -90,17 +91,14 @@ def test_enroll_batch_columns_give_the_same_rows_as_the_list() -> None:
 
     listed = EnrollBatch(
         participants=[
-            EnrollRequest(
-                epsilon=0.5, metadata={"samples": 4.0, "v": [1.0, 2.0]}, participant_id=7
-            ),
-            EnrollRequest(
-                epsilon=2.0, metadata={"samples": 8.0, "v": [3.0, 4.0]}, participant_id=8
-            ),
+            EnrollRequest(epsilon=0.5, metadata={"samples": 4, "v": [1.0, 2.0]}, participant_id=7),
+            EnrollRequest(epsilon=2.0, metadata={"samples": 8, "v": [3.0, 4.0]}, participant_id=8),
         ]
     )
+    samples: list[int | float] = [4, 8]
     columns = EnrollBatch(
         epsilons=[0.5, 2.0],
-        metadata={"samples": [4.0, 8.0], "v": [[1.0, 2.0], [3.0, 4.0]]},
+        metadata={"samples": samples, "v": [[1.0, 2.0], [3.0, 4.0]]},
         participant_ids=[7, 8],
     )
     assert listed.rows() == columns.rows()
@@ -195,3 +193,27 @@ def test_task_batch_requests_need_one_token_per_participant() -> None:
     TaskBatchRequest(participant_ids=[0, 1], tokens=["a", "b"])
     with pytest.raises(ValidationError, match="2 participant ids but 1 tokens"):
         TaskBatchRequest(participant_ids=[0, 1], tokens=["a"])
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"epsilon": "0.5"},
+        {"epsilon": True},
+        {"epsilon": 1.0, "participant_id": 1.0},
+        {"epsilon": 1.0, "metadata": {"samples": 4.0}},
+        {"epsilon": 1.0, "metadata": {"samples": 0}},
+        {"epsilon": 1.0, "metadata": {"samples": 10**9 + 1}},
+    ],
+    ids=repr,
+)
+def test_request_models_are_strict(raw: dict[str, object]) -> None:
+    from fedldp.protocol.core.wire import EnrollRequest
+
+    with pytest.raises(ValidationError):
+        EnrollRequest.model_validate(raw)
+    with pytest.raises(ValidationError):
+        EnrollRequest.model_validate_json(json.dumps(raw))
+    assert (
+        EnrollRequest.model_validate({"epsilon": 1, "metadata": {"samples": 10**9}}).epsilon == 1.0
+    )
