@@ -15,12 +15,12 @@ import httpx
 import numpy as np
 import pytest
 
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.seeds import derive_seeds, round_key
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.streams import UserStreams
+from tests.live import sqlite_server
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "clients.md"
 RELATIVE = 1e-9  # DESIGN.md: HTTP and in-process estimates agree up to the order of sums
@@ -75,14 +75,8 @@ def _load() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    tmp = tmp_path_factory.mktemp("guide")
-    process = ServerProcess(database_url=sqlite_url(tmp / "fedldp.db"), log=tmp / "server.log")
-    process.start()
-    try:
-        process.wait_healthy()
+    with sqlite_server(tmp_path_factory.mktemp("guide")) as process:
         yield process.url
-    finally:
-        process.stop()
 
 
 @pytest.mark.e2e

@@ -2,5 +2,6 @@
 Privacy", arXiv:2405.17079 (2024).
 
 Spec: `shared/specs/user-level-ldp.md`. The two-stage mean (Alg. 1, `two_stage`, `means`), the
-multi-dimensional engine of Alg. 2 (`components`) and its means (`multi_d`), and learning by
-gradient rounds and binned prediction (Algs. 3–5, `learning`)."""
+multi-dimensional engine of Alg. 2 (`components`), the driver its protocols share (`driver`) and
+its means (`multi_d`), and learning by gradient rounds and binned prediction (Algs. 3–5,
+`learning`)."""

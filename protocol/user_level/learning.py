@@ -3,7 +3,7 @@ stochastic optimization by gradient rounds (Alg 3), nonparametric classification
 regression (Alg 5).
 
 Spec: user-level-ldp.md §3.7–§3.9, §3.11 (U10–U19), §5.3. Every user holds m labeled samples
-(x_ij ∈ R^d, y_ij); see ``fedldp.protocol.user_level.multi_d.ComponentProtocol`` for rounds,
+(x_ij ∈ R^d, y_ij); see ``fedldp.protocol.user_level.driver.ComponentProtocol`` for rounds,
 grouping, the per-user ε rule and the ledger.
 
 * ``user-sgd``: t0 sequential invocations on disjoint user groups; in invocation t the users
@@ -43,7 +43,7 @@ from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.mechanisms.transforms import KashinFrame, fwht, next_power_of_two
 from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts
-from fedldp.protocol.user_level.multi_d import (
+from fedldp.protocol.user_level.driver import (
     ComponentParams,
     ComponentProtocol,
     kashin_public,

@@ -19,12 +19,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
+from fedldp.client.http.server_process import ServerProcess
 from fedldp.client.http.swarm import SwarmResult, run_swarm_sync
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import ResultView, StudyCreate, StudyView
+from tests.live import sqlite_server
 
 pytestmark = pytest.mark.e2e
 
@@ -35,13 +36,8 @@ SEED = 12
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerProcess]:
-    process = ServerProcess(database_url=sqlite_url(tmp_path / "fedldp.db"), log=tmp_path / "log")
-    process.start()
-    try:
-        process.wait_healthy()
+    with sqlite_server(tmp_path) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture

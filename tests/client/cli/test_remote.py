@@ -18,10 +18,11 @@ import httpx
 import pytest
 
 from fedldp.client.cli.main import main
-from fedldp.client.http.server_process import ServerProcess, free_port, sqlite_url
+from fedldp.client.http.server_process import free_port, sqlite_url
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
+from tests.live import sqlite_server
 
 pytestmark = pytest.mark.e2e
 
@@ -37,14 +38,8 @@ FEDLDP = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    folder = tmp_path_factory.mktemp("cli")
-    process = ServerProcess(database_url=sqlite_url(folder / "cli.db"), log=folder / "server.log")
-    process.start()
-    try:
-        process.wait_healthy()
+    with sqlite_server(tmp_path_factory.mktemp("cli")) as process:
         yield process.url
-    finally:
-        process.stop()
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -27,7 +27,7 @@ from fedldp.protocol.core.base import (
     UserData,
 )
 from fedldp.protocol.core.streams import RandomSource
-from fedldp.protocol.user_level.multi_d import ComponentProtocol
+from fedldp.protocol.user_level.driver import ComponentProtocol
 
 ComponentSource = Callable[[RoundTask, IntArray], FloatArray]
 

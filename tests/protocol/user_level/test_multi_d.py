@@ -20,15 +20,13 @@ from fedldp.protocol.core.ledger import check_plan_budget
 from fedldp.protocol.mechanisms.transforms import fwht
 from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts
-from fedldp.protocol.user_level.multi_d import (
+from fedldp.protocol.user_level.driver import (
     ComponentProtocol,
-    UserFrequency,
-    UserMeanL2,
-    UserMeanLinf,
     cached_frame,
     kashin_public,
     study_frame,
 )
+from fedldp.protocol.user_level.multi_d import UserFrequency, UserMeanL2, UserMeanLinf
 from tests.protocol.user_level.components_harness import fast_path, run_protocol, slot_data
 
 SEED = 2024
