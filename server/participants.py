@@ -16,8 +16,10 @@ import contextlib
 import functools
 import hashlib
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -38,6 +40,7 @@ from fedldp.protocol.core.wire import (
     Task,
     TaskBatch,
     TaskDone,
+    TaskWait,
     payload_row,
 )
 from fedldp.server import repository as repo
@@ -64,7 +67,17 @@ from fedldp.server.rounds import advance
 from fedldp.server.studies import require_study
 from fedldp.server.tables import RoundRow, StudyRow, utcnow
 
-__all__ = ["budget", "submit_batch", "submit_many", "task", "tasks", "tasks_when_ready"]
+__all__ = [
+    "budget",
+    "submit_batch",
+    "submit_many",
+    "task",
+    "task_when_ready",
+    "tasks",
+    "tasks_when_ready",
+]
+
+_T = TypeVar("_T")
 
 ENROLLING_WAIT_S = 0.5
 BETWEEN_ROUNDS_WAIT_S = 0.2
@@ -117,6 +130,14 @@ def _check_participants(
 # --------------------------------------------------------------------------- tasks
 
 
+def _in_later_round(splan: StudyPlan, k: int, pids: IntArray) -> BoolArray:
+    """Which of ``pids`` the fixed plan puts in the cohort of some round after round ``k``."""
+    later = np.zeros(pids.shape, dtype=np.bool_)
+    for j in range(k + 1, len(splan.plan.rounds)):
+        later |= splan.membership(j, pids).member
+    return later
+
+
 def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> TaskBatch:
     """What each participant should do now, columnar (see TaskBatch)."""
     if study.phase == "enrolling":
@@ -134,9 +155,7 @@ def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> T
     assert r is not None
     pids = np.asarray(ids, dtype=np.int64)
     now_in = splan.membership(k, pids)
-    later = np.zeros(pids.shape, dtype=np.bool_)
-    for j in range(k + 1, len(splan.plan.rounds)):
-        later |= splan.membership(j, pids).member
+    later = _in_later_round(splan, k, pids)
     reported = repo.reported_pids(session, study.id, k, pids[now_in.member])
     pending = now_in.member & ~np.isin(pids, reported)
     report = pending & (r.status == "open")
@@ -169,6 +188,8 @@ def _tasks(ctx: Context, session: Session, study: StudyRow, ids: list[int]) -> T
 
 
 def task(ctx: Context, study_id: str, participant_id: int, token: str | None) -> Task:
+    """What one participant should do now. A report task says whether it is the participant's
+    last (``final``): by the fixed plan, no later round has it in its cohort."""
     with ctx.transaction() as session:
         study = require_study(session, study_id)
         _check_participants(ctx, study, [participant_id], _one(token))
@@ -176,7 +197,47 @@ def task(ctx: Context, study_id: str, participant_id: int, token: str | None) ->
         if found.done:
             history = repo.reported_rounds(session, study_id, [participant_id])
             return TaskDone(phase=found.phase, reported_rounds=history[participant_id])
+        if found.reports:
+            splan = ctx.plans.get(session, study)
+            pid = np.array([participant_id], dtype=np.int64)
+            final = not bool(_in_later_round(splan, found.reports[0].round, pid)[0])
+            return found.reports[0].task(0).model_copy(update={"final": final})
     return found.items()[0].task
+
+
+async def _held(
+    ctx: Context,
+    first: Callable[[], _T],
+    again: Callable[[], _T],
+    hold_s: float,
+    ready: Callable[[_T], bool],
+) -> _T:
+    """``first()``, then ``again()`` while the answer is not ``ready`` and ``hold_s`` seconds
+    have not passed (a long poll). Transitions made by this process wake it at once; the
+    database is asked again every quarter second for those of other processes (other workers of
+    this server, or replicas)."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + hold_s
+    ask = first
+    while True:
+        seen = ctx.transitions.count
+        answer = await asyncio.to_thread(ask)
+        left = give_up - loop.time()
+        if ready(answer) or left <= 0:
+            return answer
+        ask = again
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(left, 0.25)):
+                await ctx.transitions.wait(seen)
+
+
+async def task_when_ready(
+    ctx: Context, study_id: str, participant_id: int, token: str | None, hold_s: float
+) -> Task:
+    """``task``, held back for up to ``hold_s`` while it says "wait": the answer then comes as
+    soon as the study moves on (a round opens, the study starts or ends)."""
+    ask = functools.partial(task, ctx, study_id, participant_id, token)
+    return await _held(ctx, ask, ask, hold_s, lambda t: not isinstance(t, TaskWait))
 
 
 async def tasks_when_ready(
@@ -187,21 +248,14 @@ async def tasks_when_ready(
     (a round opens, the study starts or ends), instead of after the client's next wait. Those
     who are done meanwhile learn it in that answer: a block that has just reported, and whose
     reporters are done, asks once, not once for its done and again for its waiting members.
-    Transitions made by this process wake it at once; the database is asked again every quarter
-    second for the others'. The credentials are checked once, on the first ask."""
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + hold_s
-    ask = functools.partial(tasks, ctx, study_id, ids, credentials)
-    while True:
-        seen = ctx.transitions.count
-        batch = await asyncio.to_thread(ask)
-        left = give_up - loop.time()
-        if batch.reports or not batch.waiting or left <= 0:
-            return batch
-        ask = functools.partial(_tasks_of, ctx, study_id, ids)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(min(left, 0.25)):
-                await ctx.transitions.wait(seen)
+    The credentials are checked once, on the first ask."""
+    return await _held(
+        ctx,
+        functools.partial(tasks, ctx, study_id, ids, credentials),
+        functools.partial(_tasks_of, ctx, study_id, ids),
+        hold_s,
+        lambda b: bool(b.reports) or not b.waiting,
+    )
 
 
 def tasks(ctx: Context, study_id: str, ids: list[int], credentials: Credentials) -> TaskBatch:

@@ -282,11 +282,26 @@ def lease(
     responses=_refusals(*_TOKEN, UnknownStudy, UnknownParticipant, InvalidRequest),
     tags=["participants"],
 )
-def get_task(
-    study_id: str, participant_id: int, ctx: Ctx, token: ParticipantBearer = None
+async def get_task(
+    study_id: str,
+    participant_id: int,
+    ctx: Ctx,
+    token: ParticipantBearer = None,
+    hold: Annotated[
+        float,
+        Query(
+            ge=0,
+            le=MAX_HOLD_S,
+            description="seconds to hold a 'wait' answer, answering as soon as the study moves on",
+        ),
+    ] = 0.0,
 ) -> wire.Task:
-    """What the participant should do now: wait, report (round, broadcast, ε), or nothing."""
-    return participants.task(ctx, study_id, participant_id, require_token(token))
+    """What the participant should do now: wait, report (round, broadcast, ε, and ``final``:
+    no task in any later round), or nothing. ``hold=S`` (seconds) holds a "wait" answer and
+    answers as soon as the study moves on (a round opens, the study starts or ends)."""
+    return await participants.task_when_ready(
+        ctx, study_id, participant_id, require_token(token), hold
+    )
 
 
 @router.post(

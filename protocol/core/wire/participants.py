@@ -241,6 +241,14 @@ class TaskReport(Model):
     group: int
     epsilon: float
     deadline: datetime | None
+    final: bool = Field(
+        default=False,
+        description=(
+            "true when, by the study's fixed plan, this participant has no task in any later "
+            "round: it may stop once this report is stored, without asking for a task again; "
+            "false when it has one or when the server does not say (batch answers)"
+        ),
+    )
 
 
 class TaskDone(Model):

@@ -1,0 +1,135 @@
+"""The single-participant task endpoint (server/participants.py): ``hold`` (a long poll answered
+as soon as the study moves on) and ``final`` on a report task (no later round has the participant,
+by the fixed plan)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from pydantic import TypeAdapter
+
+from fedldp.client.population.features import synthetic_population
+from fedldp.protocol.core.wire import Enrollment, EnrollmentBatch, Task, TaskReport, TaskWait
+from tests.server.helpers import create_study, enroll, expect_error, start, submit_batch
+
+TASK: TypeAdapter[Task] = TypeAdapter(Task)
+
+
+async def ask(
+    client: httpx.AsyncClient, study_id: str, e: Enrollment, hold: float | None = None
+) -> httpx.Response:
+    query = "" if hold is None else f"?hold={hold}"
+    return await client.get(
+        f"/v1/studies/{study_id}/participants/{e.participant_id}/task{query}",
+        headers={"Authorization": f"Bearer {e.token}"},
+    )
+
+
+async def task_of(client: httpx.AsyncClient, study_id: str, e: Enrollment) -> Task:
+    answer = await ask(client, study_id, e)
+    assert answer.status_code == 200, answer.text
+    return TASK.validate_json(answer.content)
+
+
+async def user_mean(client: httpx.AsyncClient) -> tuple[str, list[Enrollment], list[Enrollment]]:
+    """user-mean with 12 participants, started: its stage-one and stage-two cohorts."""
+    study = await create_study(client, "user-mean", {"samples_per_user": 4})
+    people = await enroll(client, study.id, [1.0] * 12)
+    await start(client, study.id)
+    tasks = [await task_of(client, study.id, e) for e in people]
+    one = [e for e, t in zip(people, tasks, strict=True) if isinstance(t, TaskReport)]
+    two = [e for e, t in zip(people, tasks, strict=True) if isinstance(t, TaskWait)]
+    assert len(one) == len(two) == 6
+    return study.id, one, two
+
+
+async def test_a_held_task_answers_as_soon_as_the_next_round_opens(
+    client: httpx.AsyncClient,
+) -> None:
+    study_id, one, two = await user_mean(client)
+    expect_error(await ask(client, study_id, two[0], hold=11), 422, "invalid_request")
+    expect_error(await ask(client, study_id, two[0], hold=-1), 422, "invalid_request")
+    started = time.monotonic()
+    at_once = TASK.validate_json((await ask(client, study_id, two[0], hold=0)).content)
+    assert isinstance(at_once, TaskWait)  # hold=0 (the default): the old answer, not held
+    assert time.monotonic() - started < 1
+    held = asyncio.create_task(ask(client, study_id, two[0], hold=5))
+    await asyncio.sleep(0.3)
+    assert not held.done()  # stage two can only wait while stage one runs: held back
+    started = time.monotonic()
+    await submit_batch(client, study_id, 0, "histogram", one, [[0.5]] * len(one))
+    answer = TASK.validate_json((await held).content)
+    assert isinstance(answer, TaskReport)
+    assert answer.round == 1
+    assert time.monotonic() - started < 3  # woken by the transition, not by the hold's end
+    started = time.monotonic()
+    again = TASK.validate_json((await ask(client, study_id, two[0], hold=5)).content)
+    assert isinstance(again, TaskReport)  # it has work: no holding
+    assert time.monotonic() - started < 1
+
+
+async def test_a_held_task_that_stays_waiting_answers_wait_at_the_hold_end(
+    client: httpx.AsyncClient,
+) -> None:
+    study_id, _, two = await user_mean(client)
+    started = time.monotonic()
+    answer = TASK.validate_json((await ask(client, study_id, two[0], hold=0.6)).content)
+    assert isinstance(answer, TaskWait)
+    assert 0.6 <= time.monotonic() - started < 3
+
+
+async def test_user_means_two_stages_are_each_final(client: httpx.AsyncClient) -> None:
+    """user-mean's stages have disjoint cohorts: every report task is the participant's last."""
+    study_id, one, two = await user_mean(client)
+    first = [await task_of(client, study_id, e) for e in one]
+    assert all(isinstance(t, TaskReport) and t.round == 0 and t.final for t in first)
+    await submit_batch(client, study_id, 0, "histogram", one, [[0.5]] * len(one))
+    second = [await task_of(client, study_id, e) for e in two]
+    assert all(isinstance(t, TaskReport) and t.round == 1 and t.final for t in second)
+
+
+async def test_a_one_round_protocol_s_report_is_final(client: httpx.AsyncClient) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    people = await enroll(client, study.id, [1.0, 0.5, 2.0])
+    await start(client, study.id)
+    for e in people:
+        found = await task_of(client, study.id, e)
+        assert isinstance(found, TaskReport)
+        assert found.final
+
+
+async def test_a_report_task_with_a_later_round_is_not_final(client: httpx.AsyncClient) -> None:
+    """histoftree: everyone reports a label (round 0), then a cell (round 1)."""
+    population = synthetic_population(400, 3, 4.0, mask="aligned", private=2, test_size=10)
+    study = await create_study(client, "histoftree", population.params(depth=2, bins=2), seed=9)
+    body = {
+        "epsilons": population.epsilon.tolist(),
+        "metadata": {k: v.tolist() for k, v in population.metadata.items()},
+    }
+    response = await client.post(f"/v1/studies/{study.id}/participants/batch", json=body)
+    people = EnrollmentBatch.model_validate_json(response.content).enrollments
+    await start(client, study.id)
+    label = await task_of(client, study.id, people[0])
+    assert isinstance(label, TaskReport)
+    assert (label.round, label.final) == (0, False)
+    await submit_batch(client, study.id, 0, "scalar", people, [[0.5]] * len(people))
+    cell = await task_of(client, study.id, people[0])
+    assert isinstance(cell, TaskReport)
+    assert (cell.round, cell.final) == (1, True)
+
+
+@pytest.mark.parametrize("hold", [None, 2])
+async def test_a_done_participant_is_told_at_once(
+    client: httpx.AsyncClient, hold: float | None
+) -> None:
+    study = await create_study(client, "hetero-mean-rr")
+    people = await enroll(client, study.id, [1.0, 1.0])
+    await start(client, study.id)
+    await submit_batch(client, study.id, 0, "bit", people, [[1.0], [-1.0]])
+    started = time.monotonic()
+    answer = TASK.validate_json((await ask(client, study.id, people[0], hold)).content)
+    assert answer.kind == "done"
+    assert time.monotonic() - started < 1
