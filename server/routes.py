@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from fedldp.protocol.core import wire
-from fedldp.server import ingest, leases, participants, streams, studies, tasks
+from fedldp.server import enrollment, ingest, leases, participants, streams, studies, tasks
 from fedldp.server.bodies import documented, json_body
 from fedldp.server.context import Context
 from fedldp.server.credentials import (
@@ -343,7 +343,7 @@ def enroll(
     """Enroll one participant with its declared ε: its id and secret token. An explicit
     ``participant_id`` must lie in the caller's lease (its token as bearer)."""
     token = None if lease_token is None else lease_token.credentials
-    enrolled = studies.enroll(
+    enrolled = enrollment.enroll(
         ctx, study_id, [body.epsilon], [body.metadata], [body.participant_id], lease_token=token
     )
     return enrolled.enrollments[0]
@@ -366,7 +366,7 @@ def enroll_batch(
     block token that stands for all of them on the batch endpoints (``block_only``: that alone).
     Explicit ``participant_ids`` must all lie in the caller's lease (its token as bearer)."""
     token = None if lease_token is None else lease_token.credentials
-    return studies.enroll(
+    return enrollment.enroll(
         ctx, study_id, *body.rows(), block_only=body.block_only, lease_token=token
     )
 
