@@ -25,7 +25,7 @@ from fedldp.server.observe import configure_logging
 from fedldp.server.schema import SchemaError
 from fedldp.server.schema_cli import add_db_parser, run_db
 from fedldp.server.settings import Settings
-from fedldp.server.worker import SUPERVISOR_PID, tune_gc
+from fedldp.server.worker import SUPERVISOR_PID, tune_memory
 
 SHUTDOWN_GRACE_S = 5
 """How long a stopping server waits for open requests (event streams among them) to end."""
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     # The long-lived objects made so far (modules, the app) need never be traced again: frozen,
     # they leave the collector only the short-lived ones a request makes (the batch endpoints
     # make tens of thousands of them).
-    tune_gc()
+    tune_memory()
     uvicorn.run(app, **common)
 
 
