@@ -1,7 +1,8 @@
 """Claims of the papers checked on an experiment's trial rows.
 
 A check (``CheckSpec``) is evaluated once per group of its ``per`` values (after keeping the rows
-matching its ``where``): ``slope`` fits the log-log slope of ``stat(y)`` against ``x``; ``ratio``
+matching its ``where``): ``slope`` fits the log-log slope of ``stat(y)`` against ``x`` (over the
+x values ``x_in`` only, when given: one regime of a wider sweep); ``ratio``
 divides the numerator's aggregate by the denominator's (each ``stat`` of a column over the rows
 of the group matching its own ``where``); ``bound`` takes ``stat(y)`` at every configuration of
 the group (every distinct value of the grid columns the check does not fix). A group passes when
@@ -87,6 +88,8 @@ def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> C
         if check.kind == "slope":
             assert check.x is not None
             xs = sorted({v for v in (number(r.get(check.x, "")) for r in members) if v is not None})
+            if check.x_in is not None:
+                xs = [x for x in xs if x in check.x_in]
             ys = [stat_band(values(_at(members, check.x, x), check.y), check.stat)[0] for x in xs]
             slope = loglog_slope(xs, ys)
             v = math.nan if slope is None else slope

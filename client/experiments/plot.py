@@ -20,6 +20,7 @@ from fedldp.client.experiments.aggregate import (
     describe_where,
     plot_series,
     population_text,
+    quantile_level,
     x_is_numeric,
 )
 from fedldp.client.experiments.results import read_rows
@@ -61,6 +62,18 @@ def _column_text(column: str) -> str:
 _SHORT_STAT = {"mean": "mean", "median": "median", "mse": "MSE", "rmse": "RMSE"}
 
 
+def _stat_text(stat: str) -> str:
+    level = quantile_level(stat)
+    if level is not None:
+        return f"{level:g} quantile over seeds of"
+    return _STAT_TEXT[stat]
+
+
+def _short_stat(stat: str) -> str:
+    level = quantile_level(stat)
+    return f"{level:g} quantile" if level is not None else _SHORT_STAT[stat]
+
+
 def axis_label(column: str, stat: str | None = None, norm: str | None = None) -> str:
     """A reader's label for a column (and the statistic taken of it)."""
     if column == "error":
@@ -69,9 +82,9 @@ def axis_label(column: str, stat: str | None = None, norm: str | None = None) ->
         )
         if stat in ("mse", "rmse"):
             return f"{_STAT_TEXT[stat]} error over seeds, {what}"
-        return f"{_STAT_TEXT.get(stat or 'mean', '')} error {what}".strip()
+        return f"{_stat_text(stat or 'mean')} error {what}".strip()
     text = _column_text(column)
-    return f"{_STAT_TEXT[stat]} {text}" if stat else text
+    return f"{_stat_text(stat)} {text}" if stat else text
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
@@ -111,7 +124,7 @@ def draw(
     norm = next((r.get("error_norm") for r in rows if r.get("error_norm")), None)
     fig = Figure(figsize=(7.5, 5.0), layout="constrained")
     ax = fig.add_subplot()
-    measured = f"measured {_SHORT_STAT[plot.stat]}" if plot.y == "error" else "measured"
+    measured = f"measured {_short_stat(plot.stat)}" if plot.y == "error" else "measured"
     for i, s in enumerate(series):
         color = f"C{i % 10}"
         name = s.label if plot.hue else measured

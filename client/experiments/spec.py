@@ -30,7 +30,7 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -56,7 +56,10 @@ __all__ = [
     "load_experiment",
 ]
 
-Stat = Literal["mean", "median", "mse", "rmse"]
+Stat = Annotated[str, Field(pattern=r"^(mean|median|mse|rmse|q[0-9]{1,4})$")]
+"""A statistic over seeds: mean, median, mse, rmse, or ``qDIGITS``, the quantile at level
+0.DIGITS (``q95``: the 0.95 quantile, ``q999``: the 0.999 quantile), e.g. of |error| for the
+tail bounds of heterogeneous-ldp.md §5 E5."""
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -104,7 +107,8 @@ class Quantity(BaseModel):
 class CheckSpec(BaseModel):
     """A claim checked on the results, once per group of ``per`` values.
 
-    ``slope``: the log-log slope of ``stat(y)`` against ``x`` is in [min, max]. ``ratio``:
+    ``slope``: the log-log slope of ``stat(y)`` against ``x`` (over the x values ``x_in`` when
+    given) is in [min, max]. ``ratio``:
     numerator / denominator is in [min, max]. ``bound``: ``stat(y)`` is in [min, max]. The claim
     holds when every group passes, partly when some do, fails when none does.
     """
@@ -118,6 +122,9 @@ class CheckSpec(BaseModel):
     y: str = "error"
     stat: Stat = "mean"
     x: str | None = None
+    x_in: tuple[float, ...] | None = Field(
+        None, description="slope: fit over these x values only (one regime of a wider sweep)"
+    )
     where: dict[str, Any] = Field(default_factory=dict)
     per: tuple[str, ...] = ()
     numerator: Quantity | None = None
@@ -131,6 +138,8 @@ class CheckSpec(BaseModel):
             raise ValueError("a check needs min, max or both")
         if self.kind == "slope" and self.x is None:
             raise ValueError("a slope check needs x")
+        if self.x_in is not None and (self.kind != "slope" or len(set(self.x_in)) < 2):
+            raise ValueError("x_in belongs to a slope check and needs two x values or more")
         if self.kind == "ratio" and (self.numerator is None or self.denominator is None):
             raise ValueError("a ratio check needs numerator and denominator")
         return self

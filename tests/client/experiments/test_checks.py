@@ -1,0 +1,77 @@
+"""Claims evaluated on trial rows: slopes over one regime (``x_in``) and quantile statistics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from fedldp.client.experiments.aggregate import quantile_level, stat_band
+from fedldp.client.experiments.checks import evaluate
+from fedldp.client.experiments.spec import CheckSpec, PlotSpec
+
+
+def _rows(points: dict[float, list[float]]) -> list[dict[str, str]]:
+    return [
+        {"protocol": "p", "epsilon": f"{x:g}", "seed": str(i), "error": repr(v)}
+        for x, errors in points.items()
+        for i, v in enumerate(errors)
+    ]
+
+
+def test_a_slope_over_x_in_fits_that_regime_only() -> None:
+    # mean error = x^-2 up to x = 1, then flat: the fit over the first regime is exactly -2,
+    # over every x it is not
+    rows = _rows({0.25: [16.0], 0.5: [4.0], 1: [1.0], 4: [1.0], 16: [1.0]})
+    spec = {"claim": "c", "kind": "slope", "x": "epsilon", "min": -2.01, "max": -1.99}
+    regime = evaluate(CheckSpec.model_validate({**spec, "x_in": [0.25, 0.5, 1]}), rows, [])
+    whole = evaluate(CheckSpec.model_validate(spec), rows, [])
+    assert regime.measured[0][1] == pytest.approx(-2.0)
+    assert regime.verdict == "holds"
+    assert whole.verdict == "fails"
+
+
+def test_x_in_belongs_to_slopes_and_needs_two_values() -> None:
+    with pytest.raises(ValidationError, match="x_in"):
+        CheckSpec.model_validate({"claim": "c", "kind": "bound", "x_in": [1, 2], "max": 1})
+    with pytest.raises(ValidationError, match="x_in"):
+        CheckSpec.model_validate(
+            {"claim": "c", "kind": "slope", "x": "epsilon", "x_in": [1, 1], "max": 1}
+        )
+
+
+def test_quantile_statistic_and_its_order_statistic_band() -> None:
+    rng = np.random.default_rng(5)
+    xs = np.abs(rng.standard_normal(20_000))
+    value, lo, hi = stat_band(xs.tolist(), "q99")
+    assert quantile_level("q99") == 0.99
+    assert quantile_level("q999") == 0.999
+    assert quantile_level("mse") is None
+    assert value == pytest.approx(float(np.quantile(xs, 0.99)))
+    # the band holds the true quantile of |Z| (2.5758) and has the order-statistic width:
+    # 1.96 √(R q (1 − q)) ranks each side: 2 × 1.96 × √(q(1 − q)/R)/f(q) = 2 × 1.96 ×
+    # 0.000704/0.0289 ≈ 0.095 in value (f(q) = 2φ(2.5758), the density of |Z| there)
+    assert lo < 2.5758 < hi
+    assert 0.06 < hi - lo < 0.14
+    assert math.isnan(stat_band([], "q90")[0])
+
+
+def test_a_quantile_ratio_check_and_unknown_statistics_are_refused() -> None:
+    rng = np.random.default_rng(6)
+    rows = _rows({1: np.abs(rng.standard_normal(4000)).tolist()})
+    check = CheckSpec.model_validate(
+        {
+            "claim": "Gaussian tail",
+            "kind": "ratio",
+            "numerator": {"stat": "q90"},
+            "denominator": {"stat": "rmse"},
+            "min": 1.645 * 0.9,
+            "max": 1.645 * 1.1,
+        }
+    )
+    assert evaluate(check, rows, ["protocol", "epsilon"]).verdict == "holds"
+    for bad in ("q", "quantile", "q1.5", "p99"):
+        with pytest.raises(ValidationError):
+            PlotSpec.model_validate({"x": "epsilon", "stat": bad})
