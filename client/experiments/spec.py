@@ -95,13 +95,26 @@ class PlotSpec(BaseModel):
 
 
 class Quantity(BaseModel):
-    """``stat`` of column ``y`` over the rows matching ``where`` (inside each checked group)."""
+    """``stat`` of column ``y`` over the rows matching ``where`` (inside each checked group).
+
+    With ``best_of``, the smallest such ``stat`` over the values of that column (those listed in
+    ``among``, or all): the papers' tuned minimum, e.g. of a method run at several tunings, each
+    a protocol entry of its own label (huber-user-level-dp.md §7.0).
+    """
 
     model_config = _FROZEN
 
     y: str | None = None
     stat: Stat | None = None
     where: dict[str, Any] = Field(default_factory=dict)
+    best_of: str | None = None
+    among: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _among_needs_best_of(self) -> Quantity:
+        if self.among is not None and (self.best_of is None or not self.among):
+            raise ValueError("among lists values of best_of: give best_of and one value or more")
+        return self
 
 
 class CheckSpec(BaseModel):
@@ -418,7 +431,7 @@ def _check_references(experiment: Experiment, source: str, lines: Lines) -> None
     for i, check in enumerate(spec.checks):
         used = [*check.per, *check.where]
         for q in (check.numerator, check.denominator):
-            used += list(q.where) if q is not None else []
+            used += [*q.where, *([q.best_of] if q.best_of else [])] if q is not None else []
         for key in used:
             if key not in columns:
                 raise MarkedError(

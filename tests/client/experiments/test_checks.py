@@ -75,3 +75,27 @@ def test_a_quantile_ratio_check_and_unknown_statistics_are_refused() -> None:
     for bad in ("q", "quantile", "q1.5", "p99"):
         with pytest.raises(ValidationError):
             PlotSpec.model_validate({"x": "epsilon", "stat": bad})
+
+
+def test_a_tuned_minimum_takes_the_best_of_the_listed_tunings() -> None:
+    rows = [
+        {"protocol": p, "seed": str(s), "error": repr(e)}
+        for p, e in (("wme", 1.0), ("hlm-t4", 4.0), ("hlm-t8", 0.5), ("hlm-t16", 0.1))
+        for s in range(3)
+    ]
+    ratio = {
+        "claim": "c",
+        "kind": "ratio",
+        "stat": "mse",
+        "numerator": {"where": {"protocol": "wme"}},
+        "min": 0,
+    }
+    # the best of t4 and t8 is t8 (MSE 0.25): 1/0.25; t16 is left out by `among`
+    picked = {"best_of": "protocol", "among": ["hlm-t4", "hlm-t8"]}
+    check = CheckSpec.model_validate({**ratio, "denominator": picked})
+    assert evaluate(check, rows, ["protocol"]).measured[0][1] == pytest.approx(4.0)
+    # without `among` every value of the column competes, the numerator's own included
+    check = CheckSpec.model_validate({**ratio, "denominator": {"best_of": "protocol"}})
+    assert evaluate(check, rows, ["protocol"]).measured[0][1] == pytest.approx(100.0)
+    with pytest.raises(ValidationError, match="among"):
+        CheckSpec.model_validate({**ratio, "denominator": {"among": ["hlm-t4"]}})
