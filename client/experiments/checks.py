@@ -113,19 +113,18 @@ def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> C
 
 def _quantity(q: Quantity, rows: Sequence[Row], check: CheckSpec) -> float:
     """One side of a ratio: ``stat(y)`` over the rows matching ``q.where``, or its minimum over
-    the values of ``q.best_of`` (NaN when none has a value)."""
+    the values of the ``q.best_of`` column(s) (NaN when none has a value)."""
     mine = [r for r in rows if matches(r, q.where)]
     y, stat = q.y or check.y, q.stat or check.stat
-    if q.best_of is None:
+    if not q.tuned:
         return stat_band(values(mine, y), stat)[0]
-    column = q.best_of
     wanted = None if q.among is None else {cell(v) for v in q.among}
-    options = [
-        c for c in dict.fromkeys(r.get(column, "") for r in mine) if wanted is None or c in wanted
-    ]
-    found = [
-        stat_band(values([r for r in mine if r.get(column) == c], y), stat)[0] for c in options
-    ]
+    options: dict[tuple[str, ...], list[Row]] = {}
+    for r in mine:
+        key = tuple(r.get(c, "") for c in q.tuned)
+        if wanted is None or key[0] in wanted:
+            options.setdefault(key, []).append(r)
+    found = [stat_band(values(at, y), stat)[0] for at in options.values()]
     finite = [v for v in found if math.isfinite(v)]
     return min(finite) if finite else math.nan
 

@@ -8,6 +8,7 @@ log-log slope in the legend where asked. Needs matplotlib (``pip install 'fedldp
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -112,6 +113,27 @@ def _title(manifest: Mapping[str, Any], plot: PlotSpec, rows: Sequence[Mapping[s
     return "\n".join(lines)
 
 
+_LEGEND_INSIDE = 5
+"""Most lines whose legend goes inside the axes; beyond, it goes to the right of them."""
+_TICK_GAP = 0.05
+"""Smallest gap between two labelled x ticks, as a fraction of the axis span."""
+
+
+def _spaced_labels(xs: Sequence[float], *, log: bool) -> list[str]:
+    """Tick labels of the grid values, left blank where one would overlap the previous label
+    (e.g. ε = 1.5, 1.99, 2 on a log axis up to 400): every tick stays, only its text goes."""
+    pos = [math.log(x) if log and x > 0 else x for x in xs]
+    span = (max(pos) - min(pos)) or 1.0
+    out, last = [], None
+    for x, p in zip(xs, pos, strict=True):
+        if last is None or (p - last) / span >= _TICK_GAP:
+            out.append(f"{x:g}")
+            last = p
+        else:
+            out.append("")
+    return out
+
+
 def draw(
     rows: Sequence[Mapping[str, str]], plot: PlotSpec, manifest: Mapping[str, Any]
 ) -> tuple[Figure, list[Series]]:
@@ -131,7 +153,9 @@ def draw(
         label = name if s.slope is None else f"{name} (slope {s.slope:+.2f})"
         # categories are not a continuum: markers and bars, no joining line or band
         style = "-" if numeric else "none"
-        ax.plot(s.x, s.y, marker="o", linestyle=style, color=color, label=label)
+        # past ten lines the colours repeat: a new marker tells them apart
+        marker = "os^Dv"[(i // 10) % 5]
+        ax.plot(s.x, s.y, marker=marker, linestyle=style, color=color, label=label)
         if numeric:
             ax.fill_between(s.x, s.lo, s.hi, color=color, alpha=0.2, linewidth=0)
         else:
@@ -154,7 +178,7 @@ def draw(
     if numeric and series:
         # tick the grid values themselves, written plainly (4000, not 4×10³)
         xs = sorted({x for s in series for x in s.x})
-        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.set_xticks(xs, _spaced_labels(xs, log=plot.logx))
         ax.xaxis.set_minor_locator(NullLocator())
     if plot.logy:
         ax.set_yscale("log")
@@ -168,7 +192,12 @@ def draw(
     seeds = sorted({n for s in series for n in s.seeds})
     seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}" if seeds else "0"
     ax.plot([], [], " ", label=f"bands: 95% CI over {seed_text} seeds")
-    ax.legend(fontsize=8)
+    if len(series) > _LEGEND_INSIDE:
+        # many lines: a legend inside would hide some of them
+        fig.set_size_inches(9.5, 5.0)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:
+        ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     return fig, series
 

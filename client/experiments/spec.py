@@ -97,9 +97,10 @@ class PlotSpec(BaseModel):
 class Quantity(BaseModel):
     """``stat`` of column ``y`` over the rows matching ``where`` (inside each checked group).
 
-    With ``best_of``, the smallest such ``stat`` over the values of that column (those listed in
-    ``among``, or all): the papers' tuned minimum, e.g. of a method run at several tunings, each
-    a protocol entry of its own label (huber-user-level-dp.md §7.0).
+    With ``best_of``, the smallest such ``stat`` over the values of that column, or over the
+    combinations of values of several (those listed in ``among``, or all): the papers' tuned
+    minimum, e.g. of a method run at several tunings, each a protocol entry of its own label
+    (huber-user-level-dp.md §7.0), or over grid axes of parameters (public-features-ldp.md §6.2).
     """
 
     model_config = _FROZEN
@@ -107,13 +108,22 @@ class Quantity(BaseModel):
     y: str | None = None
     stat: Stat | None = None
     where: dict[str, Any] = Field(default_factory=dict)
-    best_of: str | None = None
+    best_of: str | tuple[str, ...] | None = None
     among: list[Any] | None = None
+
+    @property
+    def tuned(self) -> tuple[str, ...]:
+        """The columns the minimum is taken over (none without ``best_of``)."""
+        if self.best_of is None:
+            return ()
+        return (self.best_of,) if isinstance(self.best_of, str) else self.best_of
 
     @model_validator(mode="after")
     def _among_needs_best_of(self) -> Quantity:
-        if self.among is not None and (self.best_of is None or not self.among):
-            raise ValueError("among lists values of best_of: give best_of and one value or more")
+        if self.best_of is not None and not self.tuned:
+            raise ValueError("best_of names one column or more")
+        if self.among is not None and (len(self.tuned) != 1 or not self.among):
+            raise ValueError("among lists values of one best_of column: one value or more")
         return self
 
 
@@ -431,7 +441,7 @@ def _check_references(experiment: Experiment, source: str, lines: Lines) -> None
     for i, check in enumerate(spec.checks):
         used = [*check.per, *check.where]
         for q in (check.numerator, check.denominator):
-            used += [*q.where, *([q.best_of] if q.best_of else [])] if q is not None else []
+            used += [*q.where, *q.tuned] if q is not None else []
         for key in used:
             if key not in columns:
                 raise MarkedError(

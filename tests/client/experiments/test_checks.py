@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from fedldp.client.experiments.aggregate import quantile_level, stat_band
 from fedldp.client.experiments.checks import evaluate
-from fedldp.client.experiments.spec import CheckSpec, PlotSpec
+from fedldp.client.experiments.spec import CheckSpec, PlotSpec, Quantity
 
 
 def _rows(points: dict[float, list[float]]) -> list[dict[str, str]]:
@@ -99,3 +99,24 @@ def test_a_tuned_minimum_takes_the_best_of_the_listed_tunings() -> None:
     assert evaluate(check, rows, ["protocol"]).measured[0][1] == pytest.approx(100.0)
     with pytest.raises(ValidationError, match="among"):
         CheckSpec.model_validate({**ratio, "denominator": {"among": ["hlm-t4"]}})
+
+
+def test_a_tuned_minimum_over_several_grid_columns() -> None:
+    # MSE = (t·p − 4)² + 1 over t, p ∈ {1, 2, 4}: the best pair (t·p = 4) gives 1; with t = 1
+    # fixed the best p is 4 (MSE 1 as well), with p = 1 the best t is 4
+    rows = [
+        {"params.bins": str(t), "params.depth": str(p), "seed": "0", "error": repr(v)}
+        for t in (1, 2, 4)
+        for p in (1, 2, 4)
+        for v in [((t * p - 4) ** 2 + 1) ** 0.5]
+    ]
+    base = {"claim": "c", "kind": "ratio", "stat": "mse", "min": 0}
+    both = {"best_of": ["params.bins", "params.depth"]}
+    t1 = {"best_of": "params.depth", "where": {"params.bins": 1}}
+    coarse = {"best_of": "params.depth", "where": {"params.bins": 2}, "among": [1, 4]}
+    check = CheckSpec.model_validate({**base, "numerator": t1, "denominator": both})
+    assert evaluate(check, rows, []).measured[0][1] == pytest.approx(1.0)
+    check = CheckSpec.model_validate({**base, "numerator": coarse, "denominator": both})
+    assert evaluate(check, rows, []).measured[0][1] == pytest.approx(5.0)
+    with pytest.raises(ValidationError, match="among"):
+        Quantity.model_validate({"best_of": ["params.bins", "params.depth"], "among": [1]})
