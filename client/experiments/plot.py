@@ -19,6 +19,7 @@ import yaml
 from fedldp.client.experiments.aggregate import (
     Series,
     describe_where,
+    matches,
     plot_series,
     population_text,
     quantile_level,
@@ -100,14 +101,24 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return loaded
 
 
+_FLAT_LABEL_CHARS = 70
+"""Most characters of category labels written flat under the x axis; beyond, they slant."""
+_NAMED_PROTOCOLS = 4
+"""Most protocols a title names one by one."""
+
+
 def _title(manifest: Mapping[str, Any], plot: PlotSpec, rows: Sequence[Mapping[str, str]]) -> str:
     exp = manifest["experiment"]
     head = plot.title or (exp.get("title") or exp["name"])
-    protocols = ", ".join(dict.fromkeys(r["protocol"] for r in rows)) or "?"
+    shown = list(dict.fromkeys(r["protocol"] for r in rows if matches(r, plot.where)))
+    protocols = ", ".join(shown) or "?"
+    if len(shown) > _NAMED_PROTOCOLS:
+        # e.g. one protocol entry per tuning: the legend names them
+        protocols = f"{len(shown)} protocol entries ({shown[0]} … {shown[-1]})"
     swept = set(exp.get("grid", {}))
     fixed = {k: v for k, v in exp.get("population", {}).items() if k not in swept}
     fixed = {k: v for k, v in fixed.items() if k.replace("_", "-") not in swept}
-    lines = [head, *textwrap.wrap(f"{protocols} · {population_text({'population': fixed})}", 95)]
+    lines = [head, *textwrap.wrap(f"{protocols} · {population_text({'population': fixed})}", 86)]
     if plot.where:
         lines.append(describe_where(plot.where))
     return "\n".join(lines)
@@ -184,7 +195,12 @@ def draw(
         ax.set_yscale("log")
     if not numeric and series:
         ticks = {x: t for s in series for x, t in zip(s.x, s.x_labels, strict=True)}
-        ax.set_xticks(sorted(ticks), [ticks[x] for x in sorted(ticks)])
+        names = [ticks[x] for x in sorted(ticks)]
+        # long category names would run into each other: slant them
+        slant = sum(len(n) for n in names) > _FLAT_LABEL_CHARS
+        ax.set_xticks(
+            sorted(ticks), names, rotation=25 if slant else 0, ha="right" if slant else "center"
+        )
         ax.set_xlim(-0.5, max(ticks) + 0.5)
     ax.set_xlabel(plot.xlabel or axis_label(plot.x))
     ax.set_ylabel(plot.ylabel or axis_label(plot.y, plot.stat, norm))
