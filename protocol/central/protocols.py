@@ -260,7 +260,9 @@ class _Central(Protocol[P]):
         "The release is computed from the responders' statistics alone (n and N are theirs, so "
         "the noise is calibrated to them); the ε released is still the smallest declared one."
     )
-    population_rule: ClassVar[str] = "at least 2 participants (a central release needs 2)"
+    population_rule: ClassVar[str] = (
+        "at least 2 participants (a central release needs 2), whatever its parameters"
+    )
 
     trust: ClassVar[Trust] = "central"
     heterogeneity: ClassVar[str] = HETEROGENEITY
@@ -504,6 +506,7 @@ class CentralWMEVector(CentralWME):
     )
     data_kind: ClassVar[DataKind] = "vector"
     params_model = WMEVectorParams  # type: ignore[assignment]  # a subclass of WMEParams
+    population_probe: ClassVar[Mapping[str, Any]] = {"dimension": 1}
 
     def dimension(self, params: WMEParams) -> int:
         return params.dimension if isinstance(params, WMEVectorParams) else 1
@@ -617,6 +620,7 @@ class CentralHuberVector(CentralHuber):
     )
     data_kind: ClassVar[DataKind] = "vector"
     params_model = HuberVectorParams  # type: ignore[assignment]  # a subclass of HuberParams
+    population_probe: ClassVar[Mapping[str, Any]] = {"dimension": 1}
 
 
 PROTOCOLS: tuple[Protocol[Any], ...] = (

@@ -311,37 +311,52 @@ class Protocol(ABC, Generic[ParamsT]):
             "data_kind": self.data_kind,
             "parameters": self.params_model.model_json_schema(),
             "broadcast_fields": dict(self.broadcast_fields),
-            "population": {
-                "epsilon": epsilon,
-                "min_participants": self.min_participants(epsilon),
-                "rule": self.population_rule,
-            },
+            "population": self.population(epsilon),
+        }
+
+    def population(self, epsilon: float) -> JSON:
+        """The catalogue's ``population`` entry at ``epsilon``: the minimum (``min_participants``
+        without parameters), its rule in words, and the required parameters it depends on (when
+        it depends on one, there is no single minimum and ``min_participants`` is None)."""
+        return {
+            "epsilon": epsilon,
+            "min_participants": self.min_participants(epsilon),
+            "rule": self.population_rule,
+            "depends_on": self.population_depends_on(),
         }
 
     population_rule: ClassVar[str] = (
         "no condition on the number of participants beyond what its parameters imply: "
         "min_participants is the smallest population its default parameters plan for"
     )
+    population_probe: ClassVar[Mapping[str, Any]] = {}
+    """Values of required parameters for ``min_participants`` without parameters: ones the
+    minimum does not depend on, or the least favourable value when it does and a worst case
+    exists (``samples_per_user``: the largest, since more samples mean more stage-one bins). The
+    population rule says which; tests/protocol/test_population.py checks the claim."""
     broadcast_fields: ClassVar[Mapping[str, str]] = {}
     """Each field of the protocol's round broadcasts (what a task's ``broadcast`` holds), with
     its meaning: what a client computes its payload from (docs/clients.md)."""
 
     def min_participants(self, epsilon: float, params: ParamsT | None = None) -> int | None:
         """The smallest number of participants, every one at ``epsilon``, for which ``plan``
-        succeeds with ``params`` (by default: the default parameters; None when the protocol
-        has none, i.e. the minimum depends on parameters not given, or when no population of
-        up to ``2**24`` plans). The default searches ``plan`` itself (feasibility is monotone
-        in n for every catalogue protocol); protocols with a closed form override it."""
+        succeeds with ``params`` (by default: the default parameters with
+        ``population_probe``; None when the minimum depends on a required parameter not given,
+        see ``population_depends_on``, or when no population of up to ``2**21`` plans: a search
+        beyond would take seconds per ε). The default searches ``plan`` itself, with
+        ``population_metadata`` (feasibility is monotone in n for every catalogue protocol);
+        protocols with a closed form override it."""
         if params is None:
-            try:
-                params = self.parse_params({})
-            except ValueError:
+            if self.population_depends_on():
                 return None
+            params = self.parse_params(self.population_probe)
         check_epsilons(np.array([epsilon]))
 
         def plans(n: int) -> bool:
             try:
-                self.plan(params, np.full(n, float(epsilon)), {}, 0)
+                self.plan(
+                    params, np.full(n, float(epsilon)), self.population_metadata(params, n), 0
+                )
             except (ValueError, KeyError):
                 return False
             return True
@@ -356,6 +371,22 @@ class Protocol(ABC, Generic[ParamsT]):
             mid = (low + high) // 2
             low, high = (low, mid) if plans(mid) else (mid, high)
         return high
+
+    def population_depends_on(self) -> list[str]:
+        """The required parameters (no default, not in ``population_probe``) that the minimum
+        population depends on: with any of them, the catalogue states no single minimum."""
+        fields = self.params_model.model_fields
+        return sorted(
+            name
+            for name, info in fields.items()
+            if info.is_required() and name not in self.population_probe
+        )
+
+    def population_metadata(self, params: ParamsT, n: int) -> Mapping[str, NDArray[Any]]:
+        """Enrollment metadata for ``n`` participants with which ``min_participants`` probes
+        the plan: none by default; protocols whose plan needs metadata give the most favourable
+        (their rule says which)."""
+        return {}
 
     @abstractmethod
     def plan(
@@ -471,7 +502,7 @@ class Predictor(ABC, Generic[ParamsT]):
         """Predictions for feature rows (k, d); ValueError on malformed rows."""
 
 
-_MAX_PROBE = 1 << 24
+_MAX_PROBE = 1 << 21
 """The largest population ``Protocol.min_participants`` tries by default."""
 
 

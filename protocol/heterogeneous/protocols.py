@@ -142,7 +142,9 @@ class _Hetero(Protocol[P]):
         "(unbiased on the responders); the error bar is computed from their weights. Sizes fixed "
         "at planning (the JL dimension m) stay those of the enrolled ε's."
     )
-    population_rule: ClassVar[str] = "any population of at least 1 participant"
+    population_rule: ClassVar[str] = (
+        "any population of at least 1 participant, whatever its parameters"
+    )
 
     mechanism: ClassVar[est.Mechanism]
     payload_kind: ClassVar[PayloadKind]
@@ -459,6 +461,7 @@ class HeteroDuchiMean(_Hetero[DuchiParams]):
     )
     data_kind: ClassVar[DataKind] = "vector"
     params_model = DuchiParams
+    population_probe: ClassVar[Mapping[str, Any]] = {"dimension": 1}
     mechanism: ClassVar[est.Mechanism] = "duchi"
     payload_kind: ClassVar[PayloadKind] = "vector"
 
@@ -555,6 +558,7 @@ class HeteroFrequency(_Hetero[FrequencyParams]):
     )
     data_kind: ClassVar[DataKind] = "categorical"
     params_model = FrequencyParams
+    population_probe: ClassVar[Mapping[str, Any]] = {"domain_size": 2}
     mechanism: ClassVar[est.Mechanism] = "jl"
     payload_kind: ClassVar[PayloadKind] = "index-sign"
 

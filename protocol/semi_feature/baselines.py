@@ -44,12 +44,15 @@ from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
 from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
 from fedldp.protocol.semi_feature.common import (
     MAX_HIST_CELLS,
+    POPULATION_PROBE,
+    SEMI_POPULATION_RULE,
     SemiParams,
     enrollment,
     features_of,
     label_bounds,
     label_report,
     plan_epsilons,
+    probe_metadata,
     semi_feature_block,
 )
 from fedldp.protocol.semi_feature.partition import grr_report, histogram_bins
@@ -98,7 +101,11 @@ class HistLdp(Protocol[HistParams], Predictor[HistParams]):
     Lap(4/ε_i) over the K = t^d cells (ε_i/2 each: two messages). Cell value ΣZ̃/ΣW̃ when
     p̂_k = ΣW̃/n >= ζ, else the truncation value; clipped to [y_lo, y_hi]."""
 
-    population_rule: ClassVar[str] = "at least 2 participants"
+    population_rule: ClassVar[str] = SEMI_POPULATION_RULE
+    population_probe: ClassVar[Mapping[str, Any]] = POPULATION_PROBE
+
+    def population_metadata(self, params: HistParams, n: int) -> Mapping[str, NDArray[Any]]:
+        return probe_metadata(n, params.dimension)
 
     name: ClassVar[str] = "hist-ldp"
     broadcast_fields: ClassVar[Mapping[str, str]] = described(
@@ -281,7 +288,11 @@ class _TreeBaseline(Protocol[T], Predictor[T]):
     unknown entries, noisy labels on the raw scale) and, by default, clips leaf values to
     [y_lo, y_hi]."""
 
-    population_rule: ClassVar[str] = "at least 2 participants"
+    population_rule: ClassVar[str] = SEMI_POPULATION_RULE
+    population_probe: ClassVar[Mapping[str, Any]] = POPULATION_PROBE
+
+    def population_metadata(self, params: T, n: int) -> Mapping[str, NDArray[Any]]:
+        return probe_metadata(n, params.dimension)
 
     data_kind: ClassVar[DataKind] = "labeled"
     needs_metadata: ClassVar[bool] = True

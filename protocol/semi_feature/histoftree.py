@@ -46,12 +46,15 @@ from fedldp.protocol.mechanisms.randomizers import rr_debias, rr_keep_probabilit
 from fedldp.protocol.semi_feature.common import (
     MAX_DIMENSION,
     MAX_RR_CELLS,
+    POPULATION_PROBE,
+    SEMI_POPULATION_RULE,
     SemiParams,
     enrollment,
     features_of,
     label_bounds,
     label_report,
     plan_epsilons,
+    probe_metadata,
     semi_feature_block,
 )
 from fedldp.protocol.semi_feature.partition import (
@@ -150,7 +153,11 @@ class _HistOfTree(Protocol[H], Predictor[H]):
         "users who sent both (a user who leaves after its label helped the tree but not the "
         "cell values; diagnostics: label_reports, cell_reports, paired). No pair fails the study."
     )
-    population_rule: ClassVar[str] = "at least 2 participants"
+    population_rule: ClassVar[str] = SEMI_POPULATION_RULE
+    population_probe: ClassVar[Mapping[str, Any]] = POPULATION_PROBE
+
+    def population_metadata(self, params: H, n: int) -> Mapping[str, NDArray[Any]]:
+        return probe_metadata(n, params.dimension)
 
     data_kind: ClassVar[DataKind] = "labeled"
     source: ClassVar[str] = (

@@ -54,12 +54,16 @@ MAX_COMPONENTS = 1 << 14
 broadcast and report of a study a reasonable size."""
 
 
+MAX_SAMPLES = 1 << 20
+"""The largest samples_per_user an Alg-2 protocol takes."""
+
+
 class ComponentParams(Params):
     """Parameters every Alg-2 based protocol takes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    samples_per_user: int = Field(ge=1, le=1 << 20, description="m: samples each user uses")
+    samples_per_user: int = Field(ge=1, le=MAX_SAMPLES, description="m: samples each user uses")
     reference_epsilon: float | None = Field(
         None,
         gt=0,
@@ -137,10 +141,14 @@ class ComponentProtocol(Protocol[P]):
         "error bar from their variances. A component with no stage-two report fails the study."
     )
     population_rule: ClassVar[str] = (
-        "at least 2 users in every group of every stage: 2 x the number of user groups, "
-        "which the dimension and the privacy regime of the reference ε fix (the plan's "
-        "refusal names it)"
+        "at least 2 users in every group of every stage, and in every stage-one group the §1.5 "
+        "score Σ min(ε_i², 1) of user-mean when it has more than 2 bins (samples_per_user > "
+        "16): so the number of user groups, which the dimension and the privacy regime of the "
+        "reference ε fix, times what one Alg-1 call needs (the plan's refusal names it); "
+        "min_participants takes samples_per_user > 16, the most demanding (fewer samples need "
+        "fewer users)"
     )
+    population_probe: ClassVar[Mapping[str, Any]] = {"samples_per_user": MAX_SAMPLES}
 
     @abstractmethod
     def n_components(self, params: P, public: JSON) -> int:

@@ -199,6 +199,7 @@ class UserMean(Protocol[UserMeanParams]):
         f"2·⌈{ts.MIN_SCORE:g}/min(ε², 1)⌉ participants; with at most 2 stage-one bins "
         "(samples_per_user <= 16, bounded data) only 2"
     )
+    population_probe: ClassVar[Mapping[str, Any]] = {"samples_per_user": MAX_SAMPLES_PER_USER}
     broadcast_fields: ClassVar[Mapping[str, str]] = described(
         "bound", "m", "h", "n_bins", "delta", "n_ref", "sample_var", "heavy_tail",
         "sensitivity", "L", "R", "lo", "hi",
@@ -410,7 +411,10 @@ def baseline_variances(
 class _Baseline(Protocol[BaselineParams]):
     """One round: every participant sends one privatized scalar at its ε_i; weighted mean."""
 
-    population_rule: ClassVar[str] = "any population of at least 1 participant"
+    population_rule: ClassVar[str] = (
+        "any population of at least 1 participant, whatever samples_per_user"
+    )
+    population_probe: ClassVar[Mapping[str, Any]] = {"samples_per_user": 1}
 
     kind: ClassVar[str]
     data_kind: ClassVar[DataKind] = "scalar"

@@ -8,6 +8,7 @@ import httpx
 import pytest
 from pydantic import TypeAdapter
 
+from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core.wire import (
     EPSILON_MAX,
     EPSILON_MIN,
@@ -615,6 +616,28 @@ async def test_an_enrollment_target_below_the_minimum_population_is_refused(
         422,
         "population_too_small",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+async def test_every_protocol_refuses_an_enrollment_target_below_its_minimum(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    """At ε ≤ 1 (epsilon_max): a target of the protocol's minimum is created, one below is
+    refused (with the catalogue's probed parameters, and a dimension where the minimum
+    depends on one)."""
+    protocol = CATALOGUE[name]
+    params = {**protocol.population_probe, **dict.fromkeys(protocol.population_depends_on(), 3)}
+    if "samples_per_user" in protocol.params_model.model_fields:
+        params["samples_per_user"] = 64
+    needed = protocol.min_participants(1.0, protocol.parse_params(params))
+    assert needed is not None
+    body = {"protocol": name, "params": params, "seed": 1, "epsilon_max": 1.0}
+    if needed > 1:
+        below = {**body, "enrollment_target": needed - 1}
+        error = expect_error(await client.post("/v1/studies", json=below), 422,
+                             "population_too_small")  # fmt: skip
+        assert f"at least {needed}" in error.detail
+    await create_study(client, name, params, seed=1, epsilon_max=1.0, enrollment_target=needed)
 
 
 async def test_study_names_are_unique(client: httpx.AsyncClient) -> None:
