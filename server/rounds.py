@@ -103,14 +103,15 @@ def start_study(
     ctx: Context, session: Session, study: StudyRow, now: datetime, *, recoverable: bool = False
 ) -> str | None:
     """Close enrollment and open round 0 (inside the caller's transaction): None on success,
-    else the reason the plan is infeasible. The study is then failed with it, unless
-    ``recoverable`` (an explicit start: more participants may still enroll), where it stays
-    enrolling; a protocol that crashes while planning fails it either way."""
+    else the reason the plan is infeasible. The study then stays enrolling either way (more
+    participants may enroll, then start again): ``recoverable`` is an explicit start, whose
+    caller reports the reason; an automatic one (enrollment deadline or target) records it
+    (``_postpone``). A protocol that crashes while planning fails it either way."""
     ctx.transitions.bump()
 
     def refuse(reason: str) -> str:
         if not recoverable:
-            fail_study(session, study.id, reason)
+            _postpone(session, study, reason, now)
         return reason
 
     if study.n_participants == 0:
@@ -165,6 +166,27 @@ def start_study(
         return reason
     ctx.plans.put(study.id, splan)
     return None
+
+
+def _postpone(session: Session, study: StudyRow, reason: str, now: datetime) -> None:
+    """An automatic start that no plan fits leaves the study enrolling, as an explicit start
+    refused does, instead of failing it for good: the reason goes into its warnings (its view
+    shows them) and a ``phase`` event (still ``enrolling``, with the reason). A passed
+    enrollment deadline is spent (cleared), so the sweeper does not retry it every pass; an
+    enrollment target stays the cap it was declared as (the study's fingerprint)."""
+    deadline = study.enrollment_deadline
+    passed = deadline is not None and deadline <= now
+    trigger = "its enrollment deadline passed" if passed else "it reached its enrollment target"
+    note = (
+        f"not started when {trigger}: {reason}; it is still enrolling (enroll more "
+        "participants and start it, or cancel it)"
+    )
+    values: dict[str, Any] = {"warnings": [*study.warnings, note]}
+    if passed:
+        values["enrollment_deadline"] = None
+    if repo.transition_study(session, study.id, ["enrolling"], **values):
+        log.warning("study %s %s", study.id, note)
+        eventlog.phase_changed(session, study.id, "enrolling", note)
 
 
 def _open_round(

@@ -242,6 +242,26 @@ async def test_enrollment_into_a_started_study_is_refused(client: httpx.AsyncCli
     assert view.rounds[0].expected == 2
 
 
+async def test_a_target_reached_by_participants_too_few_for_a_plan_leaves_it_enrolling(
+    client: httpx.AsyncClient,
+) -> None:
+    """user-mean (4 stage-one bins) accepts a target of 600 (enough at ε ≥ 1), but 600
+    participants at ε = 0.5 need 2400 (§1.5): reaching the target does not fail the study; it
+    stays enrolling with the reason in its view, and an explicit start says why it cannot."""
+    study = await create_study(client, "user-mean", {"samples_per_user": 64}, enrollment_target=600)
+    await enroll(client, study.id, [0.5] * 600)
+    view = await study_view(client, study.id)
+    assert (view.phase, view.failure_reason, view.n_participants) == ("enrolling", None, 600)
+    assert len(view.warnings) == 1
+    assert view.warnings[0].startswith(
+        "not started when it reached its enrollment target: the plan is infeasible"
+    )
+    error = expect_error(await client.post(f"/v1/studies/{study.id}/start"), 422, "plan_infeasible")
+    assert error.detail.endswith("it is still enrolling")
+    cancelled = await client.post(f"/v1/studies/{study.id}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+
+
 async def test_reaching_the_enrollment_target_starts_the_study(client: httpx.AsyncClient) -> None:
     study = await create_study(client, "hetero-mean-rr", enrollment_target=5)
     await enroll(client, study.id, [1.0] * 3)
