@@ -85,8 +85,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
     # SQLite keeps its central-trust keys beside the file (the default); PostgreSQL's default
-    # (a directory under the system's temporary directory) is shared by every run: give it the
-    # test's own
+    # (the user's state directory) is shared by every run: give it the test's own
     keys = None if database_url.startswith("sqlite") else tmp_path / "keys"
     return Settings(database_url=database_url, admin_key=None, key_dir=keys)
 
