@@ -105,6 +105,7 @@ _CHUNK = 4096
 """Participant ids per block of the token cache (a study's ids are mostly consecutive)."""
 _UNKNOWN = -1
 """A cache slot with no verified token: ``hash`` never returns -1 (CPython maps it to -2)."""
+_EMPTY_BLOCK = array("q", [_UNKNOWN]) * _CHUNK
 
 
 class TokenCache:
@@ -112,15 +113,16 @@ class TokenCache:
     every poll and every report batch, and recomputing each HMAC was a third of the server's time
     on the batch path.
 
-    A verified token is kept as its ``hash`` (SipHash under this process's random key, 64 bits)
-    in an ``array('q')`` block of ``_CHUNK`` ids: 8 bytes a token, where a dict of id → token
-    string took about 145 (bench_ingest's server grew by 54 MiB over 400 000 tokens of one
-    study, which the old bound never dropped). Only a token that passed the HMAC is cached, and a
-    token is then accepted from the cache when its hash equals the verified one's: a forgery,
-    which cannot know the verified token nor its hash, passes with probability 2^-64 a try. A
-    slot holds ``_UNKNOWN`` until verified. Bounded: past ``capacity`` slots (8 MiB at the
-    default), the least recently added studies go, and a study that alone overflows the cache
-    starts again empty; a token no longer cached is recomputed when it comes back."""
+    A verified token is kept as its ``hash`` (64-bit SipHash, keyed per process unless
+    PYTHONHASHSEED fixes the key) in an ``array('q')`` block of ``_CHUNK`` ids: 8 bytes a
+    token, where a dict of id → token string took about 145 (bench_ingest's server grew by
+    54 MiB over 400 000 tokens of one study, which the old bound never dropped). Only a token
+    that passed the HMAC is cached; a token is then accepted from the cache when its hash equals
+    the verified one's, so a forgery, which knows neither the verified token nor its hash,
+    passes with probability 2^-64 a try. A slot holds ``_UNKNOWN`` until verified. Bounded: past
+    ``capacity`` slots (8 MiB at the default), the least recently added studies go, and a study
+    that alone overflows the cache starts again empty; a token no longer cached is recomputed
+    when it comes back."""
 
     def __init__(self, capacity: int = 1_000_000) -> None:
         self.capacity = capacity
@@ -183,9 +185,6 @@ class TokenCache:
             if self._size > self.capacity and keep in self._known:
                 self._size -= _CHUNK * len(self._known[keep])
                 self._known[keep] = {}
-
-
-_EMPTY_BLOCK = array("q", [_UNKNOWN]) * _CHUNK
 
 
 def check_admin(configured: str | None, given: str | None) -> None:
