@@ -16,9 +16,12 @@ examples:
   fedldp experiment run experiments/heterogeneous-weights.yaml --out results/hw --jobs 2
   fedldp experiment plot results/hw
   fedldp experiment check results/hw
+  fedldp experiment run experiments/heterogeneous-weights.yaml --cluster tcp://scheduler:8786
 
 The run writes DIR/trials.csv (one row per trial, appended as each ends) and DIR/experiment.yaml;
-rerunning skips the trials already in the CSV, so an interrupted run resumes.
+rerunning skips the trials already in the CSV, so an interrupted run resumes. With --cluster
+the trials run on the workers of an existing Dask scheduler (pip install 'fedldp[cluster]'; the
+workers must run the same fedldp) and this process writes the same CSV.
 """
 
 
@@ -29,7 +32,11 @@ def _run(args: argparse.Namespace) -> int:
     experiment = load_experiment(args.file, args.scale)
     out = args.out or Path("results") / experiment.spec.name
     summary = run_experiment(
-        experiment, out, jobs=args.jobs, progress=True if args.progress else None
+        experiment,
+        out,
+        jobs=args.jobs,
+        cluster=args.cluster,
+        progress=True if args.progress else None,
     )
     ran = f"{summary.done} trials run, {summary.skipped} already done, of {summary.total}"
     if summary.interrupted:
@@ -80,6 +87,11 @@ def add_experiment_parser(subparsers: Subparsers) -> None:
     run.add_argument("--out", type=Path, metavar="DIR", help="run directory (default results/NAME)")
     run.add_argument("--jobs", type=int, default=1, metavar="K", help="worker processes (1)")
     run.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="run the trials on the workers of this Dask scheduler (tcp://host:8786)",
+    )
+    run.add_argument(
         "--scale", choices=("quick", "paper"), default="quick", help="the file's scale (quick)"
     )
     run.add_argument("--progress", action="store_true", help="progress bar even without a tty")
@@ -114,6 +126,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         out=args.out,
         scale=args.scale,
         jobs=args.jobs,
+        cluster=args.cluster,
         progress=True if args.progress else None,
     )
     report = write_report(done, args.out, args.scale)
@@ -141,6 +154,9 @@ def add_reproduce_parser(subparsers: Subparsers) -> None:
         "--out", type=Path, default=Path("results/reproduce"), metavar="DIR", help="output folder"
     )
     parser.add_argument("--jobs", type=int, default=1, metavar="K", help="worker processes (1)")
+    parser.add_argument(
+        "--cluster", metavar="ADDRESS", help="run the trials on the workers of this Dask scheduler"
+    )
     parser.add_argument(
         "--experiments", type=Path, metavar="DIR", help="folder of experiment files"
     )

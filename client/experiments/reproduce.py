@@ -68,6 +68,7 @@ def reproduce(
     out: Path,
     scale: str = "quick",
     jobs: int = 1,
+    cluster: str | None = None,
     progress: bool | None = None,
 ) -> list[ReproducedExperiment]:
     """Run, plot and check the named experiments (all when ``names`` is empty)."""
@@ -80,7 +81,7 @@ def reproduce(
     done = []
     for experiment in experiments:
         directory = out / experiment.spec.name
-        run = run_experiment(experiment, directory, jobs=jobs, progress=progress)
+        run = run_experiment(experiment, directory, jobs=jobs, cluster=cluster, progress=progress)
         if run.interrupted:
             raise KeyboardInterrupt
         figures = plot_directory(directory)
