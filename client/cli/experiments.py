@@ -56,6 +56,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from fedldp.client.experiments.checks import evaluate_all
+    from fedldp.client.experiments.derived import with_derived
     from fedldp.client.experiments.plot import read_manifest
     from fedldp.client.experiments.results import read_rows
     from fedldp.client.experiments.spec import CheckSpec
@@ -63,7 +64,8 @@ def _check(args: argparse.Namespace) -> int:
     manifest = read_manifest(args.directory)["experiment"]
     checks = [CheckSpec.model_validate(c) for c in manifest.get("checks", [])]
     columns = ["protocol", *[k for k in manifest.get("grid", {}) if k != "protocol"]]
-    outcomes = evaluate_all(checks, read_rows(args.directory / "trials.csv"), columns)
+    rows = with_derived(read_rows(args.directory / "trials.csv"), manifest.get("derived", {}))
+    outcomes = evaluate_all(checks, rows, columns)
     for o in outcomes:
         print(f"{o.verdict:8} {o.check.claim} ({o.range_text()}): {o.measured_text()}")
     return 0 if all(o.verdict == "holds" for o in outcomes) else 1

@@ -18,10 +18,12 @@ import yaml
 from fedldp.client.experiments.aggregate import (
     Series,
     describe_where,
+    matches,
     plot_series,
     population_text,
     x_is_numeric,
 )
+from fedldp.client.experiments.derived import with_derived
 from fedldp.client.experiments.results import read_rows
 from fedldp.client.experiments.spec import PlotSpec
 
@@ -43,6 +45,8 @@ _COLUMN_TEXT = {
     "protocol": "protocol",
     "shape": "Lomax shape a",
     "failed": "fraction of trials the protocol refused",
+    "behaviour.dropout": "dropout: probability P that a user leaves before each round",
+    "behaviour.attackers": "fraction of fake users (attackers) β",
 }
 _STAT_TEXT = {
     "mean": "mean over seeds of",
@@ -89,7 +93,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 def _title(manifest: Mapping[str, Any], plot: PlotSpec, rows: Sequence[Mapping[str, str]]) -> str:
     exp = manifest["experiment"]
     head = plot.title or (exp.get("title") or exp["name"])
-    protocols = ", ".join(dict.fromkeys(r["protocol"] for r in rows)) or "?"
+    shown = [r for r in rows if matches(r, plot.where)]
+    protocols = ", ".join(dict.fromkeys(r["protocol"] for r in shown)) or "?"
     swept = set(exp.get("grid", {}))
     fixed = {k: v for k, v in exp.get("population", {}).items() if k not in swept}
     fixed = {k: v for k, v in fixed.items() if k.replace("_", "-") not in swept}
@@ -165,7 +170,8 @@ def plot_directory(directory: Path, *, plots: Sequence[PlotSpec] | None = None) 
     manifest = read_manifest(directory)
     if plots is None:
         plots = [PlotSpec.model_validate(p) for p in manifest["experiment"].get("plots", [])]
-    rows = read_rows(directory / "trials.csv")
+    derived = manifest["experiment"].get("derived", {})
+    rows = with_derived(read_rows(directory / "trials.csv"), derived)
     if not rows:
         raise ValueError(f"{directory}/trials.csv holds no trials (run the experiment first)")
     out = []

@@ -39,6 +39,7 @@ from rich.progress import (
 )
 
 from fedldp.client.experiments.cluster import cluster_rows, connect
+from fedldp.client.experiments.conduct import conduct_of
 from fedldp.client.experiments.results import TrialsCsv, flatten
 from fedldp.client.experiments.spec import Experiment, Trial, cell
 
@@ -57,21 +58,32 @@ class RunSummary:
 
 def run_trial(trial: Trial) -> dict[str, str]:
     """One trial's CSV row (run in a worker process). A trial the protocol refuses (a ValueError
-    from ``simulate``: an infeasible plan, say) is a row with ``failed`` = 1 and the reason in
+    from ``simulate``: an infeasible plan, say) or that fails as the server would fail it
+    (``StudyFailed``: a round below its quorum) is a row with ``failed`` = 1 and the reason in
     ``failure``, and no result columns; others have ``failed`` = 0."""
     from fedldp.client.population.build import build_population
     from fedldp.client.population.spec import PopulationSpec
-    from fedldp.client.simulate import fill_from_population, simulate
+    from fedldp.client.simulate import StudyFailed, fill_from_population, simulate
     from fedldp.protocol.catalogue import get_protocol
 
     started = time.perf_counter()
     protocol = get_protocol(trial.protocol)
     population = build_population(PopulationSpec.model_validate(trial.population), trial.seed)
     params = protocol.parse_params(fill_from_population(protocol, trial.params, population))
+    conduct = conduct_of(trial.behaviour)
     try:
-        summary = flatten(simulate(protocol, params, population, trial.seed).as_json())
+        result = simulate(
+            protocol,
+            params,
+            population,
+            trial.seed,
+            behaviour=conduct.behaviour,
+            round_deadline_s=conduct.round_deadline_s,
+            quorum=conduct.quorum,
+        )
+        summary = flatten(result.as_json())
         summary.update(failed="0", failure="")
-    except ValueError as e:
+    except (ValueError, StudyFailed) as e:
         # a refusal is a result (e.g. an infeasible plan at this n and ε): a row, not a crash
         summary = {"failed": "1", "failure": " ".join(str(e).split())}
     row = {"point": str(trial.point), "key": trial.key, "seed": str(trial.seed)}
