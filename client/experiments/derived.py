@@ -11,7 +11,8 @@ comments::
 ``[column]`` is a cell of the row: a number, JSON (``[estimate][3]`` indexes a list,
 ``[diagnostics.participation.rounds][-1]['received']`` a list of objects) or text.
 The rest is arithmetic (``+ - * / **``), comparisons, ``and``/``or``/``not``, ``A if C else B``,
-number and text literals, and the functions ``sqrt log exp tanh abs min max erf``. Derived
+number and text literals, ``nan`` (no value: an empty cell, e.g. where no theory applies) and
+the functions ``sqrt log exp tanh abs min max erf``. Derived
 columns are computed when rows are read for figures and checks (``with_derived``), never stored,
 so editing a formula needs no rerun; a row where the expression cannot be evaluated (a missing
 column, a failed trial) gets an empty cell. Expressions are parsed when the file is loaded.
@@ -103,7 +104,7 @@ def _check(node: ast.AST, n_columns: int) -> None:
             isinstance(child.func, ast.Name) and child.func.id in _FUNCTIONS and not child.keywords
         ):
             raise ValueError(f"functions: {', '.join(_FUNCTIONS)}")
-        if isinstance(child, ast.Name) and child.id not in _FUNCTIONS:
+        if isinstance(child, ast.Name) and child.id not in _FUNCTIONS and child.id != "nan":
             index = child.id.removeprefix("_c")
             if not (child.id.startswith("_c") and index.isdigit() and int(index) < n_columns):
                 raise ValueError(f"unknown name {child.id!r}: write columns as [column]")
@@ -130,6 +131,8 @@ def _eval(node: ast.expr, cells: Callable[[int], Any]) -> Any:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
+        if node.id == "nan":
+            return math.nan
         return cells(int(node.id.removeprefix("_c")))
     if isinstance(node, ast.BinOp):
         return _BINARY[type(node.op)](_eval(node.left, cells), _eval(node.right, cells))
