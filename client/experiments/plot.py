@@ -98,7 +98,7 @@ def _title(manifest: Mapping[str, Any], plot: PlotSpec, rows: Sequence[Mapping[s
     swept = set(exp.get("grid", {}))
     fixed = {k: v for k, v in exp.get("population", {}).items() if k not in swept}
     fixed = {k: v for k, v in fixed.items() if k.replace("_", "-") not in swept}
-    lines = [head, *textwrap.wrap(f"{protocols} · {population_text({"population": fixed})}", 80)]
+    lines = [head, *textwrap.wrap(f"{protocols} · {population_text({'population': fixed})}", 80)]
     if plot.where:
         lines.append(describe_where(plot.where))
     return "\n".join(lines)
