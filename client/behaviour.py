@@ -280,8 +280,10 @@ def _max_gain_hadamard(
     randomizer on the first target item (its histograms pull the intervals the targets' way).
     Stage two: each of the attacker's components at the end of its plausible range that raises
     the targets: p̂_t = Σ_j H_tj θ̂_j / √c, so component j goes to its upper bound where the
-    targets' Hadamard entries sum to > 0, to its lower bound where < 0 (the first target decides
-    a tie). Both ends pass the server's range checks."""
+    targets' Hadamard entries sum to > 0, to its lower bound where < 0, and to the middle of its
+    range on a tie (either end would raise some targets as much as it lowers the others: the
+    targets' total gain is the same, and no target is sacrificed). Every value passes the
+    server's range checks."""
     assert isinstance(params, FrequencyParams)
     if max(targets) >= params.domain_size:
         raise ValueError(f"target items must lie in [0, {params.domain_size})")
@@ -296,13 +298,13 @@ def _max_gain_hadamard(
         for t in targets
     ]
     votes = np.sign(np.sum(columns, axis=0))
-    signs = np.where(votes != 0, votes, np.sign(columns[0]))
     layout = comp.Layout.from_json(task.broadcast["layout"])
     own, mask, _ = comp.gather_components(
-        np.broadcast_to(signs, (group.shape[0], signs.shape[0])), layout, group
+        np.broadcast_to(votes, (group.shape[0], votes.shape[0])), layout, group
     )
     lo, hi = protocol.report_bounds(params, task, epsilon, group)
-    return np.asarray(np.where(mask, np.where(own > 0, hi, lo), 0.0), dtype=np.float64)
+    ends = np.where(own > 0, hi, np.where(own < 0, lo, (lo + hi) / 2.0))
+    return np.asarray(np.where(mask, ends, 0.0), dtype=np.float64)
 
 
 def respond(

@@ -16,7 +16,7 @@ from typing import Any
 
 from fedldp.client.behaviour import ATTACKS, AttackName, Behaviour, parse_dropout, parse_late
 
-__all__ = ["BEHAVIOUR_KEYS", "Conduct", "conduct_of"]
+__all__ = ["BEHAVIOUR_KEYS", "BehaviourKeyError", "Conduct", "conduct_of"]
 
 BEHAVIOUR_KEYS = (
     "dropout",
@@ -53,32 +53,65 @@ def _targets(value: Any) -> tuple[int, ...]:
         raise ValueError(f"targets takes item indices (a list or I,J,...), got {value!r}") from None
 
 
+class BehaviourKeyError(ValueError):
+    """A bad behaviour value; ``key`` names the key it came from (for the file's line)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def _fraction(keys: Mapping[str, Any], key: str) -> float:
+    try:
+        value = float(keys.get(key, 0.0))
+    except (TypeError, ValueError):
+        raise BehaviourKeyError(key, f"{key.replace('_', '-')} must be a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise BehaviourKeyError(key, f"{key.replace('_', '-')} must lie in [0, 1], got {value:g}")
+    return value
+
+
 def conduct_of(raw: Mapping[str, Any]) -> Conduct:
-    """The behaviour of a trial's ``behaviour`` keys (``-`` or ``_``); ValueError naming a bad
-    key or value."""
+    """The behaviour of a trial's ``behaviour`` keys (``-`` or ``_``); BehaviourKeyError (a
+    ValueError) naming the bad key."""
     keys = {k.replace("-", "_"): v for k, v in raw.items()}
     unknown = sorted(set(keys) - set(BEHAVIOUR_KEYS))
     if unknown:
         known = ", ".join(k.replace("_", "-") for k in BEHAVIOUR_KEYS)
-        raise ValueError(f"unknown behaviour key {unknown[0]!r} (known: {known})")
-    attackers = float(keys.get("attackers", 0.0))
+        raise BehaviourKeyError(
+            unknown[0], f"unknown behaviour key {unknown[0]!r} (known: {known})"
+        )
+    attackers = _fraction(keys, "attackers")
+    join_late = _fraction(keys, "join_late")
     attack: AttackName | None = keys.get("attack") if attackers > 0 else None
     if attack is not None and attack not in ATTACKS:
-        raise ValueError(f"unknown attack {attack!r}; known: {', '.join(ATTACKS)}")
-    late_fraction, late_delay = parse_late(str(keys["late"])) if "late" in keys else (0.0, 0.0)
-    behaviour = Behaviour(
-        dropout=_dropout(keys["dropout"]) if "dropout" in keys else (),
-        late_fraction=late_fraction,
-        late_delay_s=late_delay,
-        join_late=float(keys.get("join_late", 0.0)),
-        attack=attack,
-        attackers=attackers if attack is not None else 0.0,
-        targets=_targets(keys["targets"]) if "targets" in keys else (),
-    )
+        raise BehaviourKeyError("attack", f"unknown attack {attack!r}; known: {', '.join(ATTACKS)}")
+    parsed: dict[str, Any] = {}
+    for key, parse in (("dropout", _dropout), ("late", parse_late), ("targets", _targets)):
+        if key in keys:
+            try:
+                parsed[key] = parse(keys[key] if key != "late" else str(keys[key]))
+            except ValueError as e:
+                raise BehaviourKeyError(key, str(e)) from None
+    late_fraction, late_delay = parsed.get("late", (0.0, 0.0))
+    try:
+        behaviour = Behaviour(
+            dropout=parsed.get("dropout", ()),
+            late_fraction=late_fraction,
+            late_delay_s=late_delay,
+            join_late=join_late,
+            attack=attack,
+            attackers=attackers if attack is not None else 0.0,
+            targets=parsed.get("targets", ()),
+        )
+    except ValueError as e:  # an attack without what it needs (targets, a fraction)
+        raise BehaviourKeyError("attack", str(e)) from None
     quorum = float(keys.get("quorum", 1.0))
     if not 0.0 < quorum <= 1.0:
-        raise ValueError(f"quorum must lie in (0, 1], got {quorum:g}")
+        raise BehaviourKeyError("quorum", f"quorum must lie in (0, 1], got {quorum:g}")
     deadline = float(keys.get("round_deadline", 600.0))
     if not deadline > 0:
-        raise ValueError(f"round-deadline must be > 0 seconds, got {deadline:g}")
+        raise BehaviourKeyError(
+            "round_deadline", f"round-deadline must be > 0 seconds, got {deadline:g}"
+        )
     return Conduct(None if behaviour.honest else behaviour, deadline, quorum)

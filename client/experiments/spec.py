@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fedldp.client.experiments.conduct import conduct_of
+from fedldp.client.experiments.conduct import BehaviourKeyError, conduct_of
 from fedldp.client.experiments.derived import check_expression
 from fedldp.client.experiments.yamlmarks import (
     Lines,
@@ -396,9 +396,8 @@ def _validate_trials(experiment: Experiment, source: str, lines: Lines) -> None:
 
         try:
             conduct_of(trial.behaviour)
-        except ValueError as e:
-            bad = next((k for k in trial.behaviour if k in str(e).replace("-", "_")), None)
-            raise MarkedError(source, where("behaviour", bad), f"behaviour: {e}") from None
+        except BehaviourKeyError as e:
+            raise MarkedError(source, where("behaviour", e.key), f"behaviour: {e}") from None
         try:
             protocol = get_protocol(trial.protocol)
         except ValueError as e:
