@@ -6,7 +6,8 @@ from typing import Any
 
 from fedldp.protocol.central import protocols as central
 from fedldp.protocol.core.base import Protocol
-from fedldp.protocol.heterogeneous import protocols as hetero
+from fedldp.protocol.heterogeneous import frequency as hetero_frequency
+from fedldp.protocol.heterogeneous import means as hetero_means
 from fedldp.protocol.semi_feature import baselines as semi_baselines
 from fedldp.protocol.semi_feature import histoftree
 from fedldp.protocol.user_level import learning, multi_d
@@ -23,7 +24,8 @@ CATALOGUE: dict[str, Protocol[Any]] = {
         *histoftree.PROTOCOLS,
         *semi_baselines.PROTOCOLS,
         *central.PROTOCOLS,
-        *hetero.PROTOCOLS,
+        *hetero_means.PROTOCOLS,
+        *hetero_frequency.PROTOCOLS,
     )
 }
 
