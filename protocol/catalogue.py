@@ -8,8 +8,7 @@ from fedldp.protocol.central import protocols as central
 from fedldp.protocol.core.base import Protocol
 from fedldp.protocol.heterogeneous import frequency as hetero_frequency
 from fedldp.protocol.heterogeneous import means as hetero_means
-from fedldp.protocol.semi_feature import baselines as semi_baselines
-from fedldp.protocol.semi_feature import histoftree
+from fedldp.protocol.semi_feature import hist_ldp, histoftree, tree_baselines
 from fedldp.protocol.user_level import learning, multi_d
 from fedldp.protocol.user_level import means as user_level
 
@@ -22,7 +21,8 @@ CATALOGUE: dict[str, Protocol[Any]] = {
         *multi_d.PROTOCOLS,
         *learning.PROTOCOLS,
         *histoftree.PROTOCOLS,
-        *semi_baselines.PROTOCOLS,
+        *hist_ldp.PROTOCOLS,
+        *tree_baselines.PROTOCOLS,
         *central.PROTOCOLS,
         *hetero_means.PROTOCOLS,
         *hetero_frequency.PROTOCOLS,

@@ -2,4 +2,4 @@
 
 Spec: `shared/specs/public-features-ldp.md`. Public features travel in clear and private ones and
 the label are privatized: HistOfTree (`histoftree`) on the partitions and trees of `partition` and
-`trees`, the shared pieces in `common`, and the paper's baselines (`baselines`)."""
+`trees`, the shared pieces in `common`, and the paper's baselines (`hist_ldp`, `tree_baselines`)."""
