@@ -9,6 +9,7 @@ from fedldp.protocol.core.base import Protocol
 from fedldp.protocol.heterogeneous import frequency as hetero_frequency
 from fedldp.protocol.heterogeneous import means as hetero_means
 from fedldp.protocol.semi_feature import hist_ldp, histoftree, tree_baselines
+from fedldp.protocol.user_level import baselines as user_level_baselines
 from fedldp.protocol.user_level import learning, multi_d
 from fedldp.protocol.user_level import means as user_level
 
@@ -18,6 +19,7 @@ CATALOGUE: dict[str, Protocol[Any]] = {
     p.name: p
     for p in (
         *user_level.PROTOCOLS,
+        *user_level_baselines.PROTOCOLS,
         *multi_d.PROTOCOLS,
         *learning.PROTOCOLS,
         *histoftree.PROTOCOLS,
