@@ -10,7 +10,7 @@ from fedldp.protocol.heterogeneous import frequency as hetero_frequency
 from fedldp.protocol.heterogeneous import means as hetero_means
 from fedldp.protocol.semi_feature import hist_ldp, histoftree, tree_baselines
 from fedldp.protocol.user_level import baselines as user_level_baselines
-from fedldp.protocol.user_level import learning, multi_d
+from fedldp.protocol.user_level import binned, multi_d, sgd
 from fedldp.protocol.user_level import means as user_level
 
 __all__ = ["CATALOGUE", "get_protocol"]
@@ -21,7 +21,8 @@ CATALOGUE: dict[str, Protocol[Any]] = {
         *user_level.PROTOCOLS,
         *user_level_baselines.PROTOCOLS,
         *multi_d.PROTOCOLS,
-        *learning.PROTOCOLS,
+        *sgd.PROTOCOLS,
+        *binned.PROTOCOLS,
         *histoftree.PROTOCOLS,
         *hist_ldp.PROTOCOLS,
         *tree_baselines.PROTOCOLS,

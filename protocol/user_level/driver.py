@@ -3,9 +3,9 @@ arXiv:2405.17079, Alg. 2; spec user-level-ldp.md §3.3–§3.6): ``ComponentProt
 
 A protocol names its components (count, bounds, the client's per-user component averages) and
 decodes; the driver plans ``2·T`` rounds for T sequential invocations (T = 1 for the means of
-``multi_d``, t0 for the gradient rounds of ``learning``), broadcasts, privatizes and
+``multi_d``, t0 for the gradient rounds of ``sgd``), broadcasts, privatizes and
 aggregates on the engine of ``components``. Also the Kashin frames every ℓ2 protocol shares,
-cached per (d, seed, K)."""
+cached per (d, seed, K), and the users' sample blocks (plain and labeled)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ __all__ = [
     "ComponentProtocol",
     "cached_frame",
     "kashin_public",
+    "labeled_sample_block",
     "study_frame",
     "user_sample_block",
 ]
@@ -96,6 +97,19 @@ def user_sample_block(data: UserData, m: int, d: int | None) -> NDArray[Any]:
     if block.dtype.kind == "f" and not np.all(np.isfinite(block)):
         raise ValueError("data must be finite")
     return block
+
+
+def labeled_sample_block(data: UserData, m: int, d: int) -> tuple[FloatArray, FloatArray]:
+    """The users' first m labeled samples: features (n, m, d) and labels (n, m)."""
+    if data.labels is None:
+        raise ValueError("this protocol takes labeled samples (features and a label)")
+    x = np.asarray(user_sample_block(data, m, d), dtype=np.float64)
+    kept = data.truncated(m)
+    assert kept.labels is not None
+    y = np.asarray(kept.labels, dtype=np.float64).reshape(x.shape[0], m)
+    if not np.all(np.isfinite(y)):
+        raise ValueError("labels must be finite")
+    return x, y
 
 
 @lru_cache(maxsize=16)
