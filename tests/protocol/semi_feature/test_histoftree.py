@@ -1,7 +1,7 @@
-"""Semi-feature LDP (protocol/semi_feature/histoftree.py, hist_ldp.py, tree_baselines.py,
-partition.py, trees.py; spec public-features-ldp.md): the §6.1 unit tests with the spec's worked
-values, exact privacy of the label and cell mechanisms, the ledger, the server's V_i check, and the
-§6.2 E1/E1b acceptance experiments at CI size (slow)."""
+"""Semi-feature LDP (protocol/semi_feature/histoftree.py, histoftree_base.py, hist_ldp.py,
+tree_baselines.py, partition.py, trees.py; spec public-features-ldp.md): the §6.1 unit tests with
+the spec's worked values, exact privacy of the label and cell mechanisms, the ledger, the server's
+V_i check, and the §6.2 E1/E1b acceptance experiments at CI size (slow)."""
 
 from __future__ import annotations
 
