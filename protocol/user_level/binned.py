@@ -35,13 +35,13 @@ from fedldp.protocol.core.base import (
 )
 from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.mechanisms.transforms import fwht, next_power_of_two
-from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.driver import (
     ComponentParams,
     ComponentProtocol,
     labeled_sample_block,
 )
+from fedldp.protocol.user_level.layout import Families, typical_score
 from fedldp.protocol.user_level.sgd import UserSgd
 
 __all__ = [
@@ -115,12 +115,12 @@ class _Binned(ComponentProtocol[B], Predictor[B]):
 
     def _feasible(self, bins: int, n: int, eps_ref: float, d: int) -> bool:
         c = self.encodings * next_power_of_two(bins**d)
-        return comp.typical_score(c, eps_ref, n) >= ts.FEASIBLE_SCORE
+        return typical_score(c, eps_ref, n) >= ts.FEASIBLE_SCORE
 
-    def families(self, params: B, c: int, n_ref: int, call_eps_sq: float) -> comp.Families:
+    def families(self, params: B, c: int, n_ref: int, call_eps_sq: float) -> Families:
         """Alg 4: every encoding U_ijk = y·H_{k,b(x)} is bounded by 1 (D = 1)."""
         design = ts.bounded_design(1.0, params.samples_per_user, n_ref)
-        return comp.Families((design,), np.zeros(c, dtype=np.int64))
+        return Families((design,), np.zeros(c, dtype=np.int64))
 
     def public_extras(self, params: B, eps: FloatArray, eps_ref: float, seed: int) -> JSON:
         bins = self._grid(params, int(eps.size), eps_ref)
@@ -271,16 +271,14 @@ class UserRegress(_Binned[RegressParams]):
     params_model = RegressParams
     encodings: ClassVar[int] = 2
 
-    def families(
-        self, params: RegressParams, c: int, n_ref: int, call_eps_sq: float
-    ) -> comp.Families:
+    def families(self, params: RegressParams, c: int, n_ref: int, call_eps_sq: float) -> Families:
         m = params.samples_per_user
         designs = (
             ts.bounded_design(params.label_bound, m, n_ref),
             ts.bounded_design(1.0, m, n_ref),
         )
         family = np.repeat(np.arange(2, dtype=np.int64), c // 2)
-        return comp.Families(designs, family)
+        return Families(designs, family)
 
     def noise_sd(self, params: RegressParams, n: int, m: int, eps: float, r: int) -> float:
         c2 = ts.c_star(n) ** 2

@@ -38,6 +38,13 @@ from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.transforms import KashinFrame, kashin_frame
 from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts
+from fedldp.protocol.user_level.layout import (
+    Families,
+    Layout,
+    assign,
+    choose_layout,
+    reference_epsilon,
+)
 
 __all__ = [
     "ComponentParams",
@@ -161,7 +168,7 @@ class ComponentProtocol(Protocol[P]):
         """C: the components of one invocation, given the plan's public constants."""
 
     @abstractmethod
-    def families(self, params: P, c: int, n_ref: int, call_eps_sq: float) -> comp.Families:
+    def families(self, params: P, c: int, n_ref: int, call_eps_sq: float) -> Families:
         """The components' Alg-1 designs; ``call_eps_sq`` is Σ ε_c,i² over the users of one Alg-1
         call, averaged over the calls (the n_c·ε_c² of the heavy-tail Δ, §3.6 [PROPOSAL])."""
 
@@ -194,7 +201,7 @@ class ComponentProtocol(Protocol[P]):
         n = int(eps.size)
         if n < 2:
             raise ValueError(f"this protocol needs at least 2 participants, got {n}")
-        eps_ref = comp.reference_epsilon(eps, params.reference_epsilon)
+        eps_ref = reference_epsilon(eps, params.reference_epsilon)
         extras = self.public_extras(params, eps, eps_ref, seed)
         c = self.n_components(params, extras)
         if not 1 <= c <= MAX_COMPONENTS:
@@ -211,8 +218,8 @@ class ComponentProtocol(Protocol[P]):
         warnings: list[str] = [note] if note else []
         for t in range(n_invocations):
             slots = order[bounds[t] : bounds[t + 1]]
-            layout = comp.choose_layout(c, eps_ref, int(slots.size), params.use_full_budget)
-            a = comp.assign(slots, layout.n_groups, seed, 0xA2, t)
+            layout = choose_layout(c, eps_ref, int(slots.size), params.use_full_budget)
+            a = assign(slots, layout.n_groups, seed, 0xA2, t)
             fractions = layout.charge_fractions()
             charge_one = eps[a.stage_one] * fractions[a.group_one]
             charge_two = eps[a.stage_two] * fractions[a.group_two]
@@ -269,9 +276,9 @@ class ComponentProtocol(Protocol[P]):
     # ------------------------------------------------------------------ rounds
 
     @staticmethod
-    def _parts(plan_public: JSON, t: int) -> tuple[comp.Layout, comp.Families]:
+    def _parts(plan_public: JSON, t: int) -> tuple[Layout, Families]:
         inv = plan_public["invocations"][t]
-        return comp.Layout.from_json(inv["layout"]), comp.Families.from_json(inv["families"])
+        return Layout.from_json(inv["layout"]), Families.from_json(inv["families"])
 
     def broadcast(self, params: P, plan: Plan, round_index: int, outputs: Sequence[JSON]) -> JSON:
         t, stage = divmod(round_index, 2)
@@ -314,8 +321,8 @@ class ComponentProtocol(Protocol[P]):
         rng: RandomSource,
     ) -> FloatArray:
         """The client step from the users' component averages (n, C)."""
-        layout = comp.Layout.from_json(task.broadcast["layout"])
-        families = comp.Families.from_json(task.broadcast["families"])
+        layout = Layout.from_json(task.broadcast["layout"])
+        families = Families.from_json(task.broadcast["families"])
         if task.round % 2 == 0:
             return comp.stage_one_reports(values, layout, families, group, epsilon, rng)
         return comp.stage_two_reports(values, layout, families, task.broadcast, group, epsilon, rng)
@@ -370,7 +377,7 @@ class ComponentProtocol(Protocol[P]):
 
 
 def _feasibility(
-    layout: comp.Layout,
+    layout: Layout,
     n_bins: int,
     charge_one: FloatArray,
     group_one: IntArray,

@@ -30,7 +30,6 @@ from fedldp.protocol.core.base import (
 )
 from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.mechanisms.transforms import KashinFrame
-from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.driver import (
     ComponentParams,
@@ -39,6 +38,7 @@ from fedldp.protocol.user_level.driver import (
     labeled_sample_block,
     study_frame,
 )
+from fedldp.protocol.user_level.layout import Families, typical_score
 
 __all__ = [
     "PROTOCOLS",
@@ -142,7 +142,7 @@ class UserSgd(ComponentProtocol[SgdParams]):
         ):
             return t0, ""
         wanted = t0
-        while t0 > 1 and comp.typical_score(c, eps_ref, n // t0) < ts.FEASIBLE_SCORE:
+        while t0 > 1 and typical_score(c, eps_ref, n // t0) < ts.FEASIBLE_SCORE:
             t0 -= 1
         if t0 == wanted:
             return t0, ""
@@ -166,12 +166,12 @@ class UserSgd(ComponentProtocol[SgdParams]):
     def _frame(self, params: SgdParams, public: JSON) -> KashinFrame:
         return study_frame(params.dimension, params.kashin_constant, public)
 
-    def families(self, params: SgdParams, c: int, n_ref: int, call_eps_sq: float) -> comp.Families:
+    def families(self, params: SgdParams, c: int, n_ref: int, call_eps_sq: float) -> Families:
         bound = params.gradient_bound
         if params.mean_estimator == "l2":
             bound = params.kashin_constant * bound / math.sqrt(params.dimension)
         design = ts.bounded_design(bound, params.samples_per_user, n_ref)
-        return comp.Families((design,), np.zeros(c, dtype=np.int64))
+        return Families((design,), np.zeros(c, dtype=np.int64))
 
     def gradients(self, params: SgdParams, theta: FloatArray, x: FloatArray, y: FloatArray) -> Any:
         """Per-sample gradients of the loss plus (λ/2)‖θ‖², clipped to ℓ2 norm D: (..., d)."""
