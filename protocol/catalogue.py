@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedldp.protocol.central import protocols as central
-from fedldp.protocol.core.base import Protocol
+from fedldp.protocol.core.base.protocol import Protocol
 from fedldp.protocol.heterogeneous import frequency as hetero_frequency
 from fedldp.protocol.heterogeneous import means as hetero_means
 from fedldp.protocol.semi_feature import hist_ldp, histoftree, tree_baselines

@@ -37,7 +37,7 @@ from fedldp.client.population.labeled import (
     SparseLogistic,
     default_theta,
 )
-from fedldp.protocol.core.base import JSON
+from fedldp.protocol.core.base.records import JSON
 
 __all__ = [
     "DISTRIBUTIONS",

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from fedldp.client.population.spec import PopulationSpec
-from fedldp.protocol.core.base import FloatArray, IntArray
+from fedldp.protocol.core.base.records import FloatArray, IntArray
 
 __all__ = ["Table", "read_table"]
 

@@ -43,14 +43,13 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
 
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Params, Protocol
+from fedldp.protocol.core.base.records import (
     JSON,
     BoolArray,
     FloatArray,
     IntArray,
-    Params,
     Plan,
-    Protocol,
     ReportChunk,
     Result,
     RoundPlan,

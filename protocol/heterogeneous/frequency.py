@@ -16,14 +16,14 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.records import (
     JSON,
     BoolArray,
     DataKind,
     FloatArray,
     PayloadKind,
     Plan,
-    Protocol,
     ReportChunk,
     RoundTask,
     UserData,

@@ -17,7 +17,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.records import (
     JSON,
     BoolArray,
     DataKind,
@@ -25,7 +26,6 @@ from fedldp.protocol.core.base import (
     IntArray,
     PayloadKind,
     Plan,
-    Protocol,
     ReportChunk,
     RoundTask,
     UserData,

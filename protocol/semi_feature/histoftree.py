@@ -14,12 +14,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from fedldp.protocol.core.base import (
-    JSON,
-    BoolArray,
-    FloatArray,
-    Protocol,
-)
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.records import JSON, BoolArray, FloatArray
 from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.semi_feature.common import (
     MAX_DIMENSION,

@@ -26,15 +26,14 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import Field
 
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Predictor, Protocol
+from fedldp.protocol.core.base.records import (
     JSON,
     BoolArray,
     DataKind,
     FloatArray,
     IntArray,
     Plan,
-    Predictor,
-    Protocol,
     ReportChunk,
     Result,
     RoundPlan,

@@ -20,7 +20,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import Field
 
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Predictor, Protocol
+from fedldp.protocol.core.base.records import (
     JSON,
     BoolArray,
     DataKind,
@@ -28,8 +29,6 @@ from fedldp.protocol.core.base import (
     IntArray,
     PayloadKind,
     Plan,
-    Predictor,
-    Protocol,
     ReportChunk,
     Result,
     RoundPlan,

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.records import (
     JSON,
     BoolArray,
     ErrorBar,

@@ -19,20 +19,17 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
 
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Params, Protocol, cohort_permutation, split_sizes
+from fedldp.protocol.core.base.records import (
     JSON,
     FloatArray,
     IntArray,
-    Params,
     Plan,
-    Protocol,
     ReportChunk,
     RoundPlan,
     RoundTask,
     UserData,
     check_epsilons,
-    cohort_permutation,
-    split_sizes,
 )
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.transforms import KashinFrame, kashin_frame

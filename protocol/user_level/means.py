@@ -19,21 +19,19 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field, model_validator
 
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Params, Protocol, cohort_permutation
+from fedldp.protocol.core.base.records import (
     JSON,
     DataKind,
     FloatArray,
     IntArray,
-    Params,
     Plan,
-    Protocol,
     ReportChunk,
     Result,
     RoundPlan,
     RoundTask,
     UserData,
     check_epsilons,
-    cohort_permutation,
 )
 from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource

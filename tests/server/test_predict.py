@@ -7,7 +7,7 @@ import httpx
 import numpy as np
 import pytest
 
-from fedldp.protocol.core.base import RoundTask
+from fedldp.protocol.core.base.records import RoundTask
 from fedldp.protocol.core.streams import UserStreams, stream_key
 from fedldp.protocol.core.wire import MAX_PREDICT_ROWS, PredictView
 from fedldp.protocol.mechanisms.transforms import fwht

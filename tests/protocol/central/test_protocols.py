@@ -19,12 +19,12 @@ from pydantic import ValidationError
 from fedldp.protocol.central import huber as hb
 from fedldp.protocol.central import protocols as ct
 from fedldp.protocol.central import release, wme
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.records import (
     JSON,
     FloatArray,
     IntArray,
     Plan,
-    Protocol,
     ReportChunk,
     RoundTask,
     UserData,

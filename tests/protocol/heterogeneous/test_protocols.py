@@ -13,10 +13,10 @@ import pytest
 from numpy.typing import NDArray
 
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.records import (
     FloatArray,
     Plan,
-    Protocol,
     ReportChunk,
     Result,
     RoundTask,

@@ -24,16 +24,8 @@ from fedldp.client.population.features import (
 )
 from fedldp.client.seeds import round_key
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import (
-    JSON,
-    FloatArray,
-    Params,
-    Plan,
-    Protocol,
-    ReportChunk,
-    Result,
-    RoundTask,
-)
+from fedldp.protocol.core.base.protocol import Params, Protocol
+from fedldp.protocol.core.base.records import JSON, FloatArray, Plan, ReportChunk, Result, RoundTask
 from fedldp.protocol.core.ledger import TOLERANCE, check_plan_budget
 from fedldp.protocol.core.streams import UserStreams, stream_key
 from fedldp.protocol.mechanisms.randomizers import (

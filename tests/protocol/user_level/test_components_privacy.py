@@ -14,7 +14,7 @@ from typing import cast
 import numpy as np
 import pytest
 
-from fedldp.protocol.core.base import FloatArray
+from fedldp.protocol.core.base.records import FloatArray
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts

@@ -22,7 +22,7 @@ from fedldp.client.population.learning import (
     trivial_regression_risk,
 )
 from fedldp.protocol.catalogue import get_protocol
-from fedldp.protocol.core.base import FloatArray, IntArray, RoundTask, UserData
+from fedldp.protocol.core.base.records import FloatArray, IntArray, RoundTask, UserData
 from fedldp.protocol.core.ledger import check_plan_budget
 from fedldp.protocol.mechanisms.transforms import fwht
 from fedldp.protocol.user_level.binned import UserClassify, UserRegress, grid_bins

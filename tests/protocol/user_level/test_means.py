@@ -17,13 +17,12 @@ from pydantic import ValidationError
 from scipy import stats
 
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Params, Protocol
+from fedldp.protocol.core.base.records import (
     JSON,
     FloatArray,
     IntArray,
-    Params,
     Plan,
-    Protocol,
     ReportChunk,
     Result,
     RoundTask,

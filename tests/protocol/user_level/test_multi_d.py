@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from fedldp.protocol.catalogue import get_protocol
-from fedldp.protocol.core.base import JSON, FloatArray, IntArray, Plan, RoundTask, UserData
+from fedldp.protocol.core.base.records import JSON, FloatArray, IntArray, Plan, RoundTask, UserData
 from fedldp.protocol.core.ledger import check_plan_budget
 from fedldp.protocol.mechanisms.transforms import fwht
 from fedldp.protocol.user_level import two_stage as ts
