@@ -42,6 +42,7 @@ from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.layout import Families, Layout
 
 __all__ = [
+    "Layout",  # re-exported from layout: client/behaviour.py reads comp.Layout
     "aggregate_stage_one",
     "aggregate_stage_two",
     "gather_components",
