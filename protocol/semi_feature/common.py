@@ -1,6 +1,7 @@
 """Semi-feature LDP (Ma, Jia and Yang, "Locally Private Estimation with Public Features"; spec
 public-features-ldp.md): what HistOfTree (``fedldp.protocol.semi_feature.histoftree``) and its
-baselines (``fedldp.protocol.semi_feature.baselines``) share.
+baselines (``fedldp.protocol.semi_feature.hist_ldp`` and
+``fedldp.protocol.semi_feature.tree_baselines``) share.
 
 Data layout ("semi-feature" labeled data): one sample per user (§1.1); ``UserData.values`` is
 ``(n, 2d)``: the d features in [0, 1] then the user's privacy mask W_i (1 = private), see
@@ -19,7 +20,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import ConfigDict, Field, model_validator
 
-from fedldp.protocol.core.base import BoolArray, FloatArray, Params, UserData, check_epsilons
+from fedldp.protocol.core.base.protocol import Params
+from fedldp.protocol.core.base.records import BoolArray, FloatArray, UserData, check_epsilons
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
 from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale

@@ -17,7 +17,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import select
 
-from fedldp.protocol.core.base import FloatArray
+from fedldp.protocol.core.base.records import FloatArray
 from fedldp.protocol.core.wire import Enrollment, ResultView, StudyView
 from fedldp.server import repository as repo
 from fedldp.server.app import create_app
