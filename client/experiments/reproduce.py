@@ -2,7 +2,8 @@
 
 The experiment files live in the repository's ``experiments/`` folder, one per figure or table
 of the papers as the specs' reproduction plans lay them out (names start with ``user-level-``,
-``heterogeneous-``, ``huber-``, ``semi-feature-``). They are found relative to the package's
+``heterogeneous-``, ``huber-``, ``semi-feature-``), and the robustness experiments of issue 13
+(``robustness-``: error against dropout and attackers). They are found relative to the package's
 source (``<repo>/experiments``, which an editable install, ``scripts/bootstrap``'s, has); they are
 not shipped in the wheel, where ``--experiments DIR`` (or ``FEDLDP_EXPERIMENTS``) names them. Each
 experiment runs into ``OUT/NAME/`` (resumable, like ``fedldp experiment run``), its figures are
@@ -13,15 +14,17 @@ measured → verdict.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fedldp.client.experiments.checks import CheckOutcome, evaluate_all
+from fedldp.client.experiments.derived import with_derived
 from fedldp.client.experiments.plot import plot_directory
 from fedldp.client.experiments.results import read_rows
 from fedldp.client.experiments.runner import RunSummary, provenance, run_experiment
-from fedldp.client.experiments.spec import Experiment, load_experiment
+from fedldp.client.experiments.spec import Experiment, Trial, load_experiment
 
 __all__ = [
     "ReproducedExperiment",
@@ -31,7 +34,7 @@ __all__ = [
     "write_report",
 ]
 
-_PREFIXES = ("user-level-", "heterogeneous-", "huber-", "semi-feature-")
+_PREFIXES = ("user-level-", "heterogeneous-", "huber-", "semi-feature-", "robustness-")
 
 
 def experiments_dir(given: Path | None = None) -> Path:
@@ -59,6 +62,32 @@ class ReproducedExperiment:
     run: RunSummary
     figures: list[Path]
     outcomes: list[CheckOutcome]
+    trial_seconds: float
+    """The trials' own times summed (``runtime_s`` of the CSV): CPU time on one core."""
+    paper_trials: int
+    paper_seconds: float
+    """An estimate of the paper scale's trial time, from this scale's time per user·sample."""
+
+
+def _size(trial: Trial) -> float:
+    """Users × samples of a trial, the work a simulation's cost is about linear in (a factor
+    that is not a number, e.g. a data set's own size, counts as 1)."""
+    size = 1.0
+    for key in ("users", "samples"):
+        value = trial.population.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            size *= float(value)
+    return size
+
+
+def _timing(experiment: Experiment, rows: Sequence[Mapping[str, Any]]) -> tuple[float, int, float]:
+    """This scale's summed trial time; the paper scale's trial count and estimated time."""
+    seconds = sum(float(r["runtime_s"]) for r in rows if r.get("runtime_s"))
+    source = experiment.source
+    paper = load_experiment(source, "paper").trials() if source else experiment.trials()
+    quick_size = sum(_size(t) for t in experiment.trials())
+    per_size = seconds / quick_size if quick_size else 0.0
+    return seconds, len(paper), per_size * sum(_size(t) for t in paper)
 
 
 def reproduce(
@@ -68,6 +97,7 @@ def reproduce(
     out: Path,
     scale: str = "quick",
     jobs: int = 1,
+    cluster: str | None = None,
     progress: bool | None = None,
 ) -> list[ReproducedExperiment]:
     """Run, plot and check the named experiments (all when ``names`` is empty)."""
@@ -80,14 +110,23 @@ def reproduce(
     done = []
     for experiment in experiments:
         directory = out / experiment.spec.name
-        run = run_experiment(experiment, directory, jobs=jobs, progress=progress)
+        run = run_experiment(experiment, directory, jobs=jobs, cluster=cluster, progress=progress)
         if run.interrupted:
             raise KeyboardInterrupt
         figures = plot_directory(directory)
-        rows = read_rows(directory / "trials.csv")
+        rows = with_derived(read_rows(directory / "trials.csv"), experiment.spec.derived)
         outcomes = evaluate_all(experiment.spec.checks, rows, experiment.columns)
-        done.append(ReproducedExperiment(experiment, run, figures, outcomes))
+        timing = _timing(experiment, rows)
+        done.append(ReproducedExperiment(experiment, run, figures, outcomes, *timing))
     return done
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _cell(text: str) -> str:
@@ -104,15 +143,28 @@ def write_report(done: Sequence[ReproducedExperiment], out: Path, scale: str) ->
         f"`{info['git_commit'] or 'unknown'}`. Every figure and number below is computed from "
         "the `trials.csv` beside it; rerunning `fedldp reproduce` resumes and redraws.",
         "",
-        "| experiment | trials | claims holding |",
-        "|---|---|---|",
+        "Trial time is the trials' own times summed (CPU seconds on one core; `--jobs K` divides "
+        "the wall time by about K). The paper scale's time is an estimate: this scale's time per "
+        "user × sample, times the paper scale's users × samples summed over its trials.",
+        "",
+        f"| experiment | trials | claims holding | trial time ({scale}) | paper trials "
+        "| paper time (estimate) |",
+        "|---|---|---|---|---|---|",
     ]
     for d in done:
         held = sum(o.verdict == "holds" for o in d.outcomes)
         lines.append(
             f"| [{d.experiment.spec.name}](#{d.experiment.spec.name}) | {d.run.total} "
-            f"| {held} of {len(d.outcomes)} |"
+            f"| {held} of {len(d.outcomes)} | {_duration(d.trial_seconds)} | {d.paper_trials} "
+            f"| {_duration(d.paper_seconds)} |"
         )
+    lines.append(
+        f"| all | {sum(d.run.total for d in done)} "
+        f"| {sum(o.verdict == 'holds' for d in done for o in d.outcomes)} of "
+        f"{sum(len(d.outcomes) for d in done)} | {_duration(sum(d.trial_seconds for d in done))} "
+        f"| {sum(d.paper_trials for d in done)} "
+        f"| {_duration(sum(d.paper_seconds for d in done))} |"
+    )
     for d in done:
         spec = d.experiment.spec
         lines += ["", f"## {spec.name}", ""]
