@@ -29,15 +29,13 @@ from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
 from fedldp.client.seeds import derive_seeds, noise_seed, round_key
 from fedldp.protocol.catalogue import get_protocol
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Params, Predictor, Protocol
+from fedldp.protocol.core.base.records import (
     JSON,
     BoolArray,
     FloatArray,
     IntArray,
-    Params,
     Plan,
-    Predictor,
-    Protocol,
     ReportChunk,
     Result,
     RoundTask,

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from fedldp.protocol.central import protocols as central
-from fedldp.protocol.core.base import Protocol
-from fedldp.protocol.heterogeneous import protocols as hetero
-from fedldp.protocol.semi_feature import baselines as semi_baselines
-from fedldp.protocol.semi_feature import histoftree
-from fedldp.protocol.user_level import learning, multi_d
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.heterogeneous import frequency as hetero_frequency
+from fedldp.protocol.heterogeneous import means as hetero_means
+from fedldp.protocol.semi_feature import hist_ldp, histoftree, tree_baselines
+from fedldp.protocol.user_level import baselines as user_level_baselines
+from fedldp.protocol.user_level import binned, multi_d, sgd
 from fedldp.protocol.user_level import means as user_level
 
 __all__ = ["CATALOGUE", "get_protocol"]
@@ -18,12 +19,16 @@ CATALOGUE: dict[str, Protocol[Any]] = {
     p.name: p
     for p in (
         *user_level.PROTOCOLS,
+        *user_level_baselines.PROTOCOLS,
         *multi_d.PROTOCOLS,
-        *learning.PROTOCOLS,
+        *sgd.PROTOCOLS,
+        *binned.PROTOCOLS,
         *histoftree.PROTOCOLS,
-        *semi_baselines.PROTOCOLS,
+        *hist_ldp.PROTOCOLS,
+        *tree_baselines.PROTOCOLS,
         *central.PROTOCOLS,
-        *hetero.PROTOCOLS,
+        *hetero_means.PROTOCOLS,
+        *hetero_frequency.PROTOCOLS,
     )
 }
 

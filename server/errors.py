@@ -216,6 +216,10 @@ class StudyMismatch(FedldpError):
 
 class KeyUnavailable(FedldpError):
     """A central-trust study's contribution key is not in this server's key directory (a replica
-    configured with another ``FEDLDP_KEY_DIR``): nothing of the request was stored."""
+    configured with another ``FEDLDP_KEY_DIR``, or a key directory lost in a redeployment), or
+    the directory cannot be written: nothing of the request was stored. 503, as for a service
+    the server depends on: another replica, or this one once its operator points
+    ``FEDLDP_KEY_DIR`` at the directory the study was created with, takes the request; the
+    README's **Trust** paragraph gives the remedy."""
 
-    code, status = "key_unavailable", 500
+    code, status = "key_unavailable", 503

@@ -42,15 +42,20 @@ class KeyMissing(LookupError):
 
 def default_key_dir(database_url: str) -> Path:
     """Beside a SQLite file (``fedldp.db`` → ``fedldp.db.keys/``); otherwise (PostgreSQL, an
-    in-memory SQLite) a directory of this user's own under the system's temporary directory."""
+    in-memory SQLite) ``fedldp/keys`` in this user's state directory (``$XDG_STATE_HOME``, by
+    default ``~/.local/state``).
+
+    Never under the temporary directory: a restart may give the server another one (systemd's
+    ``PrivateTmp``, a new container, ``TMPDIR``, a cleaned ``/tmp`` at boot), and a running
+    central-trust study whose key is gone can take no report and never aggregate. Replicas on
+    other hosts or containers still need one shared directory (``FEDLDP_KEY_DIR``)."""
     prefix = "sqlite:///"
     if database_url.startswith(prefix):
         path = database_url[len(prefix) :].split("?", 1)[0]
         if path and path != ":memory:":
             return Path(path).parent / f"{Path(path).name}.keys"
-    return (
-        Path(tempfile.gettempdir()) / f"fedldp-keys-{os.getuid() if hasattr(os, 'getuid') else 0}"
-    )
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "fedldp" / "keys"
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -93,8 +98,9 @@ class KeyStore:
             key = self._path(study_id).read_bytes()
         except FileNotFoundError:
             raise KeyMissing(
-                f"no key for study {study_id} in {self.directory}: it ended (its key was "
-                "destroyed) or this server's key_dir is not the one the study was created with"
+                f"no key for study {study_id} in {self.directory}: this server's key_dir "
+                "(FEDLDP_KEY_DIR) is not the directory the study was created with (give every "
+                "replica that directory), or the study ended and its key was destroyed"
             ) from None
         if len(key) != _KEY_BYTES:
             raise KeyMissing(f"the key file of study {study_id} is damaged")

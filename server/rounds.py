@@ -14,9 +14,10 @@ once across threads, replicas and restarts:
 Failure isolation: protocol code (plan, broadcast, aggregate, finalize) that raises fails its own
 study with the reason, never the request that triggered it or the sweeper. A ``ValueError`` fails
 it inside the closing transaction; any other exception (a protocol bug) rolls that transaction
-back and fails the study in a transaction of its own. Database errors are not the study's fault:
-they propagate, and the round stays open for the next sweep. The sweeper goes on past a study
-whose transition raised anyway.
+back and fails the study in a transaction of its own. Database errors, and a central-trust
+study's key missing from this server's key directory, are not the study's fault: they propagate,
+and the round stays open for the next sweep. The sweeper goes on past a study whose transition
+raised anyway.
 """
 
 from __future__ import annotations
@@ -93,8 +94,10 @@ def shred_ended(ctx: Context) -> int:
 
 def _crash(exc: Exception) -> str:
     """What a protocol step that raised something other than ValueError (a bug) is reported as;
-    database errors are re-raised (they are not the study's fault)."""
-    if isinstance(exc, SQLAlchemyError):
+    database errors and a missing study key are re-raised: they are not the study's fault (a
+    replica whose FEDLDP_KEY_DIR is not the study's must not fail it for every replica), and
+    the round stays open for a sweep that has the key."""
+    if isinstance(exc, SQLAlchemyError | KeyMissing):
         raise exc
     return f"{type(exc).__name__}: {exc}"
 
@@ -103,14 +106,15 @@ def start_study(
     ctx: Context, session: Session, study: StudyRow, now: datetime, *, recoverable: bool = False
 ) -> str | None:
     """Close enrollment and open round 0 (inside the caller's transaction): None on success,
-    else the reason the plan is infeasible. The study is then failed with it, unless
-    ``recoverable`` (an explicit start: more participants may still enroll), where it stays
-    enrolling; a protocol that crashes while planning fails it either way."""
+    else the reason the plan is infeasible. The study then stays enrolling either way (more
+    participants may enroll, then start again): ``recoverable`` is an explicit start, whose
+    caller reports the reason; an automatic one (enrollment deadline or target) records it
+    (``_postpone``). A protocol that crashes while planning fails it either way."""
     ctx.transitions.bump()
 
     def refuse(reason: str) -> str:
         if not recoverable:
-            fail_study(session, study.id, reason)
+            _postpone(session, study, reason, now)
         return reason
 
     if study.n_participants == 0:
@@ -167,6 +171,27 @@ def start_study(
     return None
 
 
+def _postpone(session: Session, study: StudyRow, reason: str, now: datetime) -> None:
+    """An automatic start that no plan fits leaves the study enrolling, as an explicit start
+    refused does, instead of failing it for good: the reason goes into its warnings (its view
+    shows them) and a ``phase`` event (still ``enrolling``, with the reason). A passed
+    enrollment deadline is spent (cleared), so the sweeper does not retry it every pass; an
+    enrollment target stays the cap it was declared as (the study's fingerprint)."""
+    deadline = study.enrollment_deadline
+    passed = deadline is not None and deadline <= now
+    trigger = "its enrollment deadline passed" if passed else "it reached its enrollment target"
+    note = (
+        f"not started when {trigger}: {reason}; it is still enrolling (enroll more "
+        "participants and start it, or cancel it)"
+    )
+    values: dict[str, Any] = {"warnings": [*study.warnings, note]}
+    if passed:
+        values["enrollment_deadline"] = None
+    if repo.transition_study(session, study.id, ["enrolling"], **values):
+        log.warning("study %s %s", study.id, note)
+        eventlog.phase_changed(session, study.id, "enrolling", note)
+
+
 def _open_round(
     session: Session,
     study: StudyRow,
@@ -203,11 +228,8 @@ def _chunks(
         session, study_id, index, ctx.settings.aggregate_chunk, contributions=central
     )
     for ids, blobs in stream:
-        if central:
-            try:
-                blobs = ctx.keys.decrypt(study_id, index, ids.tolist(), blobs)
-            except KeyMissing as exc:
-                raise ValueError(str(exc)) from None
+        if central:  # KeyMissing propagates: not the study's fault (see _crash)
+            blobs = ctx.keys.decrypt(study_id, index, ids.tolist(), blobs)
         where = splan.membership(index, ids).position
         payloads = np.frombuffer(b"".join(blobs), dtype="<f8").reshape((ids.size, *shape))
         yield ReportChunk(ids, rp.epsilon[where], groups[where], payloads.astype(np.float64))
@@ -374,6 +396,8 @@ def sweep(ctx: Context) -> int:
     for study_id, index in due:
         try:
             done += int(close_round(ctx, study_id, index))
+        except KeyMissing as exc:  # the operator's to fix (README "Trust"): one line, no trace
+            log.error("sweep: round %d of study %s stays open: %s", index, study_id, exc)
         except Exception:
             log.exception("sweep: closing round %d of study %s failed", index, study_id)
     shred_ended(ctx)

@@ -39,6 +39,7 @@ from fedldp.server.errors import (
     InvalidPayload,
     InvalidRequest,
     InvalidToken,
+    KeyUnavailable,
     LeaseExpired,
     NotFinished,
     NothingToLease,
@@ -46,6 +47,7 @@ from fedldp.server.errors import (
     NotLeased,
     ParticipantExists,
     PlanInfeasible,
+    PopulationTooSmall,
     PredictionUnsupported,
     RoundClosed,
     StudyEnded,
@@ -125,7 +127,14 @@ def protocols(
     status_code=status.HTTP_201_CREATED,
     dependencies=Admin,
     responses=_refusals(
-        *_ADMIN, *_BODY, UnknownProtocol, InvalidParams, StudyExists, StudyMismatch
+        *_ADMIN,
+        *_BODY,
+        UnknownProtocol,
+        InvalidParams,
+        PopulationTooSmall,
+        StudyExists,
+        StudyMismatch,
+        KeyUnavailable,
     ),
     tags=["studies"],
     openapi_extra=documented(wire.StudyCreate),
@@ -321,6 +330,7 @@ _REPORT = (
     BudgetExceeded,
     DuplicateConflict,
     InvalidPayload,
+    KeyUnavailable,
 )
 
 

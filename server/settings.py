@@ -70,7 +70,7 @@ class Settings(BaseSettings):
         description=(
             "where each central-trust study's contribution key lives (one file per study, "
             "destroyed when the study ends); default: beside the SQLite file (fedldp.db.keys/), "
-            "or a per-user directory under the system's temporary directory for PostgreSQL, "
-            "whose replicas must all be given the same (shared) directory"
+            "or fedldp/keys in the user's state directory ($XDG_STATE_HOME, ~/.local/state) for "
+            "PostgreSQL, whose replicas must all be given the same (shared) directory"
         ),
     )

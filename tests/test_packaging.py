@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PIP_WHEEL = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+PIP = [sys.executable, "-m", "pip"]
+PIP_WHEEL = [*PIP, "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,8 @@ def test_wheel_holds_only_the_fedldp_namespace(wheel: Path) -> None:
 
 def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
+    # No pip of its own (ensurepip takes seconds): this environment's pip installs into it.
+    venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
     # The dependencies come from this environment's site-packages (a plain path entry: its .pth
     # files, the editable install's finder among them, are not run), fedldp from the wheel.
@@ -66,7 +68,7 @@ def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
     )
     (fresh / "dependencies.pth").write_text(f"{purelib}\n")
     subprocess.run(
-        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", wheel],
+        [*PIP, "--python", python, "install", "--quiet", "--no-deps", "--no-index", wheel],
         check=True,
         capture_output=True,
     )

@@ -81,11 +81,7 @@ def protocol_catalogue(epsilon: float = 1.0) -> list[dict[str, Any]]:
                 "dropout": p.dropout,
                 "parameters": params,
                 "broadcast_fields": dict(p.broadcast_fields),
-                "population": {
-                    "epsilon": epsilon,
-                    "min_participants": p.min_participants(epsilon),
-                    "rule": p.population_rule,
-                },
+                "population": p.population(epsilon),
             }
         )
     return out
@@ -114,7 +110,12 @@ def _run_protocols(args: argparse.Namespace) -> int:
         )
         population = p["population"]
         smallest = population["min_participants"]
-        rule = population["rule"] if smallest is None else f"{smallest}: {population['rule']}"
+        if smallest is not None:
+            rule = f"{smallest}: {population['rule']}"
+        elif population["depends_on"]:
+            rule = f"depends on {', '.join(population['depends_on'])}: {population['rule']}"
+        else:
+            rule = population["rule"]
         table.add_row(
             p["name"], p["summary"], p["source"], p["trust"], p["heterogeneity"], params, rule
         )

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from rich.console import Console
 from rich.table import Table
 
-from fedldp.protocol.core.base import JSON, jsonable
+from fedldp.protocol.core.base.records import JSON, jsonable
 from fedldp.protocol.diagnostics import describe_diagnostic
 
 __all__ = ["estimation_error", "jsonable", "render_table", "result_summary"]

@@ -39,17 +39,16 @@ from fedldp.client.population.features import (
     diabetes_population,
     synthetic_population,
 )
-from fedldp.client.population.labeled import LabeledLaw
-from fedldp.client.population.spec import (
-    SEMI_FEATURE_DISTRIBUTIONS,
-    PopulationSpec,
+from fedldp.client.population.flags import (
     add_population_arguments,
     load_population_file,
     population_spec_from_args,
-    read_table,
 )
+from fedldp.client.population.labeled import LabeledLaw
+from fedldp.client.population.spec import SEMI_FEATURE_DISTRIBUTIONS, PopulationSpec
+from fedldp.client.population.table import read_table
 from fedldp.client.seeds import data_key, derive_seeds
-from fedldp.protocol.core.base import JSON, DataKind, FloatArray, IntArray, UserData
+from fedldp.protocol.core.base.records import JSON, DataKind, FloatArray, IntArray, UserData
 from fedldp.protocol.core.streams import MAX_DRAWS, UserStreams
 
 __all__ = [

@@ -24,7 +24,7 @@ from functools import cache
 import numpy as np
 
 from fedldp.client.population.distributions import Distribution
-from fedldp.protocol.core.base import FloatArray
+from fedldp.protocol.core.base.records import FloatArray
 from fedldp.protocol.core.streams import UserStreams
 
 __all__ = ["INCOME_SOURCES", "Resampled", "income_law"]

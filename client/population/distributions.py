@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedldp.protocol.core.base import FloatArray, IntArray
+from fedldp.protocol.core.base.records import FloatArray, IntArray
 from fedldp.protocol.core.streams import UserStreams
 
 __all__ = [

@@ -41,7 +41,14 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from fedldp.client.seeds import data_key, derive_seeds
-from fedldp.protocol.core.base import JSON, BoolArray, DataKind, FloatArray, IntArray, UserData
+from fedldp.protocol.core.base.records import (
+    JSON,
+    BoolArray,
+    DataKind,
+    FloatArray,
+    IntArray,
+    UserData,
+)
 from fedldp.protocol.core.streams import UserStreams, stream_key
 from fedldp.protocol.semi_feature.trees import regression_tree
 

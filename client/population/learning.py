@@ -38,7 +38,7 @@ from fedldp.client.population.labeled import (
     SparseLaw,
     SparseLinear,
 )
-from fedldp.protocol.core.base import JSON, FloatArray, IntArray
+from fedldp.protocol.core.base.records import JSON, FloatArray, IntArray
 
 __all__ = [
     "Loss",

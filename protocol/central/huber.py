@@ -36,7 +36,7 @@ from fedldp.protocol.central.distance import (
     delta_lattice,
     lattice_spacing,
 )
-from fedldp.protocol.core.base import FloatArray, IntArray
+from fedldp.protocol.core.base.records import FloatArray, IntArray
 from fedldp.protocol.mechanisms.dp_noise import (
     Calibration,
     as_user_means,

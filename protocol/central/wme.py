@@ -7,7 +7,7 @@ d > 1 a random Hadamard rotation, per-coordinate ranges at ε/(2d′) and Gaussi
 Δ₂ = 4τ√d′·max_i v_i (the classical Gaussian mechanism at min(ε/2, 1)). Randomness comes from an
 explicit numpy Generator (the trusted server's).
 
-Every noise scale is proportional to 1/ε and ``fedldp.protocol.central.protocols`` releases at the
+Every noise scale is proportional to 1/ε and ``fedldp.protocol.central.release`` releases at the
 smallest declared ε (so one participant with a low ε raises everyone's noise: give a study an
 ``epsilon_min``); an ε so small that a scale overflows gives a non-finite estimate, which the
 central protocols refuse (ValueError).
@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedldp.protocol.core.base import FloatArray
+from fedldp.protocol.core.base.records import FloatArray
 from fedldp.protocol.mechanisms.dp_noise import as_user_means, check_positive, gaussian_coefficient
 from fedldp.protocol.mechanisms.transforms import fwht, next_power_of_two
 

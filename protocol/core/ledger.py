@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedldp.protocol.core.base import FloatArray, Plan, check_epsilons
+from fedldp.protocol.core.base.records import FloatArray, Plan, check_epsilons
 
 __all__ = ["TOLERANCE", "BudgetExceededError", "Ledger", "check_plan_budget"]
 

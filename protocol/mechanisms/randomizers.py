@@ -16,7 +16,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fedldp.protocol.core.base import FloatArray, IntArray, check_epsilons
+from fedldp.protocol.core.base.records import FloatArray, IntArray, check_epsilons
 from fedldp.protocol.core.streams import RandomSource, UserStreams, stream_key
 
 __all__ = [

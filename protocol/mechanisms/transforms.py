@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedldp.protocol.core.base import FloatArray, IntArray
+from fedldp.protocol.core.base.records import FloatArray, IntArray
 
 __all__ = [
     "CALIBRATION_SAMPLES",

@@ -1,6 +1,7 @@
 """Semi-feature LDP (Ma, Jia and Yang, "Locally Private Estimation with Public Features"; spec
 public-features-ldp.md): what HistOfTree (``fedldp.protocol.semi_feature.histoftree``) and its
-baselines (``fedldp.protocol.semi_feature.baselines``) share.
+baselines (``fedldp.protocol.semi_feature.hist_ldp`` and
+``fedldp.protocol.semi_feature.tree_baselines``) share.
 
 Data layout ("semi-feature" labeled data): one sample per user (§1.1); ``UserData.values`` is
 ``(n, 2d)``: the d features in [0, 1] then the user's privacy mask W_i (1 = private), see
@@ -19,7 +20,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import ConfigDict, Field, model_validator
 
-from fedldp.protocol.core.base import BoolArray, FloatArray, Params, UserData, check_epsilons
+from fedldp.protocol.core.base.protocol import Params
+from fedldp.protocol.core.base.records import BoolArray, FloatArray, UserData, check_epsilons
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
 from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
@@ -28,12 +30,15 @@ __all__ = [
     "MAX_DIMENSION",
     "MAX_HIST_CELLS",
     "MAX_RR_CELLS",
+    "POPULATION_PROBE",
+    "SEMI_POPULATION_RULE",
     "SemiParams",
     "enrollment",
     "features_of",
     "label_bounds",
     "label_report",
     "plan_epsilons",
+    "probe_metadata",
     "semi_feature_block",
     "split_features",
 ]
@@ -152,6 +157,22 @@ class SemiParams(Params):
     def half_range(self) -> float:
         """M = (y_hi − y_lo)/2."""
         return (self.label_high - self.label_low) / 2.0
+
+
+POPULATION_PROBE: dict[str, Any] = {"dimension": 1, "label_low": 0.0, "label_high": 1.0}
+"""Required parameters for the catalogue's minimum population: it needs 2 participants whatever
+the dimension and label bounds (``plan_epsilons``); larger grids may be refused whatever n."""
+
+SEMI_POPULATION_RULE = (
+    "at least 2 participants, whatever the dimension, label bounds and masks (parameters that "
+    "ask for more cells than supported are refused whatever the population)"
+)
+
+
+def probe_metadata(n: int, d: int) -> dict[str, NDArray[Any]]:
+    """Enrollment metadata of ``n`` participants with every feature public (value 0): what
+    ``min_participants`` plans with (the minimum does not depend on the masks)."""
+    return {"mask": np.zeros((n, d)), "public": np.zeros((n, d))}
 
 
 def label_report(

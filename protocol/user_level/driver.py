@@ -3,9 +3,9 @@ arXiv:2405.17079, Alg. 2; spec user-level-ldp.md §3.3–§3.6): ``ComponentProt
 
 A protocol names its components (count, bounds, the client's per-user component averages) and
 decodes; the driver plans ``2·T`` rounds for T sequential invocations (T = 1 for the means of
-``multi_d``, t0 for the gradient rounds of ``learning``), broadcasts, privatizes and
+``multi_d``, t0 for the gradient rounds of ``sgd``), broadcasts, privatizes and
 aggregates on the engine of ``components``. Also the Kashin frames every ℓ2 protocol shares,
-cached per (d, seed, K)."""
+cached per (d, seed, K), and the users' sample blocks (plain and labeled)."""
 
 from __future__ import annotations
 
@@ -19,31 +19,36 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
 
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Params, Protocol, cohort_permutation, split_sizes
+from fedldp.protocol.core.base.records import (
     JSON,
     FloatArray,
     IntArray,
-    Params,
     Plan,
-    Protocol,
     ReportChunk,
     RoundPlan,
     RoundTask,
     UserData,
     check_epsilons,
-    cohort_permutation,
-    split_sizes,
 )
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.transforms import KashinFrame, kashin_frame
 from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts
+from fedldp.protocol.user_level.layout import (
+    Families,
+    Layout,
+    assign,
+    choose_layout,
+    reference_epsilon,
+)
 
 __all__ = [
     "ComponentParams",
     "ComponentProtocol",
     "cached_frame",
     "kashin_public",
+    "labeled_sample_block",
     "study_frame",
     "user_sample_block",
 ]
@@ -54,12 +59,16 @@ MAX_COMPONENTS = 1 << 14
 broadcast and report of a study a reasonable size."""
 
 
+MAX_SAMPLES = 1 << 20
+"""The largest samples_per_user an Alg-2 protocol takes."""
+
+
 class ComponentParams(Params):
     """Parameters every Alg-2 based protocol takes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    samples_per_user: int = Field(ge=1, le=1 << 20, description="m: samples each user uses")
+    samples_per_user: int = Field(ge=1, le=MAX_SAMPLES, description="m: samples each user uses")
     reference_epsilon: float | None = Field(
         None,
         gt=0,
@@ -96,6 +105,19 @@ def user_sample_block(data: UserData, m: int, d: int | None) -> NDArray[Any]:
     if block.dtype.kind == "f" and not np.all(np.isfinite(block)):
         raise ValueError("data must be finite")
     return block
+
+
+def labeled_sample_block(data: UserData, m: int, d: int) -> tuple[FloatArray, FloatArray]:
+    """The users' first m labeled samples: features (n, m, d) and labels (n, m)."""
+    if data.labels is None:
+        raise ValueError("this protocol takes labeled samples (features and a label)")
+    x = np.asarray(user_sample_block(data, m, d), dtype=np.float64)
+    kept = data.truncated(m)
+    assert kept.labels is not None
+    y = np.asarray(kept.labels, dtype=np.float64).reshape(x.shape[0], m)
+    if not np.all(np.isfinite(y)):
+        raise ValueError("labels must be finite")
+    return x, y
 
 
 @lru_cache(maxsize=16)
@@ -137,17 +159,21 @@ class ComponentProtocol(Protocol[P]):
         "error bar from their variances. A component with no stage-two report fails the study."
     )
     population_rule: ClassVar[str] = (
-        "at least 2 users in every group of every stage: 2 x the number of user groups, "
-        "which the dimension and the privacy regime of the reference ε fix (the plan's "
-        "refusal names it)"
+        "at least 2 users in every group of every stage, and in every stage-one group the §1.5 "
+        "score Σ min(ε_i², 1) of user-mean when it has more than 2 bins (samples_per_user > "
+        "16): so the number of user groups, which the dimension and the privacy regime of the "
+        "reference ε fix, times what one Alg-1 call needs (the plan's refusal names it); "
+        "min_participants takes samples_per_user > 16, the most demanding (fewer samples need "
+        "fewer users)"
     )
+    population_probe: ClassVar[Mapping[str, Any]] = {"samples_per_user": MAX_SAMPLES}
 
     @abstractmethod
     def n_components(self, params: P, public: JSON) -> int:
         """C: the components of one invocation, given the plan's public constants."""
 
     @abstractmethod
-    def families(self, params: P, c: int, n_ref: int, call_eps_sq: float) -> comp.Families:
+    def families(self, params: P, c: int, n_ref: int, call_eps_sq: float) -> Families:
         """The components' Alg-1 designs; ``call_eps_sq`` is Σ ε_c,i² over the users of one Alg-1
         call, averaged over the calls (the n_c·ε_c² of the heavy-tail Δ, §3.6 [PROPOSAL])."""
 
@@ -180,7 +206,7 @@ class ComponentProtocol(Protocol[P]):
         n = int(eps.size)
         if n < 2:
             raise ValueError(f"this protocol needs at least 2 participants, got {n}")
-        eps_ref = comp.reference_epsilon(eps, params.reference_epsilon)
+        eps_ref = reference_epsilon(eps, params.reference_epsilon)
         extras = self.public_extras(params, eps, eps_ref, seed)
         c = self.n_components(params, extras)
         if not 1 <= c <= MAX_COMPONENTS:
@@ -197,8 +223,8 @@ class ComponentProtocol(Protocol[P]):
         warnings: list[str] = [note] if note else []
         for t in range(n_invocations):
             slots = order[bounds[t] : bounds[t + 1]]
-            layout = comp.choose_layout(c, eps_ref, int(slots.size), params.use_full_budget)
-            a = comp.assign(slots, layout.n_groups, seed, 0xA2, t)
+            layout = choose_layout(c, eps_ref, int(slots.size), params.use_full_budget)
+            a = assign(slots, layout.n_groups, seed, 0xA2, t)
             fractions = layout.charge_fractions()
             charge_one = eps[a.stage_one] * fractions[a.group_one]
             charge_two = eps[a.stage_two] * fractions[a.group_two]
@@ -255,9 +281,9 @@ class ComponentProtocol(Protocol[P]):
     # ------------------------------------------------------------------ rounds
 
     @staticmethod
-    def _parts(plan_public: JSON, t: int) -> tuple[comp.Layout, comp.Families]:
+    def _parts(plan_public: JSON, t: int) -> tuple[Layout, Families]:
         inv = plan_public["invocations"][t]
-        return comp.Layout.from_json(inv["layout"]), comp.Families.from_json(inv["families"])
+        return Layout.from_json(inv["layout"]), Families.from_json(inv["families"])
 
     def broadcast(self, params: P, plan: Plan, round_index: int, outputs: Sequence[JSON]) -> JSON:
         t, stage = divmod(round_index, 2)
@@ -300,8 +326,8 @@ class ComponentProtocol(Protocol[P]):
         rng: RandomSource,
     ) -> FloatArray:
         """The client step from the users' component averages (n, C)."""
-        layout = comp.Layout.from_json(task.broadcast["layout"])
-        families = comp.Families.from_json(task.broadcast["families"])
+        layout = Layout.from_json(task.broadcast["layout"])
+        families = Families.from_json(task.broadcast["families"])
         if task.round % 2 == 0:
             return comp.stage_one_reports(values, layout, families, group, epsilon, rng)
         return comp.stage_two_reports(values, layout, families, task.broadcast, group, epsilon, rng)
@@ -356,7 +382,7 @@ class ComponentProtocol(Protocol[P]):
 
 
 def _feasibility(
-    layout: comp.Layout,
+    layout: Layout,
     n_bins: int,
     charge_one: FloatArray,
     group_one: IntArray,

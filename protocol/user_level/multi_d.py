@@ -18,15 +18,8 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 from pydantic import Field, model_validator
 
-from fedldp.protocol.core.base import (
-    JSON,
-    DataKind,
-    FloatArray,
-    Plan,
-    Protocol,
-    Result,
-    UserData,
-)
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.records import JSON, DataKind, FloatArray, Plan, Result, UserData
 from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.mechanisms.transforms import KashinFrame, fwht, next_power_of_two
 from fedldp.protocol.user_level import components as comp
@@ -38,6 +31,7 @@ from fedldp.protocol.user_level.driver import (
     study_frame,
     user_sample_block,
 )
+from fedldp.protocol.user_level.layout import Families
 
 __all__ = [
     "PROTOCOLS",
@@ -52,8 +46,8 @@ __all__ = [
 ]
 
 
-def _bounded_family(bound: float, m: int, n_ref: int, c: int) -> comp.Families:
-    return comp.Families((ts.bounded_design(bound, m, n_ref),), np.zeros(c, dtype=np.int64))
+def _bounded_family(bound: float, m: int, n_ref: int, c: int) -> Families:
+    return Families((ts.bounded_design(bound, m, n_ref),), np.zeros(c, dtype=np.int64))
 
 
 class _HeavyTailInputs(ComponentParams):
@@ -70,9 +64,9 @@ class _HeavyTailInputs(ComponentParams):
 
 def _heavy_family(
     p: float, moment: float, m: int, n_ref: int, call_eps_sq: float, c: int
-) -> comp.Families:
+) -> Families:
     design = ts.heavy_tail_design(p, moment, m, n_ref, call_eps_sq)
-    return comp.Families((design,), np.zeros(c, dtype=np.int64))
+    return Families((design,), np.zeros(c, dtype=np.int64))
 
 
 # --------------------------------------------------------------------------- ℓ∞ (Alg 2)
@@ -125,7 +119,7 @@ class UserMeanLinf(ComponentProtocol[LinfParams]):
     def n_components(self, params: LinfParams, public: JSON) -> int:
         return params.dimension
 
-    def families(self, params: LinfParams, c: int, n_ref: int, call_eps_sq: float) -> comp.Families:
+    def families(self, params: LinfParams, c: int, n_ref: int, call_eps_sq: float) -> Families:
         m = params.samples_per_user
         if params.heavy_tail:
             assert params.moment_bound is not None
@@ -207,7 +201,7 @@ class UserMeanL2(ComponentProtocol[L2Params]):
         """The study's public frame, rebuilt from its seed (cached per process)."""
         return study_frame(params.dimension, params.kashin_constant, public)
 
-    def families(self, params: L2Params, c: int, n_ref: int, call_eps_sq: float) -> comp.Families:
+    def families(self, params: L2Params, c: int, n_ref: int, call_eps_sq: float) -> Families:
         m, d, k = params.samples_per_user, params.dimension, params.kashin_constant
         if params.heavy_tail:
             assert params.moment_bound is not None
@@ -274,7 +268,7 @@ class _Hadamard(ComponentProtocol[H]):
     def n_components(self, params: H, public: JSON) -> int:
         return next_power_of_two(self.width(params))
 
-    def families(self, params: H, c: int, n_ref: int, call_eps_sq: float) -> comp.Families:
+    def families(self, params: H, c: int, n_ref: int, call_eps_sq: float) -> Families:
         bound = self.l1_bound(params) / math.sqrt(c)
         return _bounded_family(bound, params.samples_per_user, n_ref, c)
 

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedldp.protocol.core.base import JSON, FloatArray, IntArray, check_epsilons
+from fedldp.protocol.core.base.records import JSON, FloatArray, IntArray, check_epsilons
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
 

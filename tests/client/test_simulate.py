@@ -13,7 +13,8 @@ from numpy.typing import NDArray
 from fedldp.client.population.build import Population, PopulationSpec, build_population
 from fedldp.client.seeds import derive_seeds
 from fedldp.client.simulate import SimulationError, fill_from_population, simulate
-from fedldp.protocol.core.base import Protocol, UserData
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.records import UserData
 from fedldp.protocol.diagnostics import DIAGNOSTICS
 from tests.client.toy_protocol import RejectingToy, ToyMean
 

@@ -16,23 +16,20 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field
 
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Params, Protocol, cohort_permutation, split_sizes
+from fedldp.protocol.core.base.records import (
     JSON,
     BoolArray,
     DataKind,
     ErrorBar,
     FloatArray,
     IntArray,
-    Params,
     Plan,
-    Protocol,
     ReportChunk,
     Result,
     RoundPlan,
     RoundTask,
     UserData,
-    cohort_permutation,
-    split_sizes,
     valid_payloads,
     z_quantile,
 )

@@ -43,7 +43,7 @@ from fedldp.client.population.build import AnyPopulation, PopulationSpec, build_
 from fedldp.client.seeds import derive_seeds
 from fedldp.client.simulate import SimulationResult, fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
-from fedldp.protocol.core.base import FloatArray, PayloadKind, jsonable
+from fedldp.protocol.core.base.records import FloatArray, PayloadKind, jsonable
 from fedldp.protocol.core.wire import (
     BatchReceipt,
     ErrorBody,

@@ -22,7 +22,8 @@ from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.seeds import round_key
 from fedldp.client.simulate import fill_from_population
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import JSON, Protocol, ReportChunk, Result, RoundTask, jsonable
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.records import JSON, ReportChunk, Result, RoundTask, jsonable
 from fedldp.protocol.core.streams import UserStreams
 from fedldp.protocol.core.wire import EPSILON_MAX, EPSILON_MIN
 

@@ -2,15 +2,23 @@
 
 ``database_url`` is parametrized over the two backends (STYLE.md rule 6: one storage suite for
 every backend). The PostgreSQL cases are marked ``postgres`` and skipped, with the reason, when the
-local server at 127.0.0.1:5432 (``$FEDLDP_TEST_POSTGRES_URL`` overrides it) does not answer; they
-drop every table before and after each test (the suite runs sequentially, so nothing else uses the
-database meanwhile).
+local server at 127.0.0.1:5432 (``$FEDLDP_TEST_POSTGRES_URL`` overrides it) does not answer; each
+run (each xdist worker) has a schema of its own, so nothing else uses its tables meanwhile.
+
+A test that opens the database through the server (the ``settings`` fixture: ``ctx``, ``app``,
+``client``) gets it at the head revision with every table empty, the state the server's own
+migration on opening leaves an empty database in, without paying for the migration each time:
+on SQLite a copy of a file migrated once per run, on PostgreSQL the run's schema migrated once and
+its tables truncated before the test. A test that asks for ``database_url`` alone (the schema and
+migration tests) gets an empty database, as before: a new file, or a schema with every table
+dropped before and after it.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -18,11 +26,12 @@ import httpx
 import psycopg
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 
 from fedldp.server.app import create_app
 from fedldp.server.context import Context
 from fedldp.server.db import Database
+from fedldp.server.schema import head
 from fedldp.server.settings import Settings
 from fedldp.server.tables import Base
 from tests.server.helpers import app_context
@@ -67,14 +76,57 @@ def drop_all(url: str) -> None:
         engine.dispose()
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database the server has migrated to the head, with no rows (one per run)."""
+    path = tmp_path_factory.mktemp("template") / "fedldp.db"
+    Database(Settings(database_url=f"sqlite:///{path}", admin_key=None)).dispose()
+    assert not path.with_name("fedldp.db-wal").exists()  # the last close checkpointed the WAL
+    return path
+
+
+def empty_migrated_postgres(url: str) -> None:
+    """The run's schema at the head with every table empty: migrated the first time (or after a
+    test dropped or changed it), otherwise truncated."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as connection:
+            names = set(
+                connection.exec_driver_sql(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                ).scalars()
+            )
+            version = (
+                connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+                if "alembic_version" in names
+                else []
+            )
+            if version == [head()] and names >= set(Base.metadata.tables):
+                tables = ", ".join(t.name for t in Base.metadata.sorted_tables)
+                connection.exec_driver_sql(f"TRUNCATE {tables} RESTART IDENTITY CASCADE")
+                return
+    finally:
+        engine.dispose()
+    drop_all(url)
+    Database(Settings(database_url=url, admin_key=None)).dispose()
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    migrated = "settings" in request.fixturenames  # opened by the server: at the head, empty
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fedldp.db'}"
+        path = tmp_path / "fedldp.db"
+        if migrated:
+            shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
         return
     reason = postgres_unreachable()
     if reason is not None:
         pytest.skip(reason)
+    if migrated:
+        empty_migrated_postgres(POSTGRES_URL)
+        yield POSTGRES_URL
+        return
     drop_all(POSTGRES_URL)
     try:
         yield POSTGRES_URL
@@ -85,8 +137,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
     # SQLite keeps its central-trust keys beside the file (the default); PostgreSQL's default
-    # (a directory under the system's temporary directory) is shared by every run: give it the
-    # test's own
+    # (the user's state directory) is shared by every run: give it the test's own
     keys = None if database_url.startswith("sqlite") else tmp_path / "keys"
     return Settings(database_url=database_url, admin_key=None, key_dir=keys)
 

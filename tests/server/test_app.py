@@ -15,7 +15,7 @@ from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.seeds import derive_seeds, round_key
 from fedldp.client.simulate import simulate
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import RoundTask
+from fedldp.protocol.core.base.records import RoundTask
 from fedldp.protocol.core.streams import UserStreams
 from fedldp.protocol.core.wire import (
     BudgetView,

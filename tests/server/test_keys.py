@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import struct
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -16,9 +17,10 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import select
 
-from fedldp.protocol.core.base import FloatArray
+from fedldp.protocol.core.base.records import FloatArray
 from fedldp.protocol.core.wire import Enrollment, ResultView, StudyView
 from fedldp.server import repository as repo
+from fedldp.server.app import create_app
 from fedldp.server.context import Context
 from fedldp.server.db import Database
 from fedldp.server.keys import KeyMissing, KeyStore, default_key_dir
@@ -67,7 +69,26 @@ def test_the_default_key_directory_is_beside_the_sqlite_file(tmp_path: Path) -> 
     assert default_key_dir(f"sqlite:///{tmp_path}/x.db") == tmp_path / "x.db.keys"
     elsewhere = default_key_dir("postgresql+psycopg://u@h/db")
     assert elsewhere == default_key_dir("sqlite://")  # in-memory: the same per-user directory
-    assert elsewhere.name.startswith("fedldp-keys-")
+
+
+def test_the_default_key_directory_survives_a_new_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reproduction of key_unavailable after a restart on PostgreSQL: the default was under
+    the temporary directory, which a restart may replace (systemd's PrivateTmp, a container,
+    TMPDIR). Now it is the user's state directory, whatever TMPDIR says."""
+    url = "postgresql+psycopg://u@h/db"
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    home = default_key_dir(url)
+    assert home == Path.home() / ".local" / "state" / "fedldp" / "keys"
+    for run in ("first", "after-restart"):
+        (tmp_path / run).mkdir()
+        monkeypatch.setenv("TMPDIR", str(tmp_path / run))
+        monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+        assert tempfile.gettempdir() == str(tmp_path / run)
+        assert default_key_dir(url) == home
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert default_key_dir(url) == tmp_path / "state" / "fedldp" / "keys"
 
 
 def _files(ctx: Context) -> dict[Path, bytes]:
@@ -226,6 +247,58 @@ async def test_an_unwritable_key_directory_refuses_central_studies_with_a_code(
     response = await client.post(
         "/v1/studies", json={"protocol": "central-wme", "params": {}, "seed": 1}
     )
-    body = expect_error(response, 500, "key_unavailable")
+    body = expect_error(response, 503, "key_unavailable")
     assert "not-a-directory" in body.detail
     await create_study(client, "hetero-mean-rr")  # local trust needs no key
+
+
+async def _view(client: httpx.AsyncClient, study_id: str) -> StudyView:
+    return StudyView.model_validate_json((await client.get(f"/v1/studies/{study_id}")).content)
+
+
+async def test_a_replica_without_the_study_key_answers_503_and_fails_nothing(
+    client: httpx.AsyncClient, app: FastAPI, settings: Settings, tmp_path: Path
+) -> None:
+    """A server whose FEDLDP_KEY_DIR is not the study's (a replica configured apart, a key
+    directory lost in a redeployment): every report is refused with 503 key_unavailable, naming
+    the setting, and nothing is stored; its sweeper leaves the round open past its deadline
+    instead of failing the study for every replica. A server with the key finishes it."""
+    study = await create_study(client, "central-wme", {}, noise_seed=3, quorum=0.5)
+    people = await enroll(client, study.id, [1.0] * N)
+    await start(client, study.id)
+    means = np.random.default_rng(11).uniform(-0.9, 0.9, N)
+    apart = create_app(
+        settings.model_copy(update={"key_dir": tmp_path / "elsewhere"}), sweeper=False
+    )
+    transport = httpx.ASGITransport(app=apart)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://apart") as other:
+            one = people[0]
+            single = await other.post(
+                f"/v1/studies/{study.id}/reports",
+                json={"participant_id": one.participant_id, "round": 0,
+                      "payload": {"kind": "statistic", "values": [0.1, 2.0]}},
+                headers={"Authorization": f"Bearer {one.token}"},
+            )  # fmt: skip
+            error = expect_error(single, 503, "key_unavailable")
+            assert "FEDLDP_KEY_DIR" in error.detail
+            batch = await other.post(
+                f"/v1/studies/{study.id}/reports/batch",
+                json={"round": 0, "kind": "statistic",
+                      "participant_ids": [p.participant_id for p in people],
+                      "tokens": [p.token for p in people],
+                      "payloads": [[float(m), 2.0] for m in means]},
+            )  # fmt: skip
+            expect_error(batch, 503, "key_unavailable")
+            assert (await _view(client, study.id)).rounds[0].received == 0
+        half = N // 2 + 1  # meets the quorum; the server with the key stores them
+        rows = [[float(m), 2.0] for m in means[:half]]
+        await submit_batch(client, study.id, 0, "statistic", people[:half], rows)
+        expire_round(app_context(apart), study.id, 0)
+        assert sweep(app_context(apart)) == 0  # it cannot decrypt: the round stays open
+        view = await _view(client, study.id)
+        assert (view.phase, view.rounds[0].status) == ("running", "open")
+        assert sweep(app_context(app)) == 1
+        assert (await _view(client, study.id)).phase == "finished"
+    finally:
+        app_context(apart).db.dispose()

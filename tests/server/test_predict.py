@@ -7,11 +7,11 @@ import httpx
 import numpy as np
 import pytest
 
-from fedldp.protocol.core.base import RoundTask
+from fedldp.protocol.core.base.records import RoundTask
 from fedldp.protocol.core.streams import UserStreams, stream_key
 from fedldp.protocol.core.wire import MAX_PREDICT_ROWS, PredictView
 from fedldp.protocol.mechanisms.transforms import fwht
-from fedldp.protocol.user_level.learning import UserClassify
+from fedldp.protocol.user_level.binned import UserClassify
 from tests.server.helpers import create_study, enroll, expect_error, round_of, start, submit_batch
 
 PARAMS = {"samples_per_user": 4, "bins_per_axis": 4, "dimension": 1}

@@ -174,14 +174,46 @@ def test_sweep_starts_a_study_whose_enrollment_deadline_passed(ctx: Context) -> 
     assert sweep(ctx) == 0  # nothing more to do until reports or the round deadline
 
 
-def test_sweep_fails_an_empty_study_whose_enrollment_deadline_passed(ctx: Context) -> None:
+def test_an_empty_study_stays_enrolling_past_its_enrollment_deadline(ctx: Context) -> None:
+    """As after an explicit start refused: the reason is in its view, the deadline is spent (the
+    next sweeps leave it alone), and a participant who enrolls later can start it."""
     view = studies.create(
         ctx, StudyCreate(protocol="hetero-mean-rr", seed=1, enrollment_deadline_s=60)
     )
     expire_enrollment(ctx, view.id)
     assert sweep(ctx) == 1
-    failed = studies.get(ctx, view.id)
-    assert (failed.phase, failed.failure_reason) == ("failed", "no participants enrolled")
+    waiting = studies.get(ctx, view.id)
+    assert (waiting.phase, waiting.failure_reason, waiting.enrollment_deadline) == (
+        "enrolling",
+        None,
+        None,
+    )
+    assert waiting.warnings == [
+        "not started when its enrollment deadline passed: no participants enrolled; it is "
+        "still enrolling (enroll more participants and start it, or cancel it)"
+    ]
+    assert sweep(ctx) == 0
+    assert studies.get(ctx, view.id).warnings == waiting.warnings  # not retried, not repeated
+    studies.enroll(ctx, view.id, [1.0], [{}], [None])
+    assert studies.start(ctx, view.id).phase == "running"
+
+
+def test_an_infeasible_plan_at_the_enrollment_deadline_leaves_the_study_enrolling(
+    ctx: Context,
+) -> None:
+    """user-mean with 4 stage-one bins needs 600 participants at ε = 1 (§1.5): 10 at the
+    deadline are too few; the study waits, and starts once enough have enrolled."""
+    params = {"samples_per_user": 64}
+    sid, _ = new_study(ctx, "user-mean", params, [1.0] * 10, enrollment_deadline_s=60)
+    expire_enrollment(ctx, sid)
+    assert sweep(ctx) == 1
+    view = studies.get(ctx, sid)
+    assert view.phase == "enrolling"
+    assert view.enrollment_deadline is None
+    assert len(view.warnings) == 1
+    assert "enrollment deadline passed: the plan is infeasible" in view.warnings[0]
+    studies.enroll(ctx, sid, [1.0] * 590, [{}] * 590, [None] * 590)
+    assert studies.start(ctx, sid).phase == "running"
 
 
 def test_sweep_leaves_studies_without_deadlines_alone(ctx: Context) -> None:

@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 
 from fedldp.client.population.features import synthetic_population
-from fedldp.protocol.core.base import RoundTask
+from fedldp.protocol.core.base.records import RoundTask
 from fedldp.protocol.core.streams import UserStreams, stream_key
 from fedldp.protocol.core.wire import BatchReceipt, BudgetView, EnrollmentBatch, TaskBatch
 from fedldp.protocol.semi_feature.histoftree import HistOfTree

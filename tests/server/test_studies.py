@@ -8,6 +8,7 @@ import httpx
 import pytest
 from pydantic import TypeAdapter
 
+from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core.wire import (
     EPSILON_MAX,
     EPSILON_MIN,
@@ -239,6 +240,26 @@ async def test_enrollment_into_a_started_study_is_refused(client: httpx.AsyncCli
     view = await study_view(client, study.id)
     assert view.n_participants == 2
     assert view.rounds[0].expected == 2
+
+
+async def test_a_target_reached_by_participants_too_few_for_a_plan_leaves_it_enrolling(
+    client: httpx.AsyncClient,
+) -> None:
+    """user-mean (4 stage-one bins) accepts a target of 600 (enough at ε ≥ 1), but 600
+    participants at ε = 0.5 need 2400 (§1.5): reaching the target does not fail the study; it
+    stays enrolling with the reason in its view, and an explicit start says why it cannot."""
+    study = await create_study(client, "user-mean", {"samples_per_user": 64}, enrollment_target=600)
+    await enroll(client, study.id, [0.5] * 600)
+    view = await study_view(client, study.id)
+    assert (view.phase, view.failure_reason, view.n_participants) == ("enrolling", None, 600)
+    assert len(view.warnings) == 1
+    assert view.warnings[0].startswith(
+        "not started when it reached its enrollment target: the plan is infeasible"
+    )
+    error = expect_error(await client.post(f"/v1/studies/{study.id}/start"), 422, "plan_infeasible")
+    assert error.detail.endswith("it is still enrolling")
+    cancelled = await client.post(f"/v1/studies/{study.id}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
 
 
 async def test_reaching_the_enrollment_target_starts_the_study(client: httpx.AsyncClient) -> None:
@@ -615,6 +636,28 @@ async def test_an_enrollment_target_below_the_minimum_population_is_refused(
         422,
         "population_too_small",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+async def test_every_protocol_refuses_an_enrollment_target_below_its_minimum(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    """At ε ≤ 1 (epsilon_max): a target of the protocol's minimum is created, one below is
+    refused (with the catalogue's probed parameters, and a dimension where the minimum
+    depends on one)."""
+    protocol = CATALOGUE[name]
+    params = {**protocol.population_probe, **dict.fromkeys(protocol.population_depends_on(), 3)}
+    if "samples_per_user" in protocol.params_model.model_fields:
+        params["samples_per_user"] = 64
+    needed = protocol.min_participants(1.0, protocol.parse_params(params))
+    assert needed is not None
+    body = {"protocol": name, "params": params, "seed": 1, "epsilon_max": 1.0}
+    if needed > 1:
+        below = {**body, "enrollment_target": needed - 1}
+        error = expect_error(await client.post("/v1/studies", json=below), 422,
+                             "population_too_small")  # fmt: skip
+        assert f"at least {needed}" in error.detail
+    await create_study(client, name, params, seed=1, epsilon_max=1.0, enrollment_target=needed)
 
 
 async def test_study_names_are_unique(client: httpx.AsyncClient) -> None:

@@ -44,7 +44,8 @@ class EventBase(Model):
 
 class PhaseEvent(EventBase):
     """The study entered ``phase`` (created: ``enrolling``); ``reason`` when it failed or was
-    cancelled."""
+    cancelled, or, with ``enrolling`` again, when an automatic start (its enrollment deadline
+    or target) was refused and it stays enrolling."""
 
     kind: Literal["phase"] = "phase"
     phase: StudyPhase

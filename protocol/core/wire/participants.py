@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
-from fedldp.protocol.core.base import PayloadKind
+from fedldp.protocol.core.base.records import PayloadKind
 from fedldp.protocol.core.broadcast import glossary_text
 from fedldp.protocol.core.wire.common import (
     MAX_BATCH,

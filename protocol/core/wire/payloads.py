@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field
 
-from fedldp.protocol.core.base import FloatArray, PayloadKind
+from fedldp.protocol.core.base.records import FloatArray, PayloadKind
 from fedldp.protocol.core.wire.common import NonNegInt, Request
 
 # --------------------------------------------------------------------------- payloads

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
-from fedldp.protocol.core.base import FloatArray, PayloadKind
+from fedldp.protocol.core.base.records import FloatArray, PayloadKind
 from fedldp.protocol.core.wire.common import MAX_BATCH, Model, NonNegInt, Request, either
 from fedldp.protocol.core.wire.participants import Credentials
 from fedldp.protocol.core.wire.payloads import Payload

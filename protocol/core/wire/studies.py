@@ -26,10 +26,16 @@ class PopulationInfo(Model):
 
     epsilon: float
     min_participants: int | None = Field(
-        description="with the protocol's default parameters; None when it has none (the "
-        "minimum then depends on the parameters: see rule)"
+        description="with the protocol's default parameters (and, for required parameters the "
+        "minimum does not depend on, any value: see rule); None when it depends on a required "
+        "parameter (depends_on), or no population of up to 2**21 plans"
     )
     rule: str = Field(description="the condition, in words (the paper's feasibility check)")
+    depends_on: list[str] = Field(
+        default_factory=list,
+        description="the required parameters the minimum depends on (then min_participants is "
+        "None: a create body's enrollment_target is still checked against its own parameters)",
+    )
 
 
 class ProtocolInfo(Model):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fedldp.client.cli.main import main
-from fedldp.protocol.core.base import z_quantile
+from fedldp.protocol.core.base.records import z_quantile
 from tests.client.toy_protocol import ToyMean
 
 SMALL = ["--users", "2000", "--samples", "8", "--distribution", "two-point", "--mean", "0.3"]

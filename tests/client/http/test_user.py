@@ -9,7 +9,7 @@ import pytest
 from fedldp.client.http.user import Privatizer, SimulatedUser, UserBlock
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.protocol.catalogue import get_protocol
-from fedldp.protocol.core.base import JSON, RoundPlan
+from fedldp.protocol.core.base.records import JSON, RoundPlan
 from fedldp.protocol.core.ledger import BudgetExceededError
 from fedldp.protocol.core.wire import HistogramPayload, ScalarPayload, TaskReport, payload_row
 

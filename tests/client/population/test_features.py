@@ -29,9 +29,10 @@ from fedldp.client.population.features import (
     tenfold_mask,
 )
 from fedldp.client.simulate import SimulationResult, simulate
-from fedldp.protocol.semi_feature.baselines import HistLdp, KrrTree, LabelDt, ParDt
 from fedldp.protocol.semi_feature.common import split_features
+from fedldp.protocol.semi_feature.hist_ldp import HistLdp
 from fedldp.protocol.semi_feature.histoftree import HistOfTree, HistOfTreeTuned
+from fedldp.protocol.semi_feature.tree_baselines import KrrTree, LabelDt, ParDt
 
 K = 5.0  # k·σ: a two-sided normal tail beyond 5σ has probability 5.7e-7 per check
 SEED = 31

@@ -25,7 +25,7 @@ from scipy import optimize, stats
 from fedldp.client.population.datasets import Resampled, income_law
 from fedldp.protocol.central import distance, wme
 from fedldp.protocol.central import huber as hb
-from fedldp.protocol.core.base import FloatArray, IntArray
+from fedldp.protocol.core.base.records import FloatArray, IntArray
 from fedldp.protocol.mechanisms import dp_noise as dn
 
 EPS, DELTA, BOUND = 1.0, 1e-5, 10.0

@@ -1,4 +1,4 @@
-"""protocol/central/protocols.py: the central (trusted-server) catalogue protocols
+"""protocol/central/protocols.py and release.py: the central (trusted-server) catalogue protocols
 central-wme(-vector) and central-huber(-vector): parameters, plans and the ε rule, the statistic
 round, full runs, the noise calibration through the protocol, the public output, and the paper-proxy
 safety rails."""
@@ -18,13 +18,13 @@ from pydantic import ValidationError
 
 from fedldp.protocol.central import huber as hb
 from fedldp.protocol.central import protocols as ct
-from fedldp.protocol.central import wme
-from fedldp.protocol.core.base import (
+from fedldp.protocol.central import release, wme
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.records import (
     JSON,
     FloatArray,
     IntArray,
     Plan,
-    Protocol,
     ReportChunk,
     RoundTask,
     UserData,
@@ -256,7 +256,7 @@ def test_full_run(name: str, raw: JSON, d: int | None, balanced: bool) -> None:
 
     dim = 1 if d is None else d
     means, m = z[:, :dim], z[:, dim]
-    server = ct.server_rng(SEED, 0)
+    server = release.server_rng(SEED, 0)
     eps_min = float(eps.min())
     if name.startswith("central-wme"):
         rel = wme.wme_release(
@@ -307,7 +307,7 @@ def test_dropouts_release_over_the_received_reports() -> None:
     out = proto.aggregate(params, plan, 0, {}, chunks_of(plan, z, 64, keep))
     assert out["n"] == 150
     alone = hb.hlm_release(z[keep, :1], z[keep, 1], epsilon=1.0, delta=1e-5, scale_a=4.0, r_c=1.0,
-                           rng=ct.server_rng(SEED, 0))  # fmt: skip
+                           rng=release.server_rng(SEED, 0))  # fmt: skip
     assert out["estimate"] == alone.estimate.tolist()
 
 
@@ -335,7 +335,7 @@ def test_huber_noise_scale_from_the_spec_formulas() -> None:
         z_max = float(np.max(np.abs(means - means.mean())))
         s = def5(n, z_max, t, r_c, beta, brute_delta_1d(means, t))
         mu0, _ = hb.huber_minimize(means[:, None], np.full(n, 1 / n), t, 1e-10, 20_000)
-        noise = ct.server_rng(SEED + trial, 0).standard_normal(1)
+        noise = release.server_rng(SEED + trial, 0).standard_normal(1)
         expected = float(hb.clip_ball(mu0, r_c)[0] + s / alpha * noise[0])
         assert out["estimate"][0] == pytest.approx(expected, rel=1e-12, abs=1e-15)
         assert out["connecting_point"] == pytest.approx(t)
@@ -424,7 +424,7 @@ def test_reproducible_from_the_study_seed() -> None:
         )
     assert results[0] == results[1]
     assert results[0]["estimate"] != results[2]["estimate"]
-    first = ct.server_rng(11, 0).standard_normal(3)
+    first = release.server_rng(11, 0).standard_normal(3)
     key = np.random.SeedSequence(11, spawn_key=(0xCE, 0))
     assert np.array_equal(first, np.random.default_rng(key).standard_normal(3))
 

@@ -7,13 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import cohort_permutation, split_sizes
+from fedldp.protocol.core.base.records import (
     RoundPlan,
     RoundTask,
     UserData,
     check_epsilons,
-    cohort_permutation,
-    split_sizes,
     valid_payloads,
     z_quantile,
 )

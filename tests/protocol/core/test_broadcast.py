@@ -13,7 +13,7 @@ from fedldp.client.population.build import build_population
 from fedldp.client.seeds import round_key
 from fedldp.client.simulate import fill_from_population
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import JSON, ReportChunk, RoundTask, jsonable
+from fedldp.protocol.core.base.records import JSON, ReportChunk, RoundTask, jsonable
 from fedldp.protocol.core.broadcast import BROADCAST_GLOSSARY, described, glossary_text
 from fedldp.protocol.core.streams import UserStreams
 from fedldp.protocol.core.wire import TaskReport

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedldp.protocol.core.base import Plan, RoundPlan
+from fedldp.protocol.core.base.records import Plan, RoundPlan
 from fedldp.protocol.core.ledger import BudgetExceededError, Ledger, check_plan_budget
 
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from fedldp.protocol.core.base import PayloadKind
+from fedldp.protocol.core.base.records import PayloadKind
 from fedldp.protocol.core.wire import (
     EnrollRequest,
     Payload,

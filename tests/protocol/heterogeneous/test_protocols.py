@@ -1,5 +1,6 @@
-"""The four catalogue protocols of protocol/heterogeneous/protocols.py, run end to end in-process:
-plan → broadcast → privatize (per-user streams) → check → aggregate (in chunks) → finalize."""
+"""The four catalogue protocols of protocol/heterogeneous/ (means.py, frequency.py on flow.py), run
+end to end in-process: plan → broadcast → privatize (per-user streams) → check → aggregate (in
+chunks) → finalize."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import pytest
 from numpy.typing import NDArray
 
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.records import (
     FloatArray,
     Plan,
-    Protocol,
     ReportChunk,
     Result,
     RoundTask,
@@ -23,9 +24,11 @@ from fedldp.protocol.core.base import (
 )
 from fedldp.protocol.core.streams import UserStreams, stream_key
 from fedldp.protocol.heterogeneous import estimators as est
-from fedldp.protocol.heterogeneous.protocols import PROTOCOLS, jl_public_seed
+from fedldp.protocol.heterogeneous import frequency, means
+from fedldp.protocol.heterogeneous.frequency import jl_public_seed
 from fedldp.protocol.mechanisms.randomizers import duchi_radius, jl_dimension, rr_debias
 
+PROTOCOLS = (*means.PROTOCOLS, *frequency.PROTOCOLS)
 LAPLACE, RR, DUCHI, FREQ = PROTOCOLS
 KEY = stream_key(1, 5)
 

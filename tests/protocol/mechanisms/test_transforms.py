@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from fedldp.protocol.core.base import FloatArray
+from fedldp.protocol.core.base.records import FloatArray
 from fedldp.protocol.mechanisms.transforms import (
     KASHIN_K,
     KashinFrame,

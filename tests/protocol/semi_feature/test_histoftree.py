@@ -1,7 +1,7 @@
-"""Semi-feature LDP (protocol/semi_feature/histoftree.py, semi_baselines.py, partition.py, trees.py;
-spec public-features-ldp.md): the §6.1 unit tests with the spec's worked values, exact privacy of
-the label and cell mechanisms, the ledger, the server's V_i check, and the §6.2 E1/E1b acceptance
-experiments at CI size (slow)."""
+"""Semi-feature LDP (protocol/semi_feature/histoftree.py, histoftree_base.py, hist_ldp.py,
+tree_baselines.py, partition.py, trees.py; spec public-features-ldp.md): the §6.1 unit tests with
+the spec's worked values, exact privacy of the label and cell mechanisms, the ledger, the server's
+V_i check, and the §6.2 E1/E1b acceptance experiments at CI size (slow)."""
 
 from __future__ import annotations
 
@@ -24,16 +24,8 @@ from fedldp.client.population.features import (
 )
 from fedldp.client.seeds import round_key
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import (
-    JSON,
-    FloatArray,
-    Params,
-    Plan,
-    Protocol,
-    ReportChunk,
-    Result,
-    RoundTask,
-)
+from fedldp.protocol.core.base.protocol import Params, Protocol
+from fedldp.protocol.core.base.records import JSON, FloatArray, Plan, ReportChunk, Result, RoundTask
 from fedldp.protocol.core.ledger import TOLERANCE, check_plan_budget
 from fedldp.protocol.core.streams import UserStreams, stream_key
 from fedldp.protocol.mechanisms.randomizers import (
@@ -41,10 +33,9 @@ from fedldp.protocol.mechanisms.randomizers import (
     rr_debias,
     rr_keep_probability,
 )
-from fedldp.protocol.semi_feature import baselines as semi_baselines
-from fedldp.protocol.semi_feature import histoftree
-from fedldp.protocol.semi_feature.baselines import HistLdp, KrrTree, LabelDt, ParDt, krr_budgets
+from fedldp.protocol.semi_feature import hist_ldp, histoftree, tree_baselines
 from fedldp.protocol.semi_feature.common import enrollment, label_report, split_features
+from fedldp.protocol.semi_feature.hist_ldp import HistLdp
 from fedldp.protocol.semi_feature.histoftree import HistOfTree, HistOfTreeTuned
 from fedldp.protocol.semi_feature.partition import (
     Partition,
@@ -58,6 +49,7 @@ from fedldp.protocol.semi_feature.partition import (
     tuned_structure,
     unary_rr_report,
 )
+from fedldp.protocol.semi_feature.tree_baselines import KrrTree, LabelDt, ParDt, krr_budgets
 from fedldp.protocol.semi_feature.trees import Tree, cart_tree, max_edge_tree, regression_tree
 
 SEED = 20
@@ -119,7 +111,7 @@ def small_pop(mask: str = "aligned", private: int = 2, eps: float = 4.0) -> Semi
 
 
 def test_protocols_are_named_described_and_predict() -> None:
-    protocols = (*histoftree.PROTOCOLS, *semi_baselines.PROTOCOLS)
+    protocols = (*histoftree.PROTOCOLS, *hist_ldp.PROTOCOLS, *tree_baselines.PROTOCOLS)
     names = [p.name for p in protocols]
     assert names == ["histoftree", "histoftree-tuned", "hist-ldp", "pardt", "labeldt", "krr-tree"]
     assert all(CATALOGUE[name] is proto for name, proto in zip(names, protocols, strict=True))
@@ -340,7 +332,7 @@ def test_every_plan_charges_its_split_and_never_more_than_epsilon() -> None:
     label, coord = krr_budgets(pop.mask, pop.epsilon)
     assert np.allclose(label + pop.mask.sum(axis=1) * coord, pop.epsilon, rtol=1e-14)
     assert np.all(label >= pop.epsilon / 2 - 1e-15)
-    for proto in (*histoftree.PROTOCOLS[1:], *semi_baselines.PROTOCOLS):
+    for proto in (*histoftree.PROTOCOLS[1:], *hist_ldp.PROTOCOLS, *tree_baselines.PROTOCOLS):
         p = proto.plan(proto.parse_params(pop.params()), pop.epsilon, pop.metadata, SEED)
         assert np.all(check_plan_budget(p, pop.epsilon) <= pop.epsilon + TOLERANCE)
 

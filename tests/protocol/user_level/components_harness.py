@@ -14,13 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Params, Protocol
+from fedldp.protocol.core.base.records import (
     JSON,
     FloatArray,
     IntArray,
-    Params,
     Plan,
-    Protocol,
     ReportChunk,
     Result,
     RoundTask,

@@ -14,10 +14,11 @@ from typing import cast
 import numpy as np
 import pytest
 
-from fedldp.protocol.core.base import FloatArray
+from fedldp.protocol.core.base.records import FloatArray
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts
+from fedldp.protocol.user_level.layout import Families, Layout, choose_layout
 
 M, N_REF = 64, 10_000
 
@@ -35,10 +36,10 @@ def known_noise(value: float) -> RandomSource:
     return cast(RandomSource, _Fixed(value))
 
 
-def _setup(n_components: int, epsilon: float) -> tuple[comp.Layout, comp.Families]:
-    layout = comp.choose_layout(n_components, epsilon, N_REF)
+def _setup(n_components: int, epsilon: float) -> tuple[Layout, Families]:
+    layout = choose_layout(n_components, epsilon, N_REF)
     design = ts.bounded_design(1.0, M, N_REF)
-    return layout, comp.Families((design,), np.zeros(n_components, dtype=np.int64))
+    return layout, Families((design,), np.zeros(n_components, dtype=np.int64))
 
 
 def _log_ratio(z: FloatArray, a: FloatArray, b: FloatArray, scale: FloatArray) -> float:

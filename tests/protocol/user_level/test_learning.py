@@ -1,8 +1,8 @@
-"""Learning protocols (protocol/user_level/learning.py): gradient rounds (Alg 3), nonparametric
-classification (Alg 4) and regression (Alg 5). Ledgers over every round (user-level-ldp.md §4.2
-TP5), the bin rules, prediction, and the §6.2 experiments E7, E8 and E9 at CI size on the spec's
-fast path (§6.1: users' encodings drawn from their exact law), with the spec's slope tolerances
-(§5.4)."""
+"""Learning protocols (protocol/user_level/sgd.py, binned.py): gradient rounds (Alg 3),
+nonparametric classification (Alg 4) and regression (Alg 5). Ledgers over every round
+(user-level-ldp.md §4.2 TP5), the bin rules, prediction, and the §6.2 experiments E7, E8 and E9 at
+CI size on the spec's fast path (§6.1: users' encodings drawn from their exact law), with the
+spec's slope tolerances (§5.4)."""
 
 from __future__ import annotations
 
@@ -22,16 +22,11 @@ from fedldp.client.population.learning import (
     trivial_regression_risk,
 )
 from fedldp.protocol.catalogue import get_protocol
-from fedldp.protocol.core.base import FloatArray, IntArray, RoundTask, UserData
+from fedldp.protocol.core.base.records import FloatArray, IntArray, RoundTask, UserData
 from fedldp.protocol.core.ledger import check_plan_budget
 from fedldp.protocol.mechanisms.transforms import fwht
-from fedldp.protocol.user_level.learning import (
-    UserClassify,
-    UserRegress,
-    UserSgd,
-    grid_bins,
-    sgd_rounds,
-)
+from fedldp.protocol.user_level.binned import UserClassify, UserRegress, grid_bins
+from fedldp.protocol.user_level.sgd import UserSgd, sgd_rounds
 from tests.protocol.user_level.components_harness import fast_path, run_protocol, slot_data
 
 SEED = 99

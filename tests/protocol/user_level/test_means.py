@@ -1,5 +1,6 @@
-"""Catalogue protocols of protocol/user_level/means.py: full runs, plans and ledgers (TP5),
-baselines (user-level-ldp.md §3.10) and the Alg-1-versus-B0 crossover in m (§6.2 E1)."""
+"""Catalogue protocols of protocol/user_level/means.py and baselines.py (pooled by weighting.py):
+full runs, plans and ledgers (TP5), baselines (user-level-ldp.md §3.10) and the Alg-1-versus-B0
+crossover in m (§6.2 E1)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,12 @@ from pydantic import ValidationError
 from scipy import stats
 
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import (
+from fedldp.protocol.core.base.protocol import Params, Protocol
+from fedldp.protocol.core.base.records import (
     JSON,
     FloatArray,
     IntArray,
-    Params,
     Plan,
-    Protocol,
     ReportChunk,
     Result,
     RoundTask,
@@ -31,8 +31,10 @@ from fedldp.protocol.core.base import (
 from fedldp.protocol.core.ledger import check_plan_budget
 from fedldp.protocol.core.streams import UserStreams, stream_key
 from fedldp.protocol.mechanisms.randomizers import laplace_scale
+from fedldp.protocol.user_level import baselines as bl
 from fedldp.protocol.user_level import means as ul
 from fedldp.protocol.user_level import two_stage as ts
+from fedldp.protocol.user_level import weighting
 
 STUDY_SEED, POP_SEED = 4242, 777
 MU = 0.3  # two-point data X ∈ {−1, +1}, P(X = 1) = 0.65 (E1)
@@ -93,7 +95,8 @@ CASES: list[tuple[str, JSON, str]] = [
     ("baseline-one-sample", {"samples_per_user": 64}, "two-point"),
     ("baseline-clipped-laplace", {"samples_per_user": 64}, "two-point"),
 ]
-BY_NAME = {p.name: p for p in ul.PROTOCOLS}
+PROTOCOLS = (*ul.PROTOCOLS, *bl.PROTOCOLS)
+BY_NAME = {p.name: p for p in PROTOCOLS}
 
 
 @pytest.mark.parametrize(("name", "raw", "kind"), CASES)
@@ -257,21 +260,21 @@ def test_parameters_are_validated() -> None:
 
 def test_users_with_too_few_samples_are_refused_and_extra_samples_truncated() -> None:
     data = UserData(np.arange(7.0), np.array([3, 4]))
-    assert np.array_equal(ul.user_samples(data, 3), [[0, 1, 2], [3, 4, 5]])
+    assert np.array_equal(weighting.user_samples(data, 3), [[0, 1, 2], [3, 4, 5]])
     with pytest.raises(ValueError, match="hold fewer"):
-        ul.user_samples(data, 4)
+        weighting.user_samples(data, 4)
     with pytest.raises(ValueError, match="scalar data"):
-        ul.user_samples(UserData(np.zeros((4, 2)), np.array([2, 2])), 2)
+        weighting.user_samples(UserData(np.zeros((4, 2)), np.array([2, 2])), 2)
 
 
 def test_catalogue_entries() -> None:
-    assert [p.name for p in ul.PROTOCOLS] == [
+    assert [p.name for p in PROTOCOLS] == [
         "user-mean",
         "baseline-item-level",
         "baseline-one-sample",
         "baseline-clipped-laplace",
     ]
-    for p in ul.PROTOCOLS:
+    for p in PROTOCOLS:
         info = p.describe()
         assert info["data_kind"] == "scalar"
         assert info["trust"] == "local"
@@ -286,7 +289,7 @@ def test_catalogue_entries() -> None:
     st.integers(0, 2**31),
 )
 def test_plans_never_charge_more_than_eps(eps: FloatArray, seed: int) -> None:
-    for proto in ul.PROTOCOLS:
+    for proto in PROTOCOLS:
         params = proto.parse_params({"samples_per_user": 4})  # B = 1: always feasible
         plan = proto.plan(params, eps, {}, seed)
         charges = check_plan_budget(plan, eps)
@@ -304,13 +307,13 @@ def test_baseline_report_variance_matches_exact_formula(name: str) -> None:
     """Var of one report vs the §3.10 per-user variance with the true σ²: 5σ of the sample
     variance (relative sd ≤ √((κ − 1)/N) with κ ≤ 6 for these Laplace-dominated reports)."""
     proto = BY_NAME[name]
-    assert isinstance(proto, ul._Baseline)
+    assert isinstance(proto, bl._Baseline)
     m, n, e = 16, 100_000, 0.8
-    params = ul.BaselineParams(samples_per_user=m)
+    params = bl.BaselineParams(samples_per_user=m)
     rng = np.random.default_rng(21)
     samples = np.where(rng.random((n, m)) < (1 + MU) / 2, 1.0, -1.0)
     z = proto.report(params, samples, np.full(n, e), rng)
-    var = float(ul.baseline_variances(proto.kind, np.array([e]), 1.0, m, SIGMA2)[0])
+    var = float(bl.baseline_variances(proto.kind, np.array([e]), 1.0, m, SIGMA2)[0])
     assert abs(z.var() / var - 1) <= 5 * math.sqrt(5 / n)
     assert abs(z.mean() - MU) <= 5 * math.sqrt(var / n)
 
@@ -326,7 +329,7 @@ def test_baseline_formulas_and_crossover_from_exact_formulas() -> None:
         return ts.predicted_mse(dataclasses.replace(d, sample_var=SIGMA2), np.full(n - n // 2, eps))
 
     def base(kind: str, m: int) -> float:
-        return ul.inverse_variance_mse(ul.baseline_variances(kind, e, 1.0, m, SIGMA2))
+        return weighting.inverse_variance_mse(bl.baseline_variances(kind, e, 1.0, m, SIGMA2))
 
     assert base("clipped-laplace", 64) == pytest.approx(SIGMA2 / (n * 64) + 8 / n, rel=1e-12)
     assert base("item-level", 64) == pytest.approx(SIGMA2 / (n * 64) + 8 * 64 / n, rel=1e-12)
@@ -371,8 +374,8 @@ def test_crossover_in_simulation() -> None:
         noise = lam * (rng.gamma(n, size=reps) - rng.gamma(n, size=reps)) / n
         mse_b0 = float(np.mean((mean_y + noise - MU) ** 2))
         assert mse_b0 == pytest.approx(
-            ul.inverse_variance_mse(
-                ul.baseline_variances("clipped-laplace", np.full(n, eps), d, m, SIGMA2)
+            weighting.inverse_variance_mse(
+                bl.baseline_variances("clipped-laplace", np.full(n, eps), d, m, SIGMA2)
             ),
             rel=5 * math.sqrt(2 / reps),
         )

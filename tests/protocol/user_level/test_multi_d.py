@@ -15,10 +15,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from fedldp.protocol.catalogue import get_protocol
-from fedldp.protocol.core.base import JSON, FloatArray, IntArray, Plan, RoundTask, UserData
+from fedldp.protocol.core.base.records import JSON, FloatArray, IntArray, Plan, RoundTask, UserData
 from fedldp.protocol.core.ledger import check_plan_budget
 from fedldp.protocol.mechanisms.transforms import fwht
-from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.driver import (
     ComponentProtocol,
@@ -26,6 +25,7 @@ from fedldp.protocol.user_level.driver import (
     kashin_public,
     study_frame,
 )
+from fedldp.protocol.user_level.layout import Layout, assign, choose_layout
 from fedldp.protocol.user_level.multi_d import UserFrequency, UserMeanL2, UserMeanLinf
 from tests.protocol.user_level.components_harness import fast_path, run_protocol, slot_data
 
@@ -36,37 +36,37 @@ SEED = 2024
 
 
 def test_layout_regimes_follow_section_3_3() -> None:
-    high = comp.choose_layout(8, 0.5, 10_000)
+    high = choose_layout(8, 0.5, 10_000)
     assert (high.regime, high.n_groups) == ("high", 8)
     assert np.array_equal(high.counts, np.ones(8))
     assert np.allclose(high.factors, 1.0)
 
-    medium = comp.choose_layout(8, 2.7, 10_000)  # r = ⌊2.7⌋ = 2 coordinates per group at 1-LDP
+    medium = choose_layout(8, 2.7, 10_000)  # r = ⌊2.7⌋ = 2 coordinates per group at 1-LDP
     assert (medium.regime, medium.n_groups) == ("medium", 4)
     assert np.array_equal(medium.starts, [0, 2, 4, 6])
     assert np.array_equal(medium.counts, [2] * 4)
     assert np.allclose(medium.factors * 2.7, 1.0)  # ε_c = 1 for a user at the reference ε
     assert np.allclose(medium.charge_fractions() * 2.7, 2.0)  # charged ⌊ε⌋ = 2 of 2.7
 
-    uneven = comp.choose_layout(7, 3.0, 10_000)  # G = ⌈7/3⌉ = 3 groups of 3, 3, 1
+    uneven = choose_layout(7, 3.0, 10_000)  # G = ⌈7/3⌉ = 3 groups of 3, 3, 1
     assert np.array_equal(uneven.counts, [3, 3, 1])
-    full = comp.choose_layout(7, 3.0, 10_000, use_full_budget=True)
+    full = choose_layout(7, 3.0, 10_000, use_full_budget=True)
     assert np.allclose(full.charge_fractions(), 1.0)  # ε/r_g per component: all of ε
 
     boundary = 8 * math.log(10_000)  # d ln n
-    assert comp.choose_layout(8, boundary * 0.999, 10_000).regime == "medium"
-    low = comp.choose_layout(8, boundary, 10_000)
+    assert choose_layout(8, boundary * 0.999, 10_000).regime == "medium"
+    low = choose_layout(8, boundary, 10_000)
     assert (low.regime, low.n_groups) == ("low", 1)
     assert np.allclose(low.factors, 1 / 8)
 
-    assert comp.Layout.from_json(medium.as_json()).as_json() == medium.as_json()
+    assert Layout.from_json(medium.as_json()).as_json() == medium.as_json()
     with pytest.raises(ValueError, match="malformed"):
-        comp.Layout.from_json(medium.as_json() | {"counts": [2, 2, 2, 1]})
+        Layout.from_json(medium.as_json() | {"counts": [2, 2, 2, 1]})
 
 
 def test_assignment_is_a_partition_with_halves_per_group() -> None:
     slots = np.arange(3, 1003, dtype=np.int64)
-    a = comp.assign(slots, 7, SEED, 1)
+    a = assign(slots, 7, SEED, 1)
     every = np.concatenate((a.stage_one, a.stage_two))
     assert np.array_equal(np.sort(every), slots)  # disjoint and complete (TP5)
     assert np.all(np.diff(a.stage_one) > 0)
@@ -75,7 +75,7 @@ def test_assignment_is_a_partition_with_halves_per_group() -> None:
     assert sizes.max() - sizes.min() <= 1
     assert np.array_equal(np.bincount(a.group_one, minlength=7), sizes // 2)
     with pytest.raises(ValueError, match="cannot fill"):
-        comp.assign(slots[:10], 6, SEED)
+        assign(slots[:10], 6, SEED)
 
 
 LEDGER_CASES: list[tuple[str, JSON]] = [
@@ -122,7 +122,7 @@ def test_equal_epsilons_spend_what_the_paper_spends(epsilon: float, spent: float
     eps = np.full(20_000, epsilon)
     plan = proto.plan(params, eps, {}, SEED)
     task = RoundTask.of(plan.rounds[0], proto.broadcast(params, plan, 0, []))
-    layout = comp.Layout.from_json(task.broadcast["layout"])
+    layout = Layout.from_json(task.broadcast["layout"])
     # ⌊5.5⌋ = 5 components per group: groups of 5 and 3 of the 8, each at 1-LDP
     assert plan.charges().max() == pytest.approx(spent)
     for rp in plan.rounds:
@@ -264,7 +264,7 @@ def _predicted_mse(plan: Plan, sigma2: FloatArray, m: int, t: int = 0) -> float:
     """§5.3 (with the exact stage-II counts of the plan): Σ_c (1/n2_c)·[σ_c²/m + 2(c*D)²/(mε_c²)],
     D = 1, from the layout alone (independent of the code under test's own prediction)."""
     inv = plan.public["invocations"][t]
-    layout = comp.Layout.from_json(inv["layout"])
+    layout = Layout.from_json(inv["layout"])
     rp = plan.rounds[2 * t + 1]
     eps_c = rp.epsilon / layout.counts[rp.groups()]
     n2 = np.bincount(rp.groups(), minlength=layout.n_groups)[layout.component_group()]

@@ -23,57 +23,39 @@ A protocol is a named algorithm of the catalogue (DESIGN.md "Concepts"). Everyth
 Participants are identified by their *slot*: 0..n-1 in enrollment order. A participant's private
 randomness is keyed by its slot under the population's private seed (never sent to the server);
 cohorts are drawn from the public study seed.
+
+The values these steps exchange (plans, tasks, report chunks, results) are in
+``fedldp.protocol.core.base.records``.
 """
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import BaseModel, ConfigDict
 
+from fedldp.protocol.core.base.records import (
+    JSON,
+    BoolArray,
+    DataKind,
+    FloatArray,
+    IntArray,
+    Plan,
+    ReportChunk,
+    Result,
+    RoundTask,
+    Trust,
+    UserData,
+    check_epsilons,
+    valid_payloads,
+)
 from fedldp.protocol.core.streams import RandomSource
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
-BoolArray = NDArray[np.bool_]
-JSON = dict[str, Any]
-
-PayloadKind = Literal["scalar", "vector", "bit", "index-sign", "histogram", "statistic"]
-DataKind = Literal["scalar", "vector", "categorical", "labeled"]
-Trust = Literal["local", "central"]
-
-__all__ = [
-    "JSON",
-    "BoolArray",
-    "DataKind",
-    "ErrorBar",
-    "FloatArray",
-    "IntArray",
-    "Params",
-    "PayloadKind",
-    "Plan",
-    "Predictor",
-    "Protocol",
-    "ReportChunk",
-    "Result",
-    "RoundPlan",
-    "RoundTask",
-    "Trust",
-    "UserData",
-    "check_epsilons",
-    "cohort_permutation",
-    "finite_or_none",
-    "jsonable",
-    "split_sizes",
-    "valid_payloads",
-    "z_quantile",
-]
+__all__ = ["Params", "Predictor", "Protocol", "cohort_permutation", "split_sizes"]
 
 
 class Params(BaseModel):
@@ -83,196 +65,6 @@ class Params(BaseModel):
 
 
 ParamsT = TypeVar("ParamsT", bound=Params)
-
-
-def check_epsilons(epsilon: object, *, name: str = "epsilon") -> FloatArray:
-    """Return ε as a float array, or raise ValueError if any value is not finite and > 0."""
-    eps = np.asarray(epsilon, dtype=np.float64)
-    if eps.size == 0:
-        return eps.reshape(-1) if eps.ndim else eps.reshape(1)[:0]
-    bad = ~np.isfinite(eps) | (eps <= 0)
-    if np.any(bad):
-        first = eps.reshape(-1)[np.flatnonzero(bad.reshape(-1))[0]]
-        raise ValueError(f"{name} must be finite and > 0, got {first!r}")
-    return eps
-
-
-@dataclass(frozen=True)
-class UserData:
-    """The local datasets of a block of users (client side only; never sent anywhere).
-
-    ``values`` holds every sample of every user, user after user: shape ``(total,)`` for scalar
-    and categorical data, ``(total, d)`` for vectors (and for the features of labeled data).
-    ``counts[u]`` is user u's number of samples. ``labels`` (``(total,)``) for labeled data.
-    """
-
-    values: NDArray[Any]
-    counts: IntArray
-    labels: FloatArray | None = None
-
-    def __post_init__(self) -> None:
-        if self.counts.ndim != 1 or np.any(self.counts < 1):
-            raise ValueError("every user must hold at least one sample")
-        if int(self.counts.sum()) != self.values.shape[0]:
-            raise ValueError("counts do not add up to the number of samples")
-        if self.labels is not None and self.labels.shape[0] != self.values.shape[0]:
-            raise ValueError("labels and values differ in length")
-
-    @property
-    def n_users(self) -> int:
-        return int(self.counts.shape[0])
-
-    @property
-    def offsets(self) -> IntArray:
-        return np.concatenate(([0], np.cumsum(self.counts))).astype(np.int64)
-
-    def user_sums(self, samples: NDArray[Any] | None = None) -> FloatArray:
-        """Per-user sums of ``samples`` (default ``values``), shape ``(n_users, *item_shape)``."""
-        x = np.asarray(self.values if samples is None else samples, dtype=np.float64)
-        return np.add.reduceat(x, self.offsets[:-1], axis=0)
-
-    def user_means(self, samples: NDArray[Any] | None = None) -> FloatArray:
-        """Per-user sample means (of ``samples``, default ``values``)."""
-        sums = self.user_sums(samples)
-        return sums / self.counts.reshape((-1,) + (1,) * (sums.ndim - 1))
-
-    def truncated(self, m: int) -> UserData:
-        """Each user keeps its first ``m`` samples (user-level-ldp.md §1.1: a common m)."""
-        if np.all(self.counts <= m):
-            return self
-        keep_counts = np.minimum(self.counts, m)
-        starts = self.offsets[:-1]
-        idx = np.concatenate(
-            [np.arange(s, s + c) for s, c in zip(starts, keep_counts, strict=True)]
-        )
-        labels = None if self.labels is None else self.labels[idx]
-        return UserData(self.values[idx], keep_counts.astype(np.int64), labels)
-
-
-@dataclass(frozen=True)
-class RoundPlan:
-    """One round of a plan: who reports, at what ε, with which payload."""
-
-    index: int
-    name: str
-    cohort: IntArray  # participant slots, strictly increasing
-    epsilon: FloatArray  # ε charged to each cohort member in this round (same order)
-    payload_kind: PayloadKind
-    payload_shape: tuple[int, ...]  # per-participant payload shape ((), (B,), (d,), ...)
-    group: IntArray | None = None  # per-member sub-task index (e.g. the coordinate group)
-    messages: IntArray | None = None  # per-member count of messages, each at epsilon/messages
-
-    def __post_init__(self) -> None:
-        if self.cohort.shape != self.epsilon.shape:
-            raise ValueError("cohort and epsilon differ in shape")
-        if self.cohort.size > 1 and np.any(np.diff(self.cohort) <= 0):
-            raise ValueError("a cohort must be strictly increasing slots")
-        if self.group is not None and self.group.shape != self.cohort.shape:
-            raise ValueError("group and cohort differ in shape")
-        if self.messages is not None and (
-            self.messages.shape != self.cohort.shape or np.any(self.messages < 1)
-        ):
-            raise ValueError("messages must be one count >= 1 per cohort member")
-
-    def message_counts(self) -> IntArray:
-        """How many messages each member sends (its charge composes over them, §4.1)."""
-        if self.messages is None:
-            return np.ones(self.cohort.shape, dtype=np.int64)
-        return self.messages
-
-    def groups(self) -> IntArray:
-        if self.group is None:
-            return np.zeros(self.cohort.shape, dtype=np.int64)
-        return self.group
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The full plan of a study, fixed when enrollment closes."""
-
-    n_participants: int
-    rounds: tuple[RoundPlan, ...]
-    public: JSON = field(default_factory=dict)  # derived public constants (B, h, Δ, m, ...)
-    warnings: tuple[str, ...] = ()
-    # the participants' public enrollment metadata the protocol keeps (by slot), e.g. the masks
-    # and public features of semi-feature LDP; never sent to clients (each knows its own)
-    metadata: Mapping[str, NDArray[Any]] = field(default_factory=dict)
-
-    def charges(self) -> FloatArray:
-        """Total ε charged to each participant over all rounds (basic composition)."""
-        total = np.zeros(self.n_participants, dtype=np.float64)
-        for r in self.rounds:
-            np.add.at(total, r.cohort, r.epsilon)
-        return total
-
-
-@dataclass(frozen=True)
-class RoundTask:
-    """What a cohort member receives for one round: all public."""
-
-    round: int
-    name: str
-    broadcast: JSON
-    payload_kind: PayloadKind
-    payload_shape: tuple[int, ...]
-
-    @classmethod
-    def of(cls, rp: RoundPlan, broadcast: JSON) -> RoundTask:
-        return cls(rp.index, rp.name, broadcast, rp.payload_kind, rp.payload_shape)
-
-
-@dataclass(frozen=True)
-class ReportChunk:
-    """Reports of one round from a block of participants, ordered by slot."""
-
-    slots: IntArray
-    epsilon: FloatArray  # each reporter's ε charge in this round
-    group: IntArray
-    payloads: FloatArray  # shape (len(slots), *payload_shape)
-
-
-@dataclass(frozen=True)
-class ErrorBar:
-    """A (1 − β) error bar on the estimate.
-
-    ``kind`` names its source (e.g. "hoeffding", "laplace-chernoff", "clt"); ``approximate`` is
-    True when it rests on a CLT or on a formula with unverified constants rather than a proof.
-    ``norm`` says how the error is measured ("abs", "l2", "linf").
-    """
-
-    half_width: float
-    level: float
-    kind: str
-    approximate: bool
-    norm: str = "abs"
-
-    def as_json(self) -> JSON:
-        return {
-            "half_width": self.half_width,
-            "level": self.level,
-            "kind": self.kind,
-            "approximate": self.approximate,
-            "norm": self.norm,
-        }
-
-
-@dataclass(frozen=True)
-class Result:
-    """The final output of a study."""
-
-    estimate: float | list[float]
-    error_bar: ErrorBar | None
-    diagnostics: JSON = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
-
-
-def valid_payloads(task: RoundTask, payloads: NDArray[Any]) -> BoolArray:
-    """Generic check: right per-participant shape and every entry finite."""
-    p = np.asarray(payloads, dtype=np.float64)
-    if p.ndim == 0 or p.shape[1:] != task.payload_shape:
-        raise ValueError(f"payload shape {p.shape[1:]} != expected {task.payload_shape}")
-    flat = p.reshape(p.shape[0], -1)
-    return np.asarray(np.all(np.isfinite(flat), axis=1), dtype=np.bool_)
 
 
 class Protocol(ABC, Generic[ParamsT]):
@@ -311,37 +103,52 @@ class Protocol(ABC, Generic[ParamsT]):
             "data_kind": self.data_kind,
             "parameters": self.params_model.model_json_schema(),
             "broadcast_fields": dict(self.broadcast_fields),
-            "population": {
-                "epsilon": epsilon,
-                "min_participants": self.min_participants(epsilon),
-                "rule": self.population_rule,
-            },
+            "population": self.population(epsilon),
+        }
+
+    def population(self, epsilon: float) -> JSON:
+        """The catalogue's ``population`` entry at ``epsilon``: the minimum (``min_participants``
+        without parameters), its rule in words, and the required parameters it depends on (when
+        it depends on one, there is no single minimum and ``min_participants`` is None)."""
+        return {
+            "epsilon": epsilon,
+            "min_participants": self.min_participants(epsilon),
+            "rule": self.population_rule,
+            "depends_on": self.population_depends_on(),
         }
 
     population_rule: ClassVar[str] = (
         "no condition on the number of participants beyond what its parameters imply: "
         "min_participants is the smallest population its default parameters plan for"
     )
+    population_probe: ClassVar[Mapping[str, Any]] = {}
+    """Values of required parameters for ``min_participants`` without parameters: ones the
+    minimum does not depend on, or the least favourable value when it does and a worst case
+    exists (``samples_per_user``: the largest, since more samples mean more stage-one bins). The
+    population rule says which; tests/protocol/test_population.py checks the claim."""
     broadcast_fields: ClassVar[Mapping[str, str]] = {}
     """Each field of the protocol's round broadcasts (what a task's ``broadcast`` holds), with
     its meaning: what a client computes its payload from (docs/clients.md)."""
 
     def min_participants(self, epsilon: float, params: ParamsT | None = None) -> int | None:
         """The smallest number of participants, every one at ``epsilon``, for which ``plan``
-        succeeds with ``params`` (by default: the default parameters; None when the protocol
-        has none, i.e. the minimum depends on parameters not given, or when no population of
-        up to ``2**24`` plans). The default searches ``plan`` itself (feasibility is monotone
-        in n for every catalogue protocol); protocols with a closed form override it."""
+        succeeds with ``params`` (by default: the default parameters with
+        ``population_probe``; None when the minimum depends on a required parameter not given,
+        see ``population_depends_on``, or when no population of up to ``2**21`` plans: a search
+        beyond would take seconds per ε). The default searches ``plan`` itself, with
+        ``population_metadata`` (feasibility is monotone in n for every catalogue protocol);
+        protocols with a closed form override it."""
         if params is None:
-            try:
-                params = self.parse_params({})
-            except ValueError:
+            if self.population_depends_on():
                 return None
+            params = self.parse_params(self.population_probe)
         check_epsilons(np.array([epsilon]))
 
         def plans(n: int) -> bool:
             try:
-                self.plan(params, np.full(n, float(epsilon)), {}, 0)
+                self.plan(
+                    params, np.full(n, float(epsilon)), self.population_metadata(params, n), 0
+                )
             except (ValueError, KeyError):
                 return False
             return True
@@ -356,6 +163,22 @@ class Protocol(ABC, Generic[ParamsT]):
             mid = (low + high) // 2
             low, high = (low, mid) if plans(mid) else (mid, high)
         return high
+
+    def population_depends_on(self) -> list[str]:
+        """The required parameters (no default, not in ``population_probe``) that the minimum
+        population depends on: with any of them, the catalogue states no single minimum."""
+        fields = self.params_model.model_fields
+        return sorted(
+            name
+            for name, info in fields.items()
+            if info.is_required() and name not in self.population_probe
+        )
+
+    def population_metadata(self, params: ParamsT, n: int) -> Mapping[str, NDArray[Any]]:
+        """Enrollment metadata for ``n`` participants with which ``min_participants`` probes
+        the plan: none by default; protocols whose plan needs metadata give the most favourable
+        (their rule says which)."""
+        return {}
 
     @abstractmethod
     def plan(
@@ -471,7 +294,7 @@ class Predictor(ABC, Generic[ParamsT]):
         """Predictions for feature rows (k, d); ValueError on malformed rows."""
 
 
-_MAX_PROBE = 1 << 24
+_MAX_PROBE = 1 << 21
 """The largest population ``Protocol.min_participants`` tries by default."""
 
 
@@ -487,34 +310,3 @@ def split_sizes(n: int, parts: int) -> IntArray:
         raise ValueError("parts must be >= 1")
     base, extra = divmod(n, parts)
     return np.array([base + (1 if g < extra else 0) for g in range(parts)], dtype=np.int64)
-
-
-def z_quantile(level: float) -> float:
-    """Two-sided standard normal quantile z_{(1+level)/2}, e.g. 1.96 for level 0.95."""
-    from statistics import NormalDist
-
-    if not 0.0 < level < 1.0:
-        raise ValueError("level must lie in (0, 1)")
-    return float(NormalDist().inv_cdf(0.5 + level / 2.0))
-
-
-def jsonable(x: Any) -> Any:
-    """``x`` with numpy values turned into Python ones and non-finite floats into None (what a
-    JSON document, a database JSON column and the wire can hold)."""
-    if isinstance(x, Mapping):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, np.ndarray):
-        return jsonable(x.tolist())
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(x) else None
-    return x
-
-
-def finite_or_none(x: float) -> float | None:
-    return x if math.isfinite(x) else None

@@ -1,0 +1,29 @@
+"""Suite-wide collection order, for the parallel run (issue 10 item 3).
+
+The README's test command runs the suite on pytest-xdist with ``--dist loadfile`` (pyproject
+addopts): every module runs whole on one worker, so its module fixtures (a live server, a built
+wheel) and its cached experiments (``functools.cache``) are made once, not once per worker that
+happens to get one of its tests. The scheduler hands out modules in collection order; this hook
+puts the modules holding heavy tests (marked ``slow``, ``e2e`` or ``fuzz``; the most such tests
+first) before the light ones, so the many light modules fill both workers at the end instead of
+one worker finishing a long module alone (longest-first list scheduling). The sort is stable:
+each module's tests keep their order, and a run without xdist sees the same tests.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+HEAVY_MARKERS = ("slow", "e2e", "fuzz")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    heavy: Counter[Path] = Counter(
+        item.path
+        for item in items
+        if any(item.get_closest_marker(name) is not None for name in HEAVY_MARKERS)
+    )
+    items.sort(key=lambda item: -heavy[item.path])
