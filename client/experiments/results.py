@@ -4,7 +4,7 @@ Columns: ``point`` (the trial's grid point, in the experiment's order), ``key`` 
 configuration and seed: the resumption key), ``protocol`` and every grid key, ``seed``, then every
 key of ``fedldp simulate --json`` flattened with dots (``error_bar.half_width``,
 ``diagnostics.S``; lists as JSON; ``failed`` 1 and ``failure`` the reason when the protocol
-refused the trial), then ``runtime_s`` (the trial's wall time). A new column (a
+refused the trial), then ``runtime_s`` (the trial's CPU time in its worker). A new column (a
 protocol with other diagnostics) rewrites the file with the wider header, atomically (a temporary
 file and ``os.replace``); so does ``finish``, which sorts the rows by grid point and seed and
 the result columns by name, so the file does not depend on the number of workers or on the
