@@ -99,8 +99,8 @@ class _Parser:
             self.chunked = True
         elif "content-length" in self.headers:
             self.length = int(self.headers["content-length"])
-        else:
-            self.keep_alive = False
+        elif not (self.head_only or self.status in (204, 304) or 100 <= self.status < 200):
+            self.keep_alive = False  # the body runs until the server closes the connection
 
     def _chunks(self) -> bool:
         while True:

@@ -12,7 +12,9 @@ server answers ``done``. What the process shares between its users is only sched
   (a held request must not keep others from reporting); the server answers them as soon as the
   study moves on. A user told to wait while every hold is taken is *parked*: it asks again only
   when some answer shows the study has moved on (a later round, the study's end) or a hold frees
-  up, so waiting costs it one request, not one per poll;
+  up, so waiting costs it one request, not one per poll. Until some user has got a task other
+  than "wait", only the holders ask (the others would be told to wait while the first round
+  opens);
 * **one privatization per round and cohort**: the users who got the same round's task within
   ``FLUSH_S`` of each other are privatized in one vectorised call (``UserBlock``: each user's
   own counter-based stream and ledger, so each payload is bit for bit the one it would compute
@@ -61,16 +63,23 @@ class _Clock:
     """How far the study has moved, as the users' answers show it; parked users wait on it."""
 
     def __init__(self, holders: int) -> None:
+        self.started = False  # some user got a task other than "wait"
         self.round = -1
         self.epoch = 0
         self.free_holds = holders
         self._changed = asyncio.Event()
 
     def saw(self, task: Task) -> None:
+        if isinstance(task, TaskWait):
+            return
+        moved = not self.started
+        self.started = True
         if isinstance(task, TaskReport) and task.round > self.round:
             self.round = task.round
-            self._tick()
+            moved = True
         elif isinstance(task, TaskDone) and task.phase != "running":
+            moved = True
+        if moved:
             self._tick()
 
     def _tick(self) -> None:
@@ -189,6 +198,11 @@ class _Users:
         waits, holding = 0, False
         while True:
             holding = holding or clock.take_hold()
+            if not (holding or clock.started):
+                # the holders ask first: until one gets its task, the others would only be told
+                # to wait (e.g. while the server opens the first round)
+                await clock.park(clock.epoch)
+                continue
             epoch, began = clock.epoch, loop.time()
             task = await self._ask(pid, token, holding)
             clock.saw(task)
