@@ -19,6 +19,7 @@ from fedldp.server.keys import KeyStore, default_key_dir
 from fedldp.server.metrics import Metrics
 from fedldp.server.plans import PlanCache
 from fedldp.server.settings import Settings
+from fedldp.server.states import StudyStates
 
 __all__ = ["Context", "shred_after_commit"]
 
@@ -36,7 +37,8 @@ def shred_after_commit(session: Session, study_id: str) -> None:
 
 class Transitions:
     """A signal from the threads that make study and round transitions to the coroutines that
-    wait for one (long polls): a counter, and events set on the waiters' event loops."""
+    wait for one (long polls) and to the cached snapshots (``StudyStates``): a counter, and
+    events set on the waiters' event loops."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -73,6 +75,10 @@ class Context:
     plans: PlanCache = field(default_factory=PlanCache)
     tokens: TokenCache = field(default_factory=TokenCache)
     transitions: Transitions = field(default_factory=Transitions)
+    """Bumped after each commit that moved a study (``repository.MOVED``). Process-local: other
+    workers and replicas learn of the transition from the database, at the next poll or when
+    their ``states`` snapshot ages out."""
+    states: StudyStates = field(default_factory=StudyStates)
     keys: KeyStore = field(init=False)
     metrics: Metrics = field(default_factory=Metrics)
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
@@ -108,6 +114,9 @@ class Context:
                 with session.begin():
                     yield session
                 shred = session.info.pop(_SHRED, set())
+                moved = session.info.pop(repo.MOVED, False)
+            if moved:  # after the commit: whoever it wakes reads the new state
+                self.transitions.bump()
             if shred:
                 self._shred(shred)
 

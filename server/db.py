@@ -68,6 +68,24 @@ class Database:
     def session(self) -> Session:
         return self.sessions()
 
+    def read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """The rows of one small read (``sql`` with ``?`` placeholders), straight through the
+        driver on a pooled connection: no session, no transaction of the process's (on SQLite
+        no ``BEGIN IMMEDIATE``, so it waits for no writer: a WAL reader sees the last commit).
+        For the per-request lookups of the task endpoint, whose cost was mostly the ORM's."""
+        if not self.is_sqlite:
+            sql = sql.replace("?", "%s")
+        raw = self.engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            try:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+            finally:
+                cursor.close()
+        finally:
+            raw.close()  # back to the pool, which ends the driver's read transaction, if any
+
     def checkpoint(self) -> bool:
         """SQLite: copy the WAL into the database file and truncate it to zero bytes (the
         caller holds the process's transaction turn). True if a reader kept it from finishing."""

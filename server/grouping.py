@@ -2,7 +2,7 @@
 
 Each ``POST /v1/studies/{id}/reports`` request waits here while one worker thread stores the
 reports that arrived together, grouped by (study, round, payload kind), each group in one
-transaction through the batch path (``participants.submit_many``). A receipt is returned only
+transaction through the batch path (``ingest.submit_many``). A receipt is returned only
 after its transaction committed, so nothing acknowledged is lost in a crash; the database does
 one commit per group instead of one per request, and the event loop serves new requests while
 a group is stored. A group that fails as a whole is retried report by report, so one bad report
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from fedldp.protocol.core.wire import Receipt, ReportSubmit
 from fedldp.server.context import Context
 from fedldp.server.errors import FedldpError
-from fedldp.server.participants import submit_many
+from fedldp.server.ingest import submit_many
 
 __all__ = ["ReportGrouper"]
 

@@ -30,6 +30,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from fedldp.protocol.core.base import FloatArray, IntArray
+from fedldp.server.db import Database
 from fedldp.server.tables import (
     ContributionRow,
     ParticipantRow,
@@ -203,6 +204,15 @@ def count_by_phase(session: Session) -> dict[str, int]:
     return {phase: int(n) for phase, n in rows}
 
 
+MOVED = "fedldp.moved"
+"""Set in a session's ``info`` by the writes that move a study (its phase, its current round, a
+round's status): ``Context.transaction`` announces the transition once the session commits."""
+
+
+def _moved(session: Session) -> None:
+    session.info[MOVED] = True
+
+
 def transition_study(
     session: Session, study_id: str, from_phases: Sequence[str], **values: Any
 ) -> bool:
@@ -214,10 +224,14 @@ def transition_study(
         .execution_options(synchronize_session=False)
     )
     result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
+    if result.rowcount == 1:
+        _moved(session)
     return result.rowcount == 1
 
 
 def set_study(session: Session, study_id: str, **values: Any) -> None:
+    if "phase" in values or "current_round" in values:
+        _moved(session)
     session.execute(
         update(StudyRow)
         .where(StudyRow.id == study_id)
@@ -346,6 +360,8 @@ def get_round(
 
 
 def update_round(session: Session, study_id: str, index: int, **values: Any) -> None:
+    if "status" in values:
+        _moved(session)
     session.execute(
         update(RoundRow)
         .where(RoundRow.study_id == study_id, RoundRow.index == index)
@@ -363,6 +379,8 @@ def close_round_if_open(session: Session, study_id: str, index: int, now: dateti
         .execution_options(synchronize_session=False)
     )
     result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
+    if result.rowcount == 1:
+        _moved(session)
     return result.rowcount == 1
 
 
@@ -475,6 +493,20 @@ def reported_pids(
         found += (pid for (pid,) in _raw(session, stmt))
     stored = np.fromiter(found, dtype=np.int64, count=len(found))
     return participant_ids[np.isin(participant_ids, stored)]
+
+
+def rounds_reported(
+    db: Database, study_id: str, rounds: Sequence[int], participant_id: int
+) -> list[int]:
+    """Those of ``rounds`` in which the participant has a report (ascending): one lookup per
+    round along the primary key, in one statement through the driver (the task endpoint's
+    per-request read; ``Database.read``)."""
+    marks = ",".join("?" * len(rounds))
+    sql = (
+        f"SELECT round FROM {_REPORTS.name} WHERE study_id = ? AND round IN ({marks}) "
+        "AND participant_id = ? ORDER BY round"
+    )
+    return [int(k) for (k,) in db.read(sql, (study_id, *rounds, participant_id))]
 
 
 def reported_rounds(

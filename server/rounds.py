@@ -106,7 +106,6 @@ def start_study(
     else the reason the plan is infeasible. The study is then failed with it, unless
     ``recoverable`` (an explicit start: more participants may still enroll), where it stays
     enrolling; a protocol that crashes while planning fails it either way."""
-    ctx.transitions.bump()
 
     def refuse(reason: str) -> str:
         if not recoverable:
@@ -229,7 +228,6 @@ def close_round(ctx: Context, study_id: str, index: int) -> bool:
         # only if the round is still open: whoever closed it meanwhile decided its fate
         if not repo.close_round_if_open(session, study_id, index, utcnow()):
             return False
-        ctx.transitions.bump()
         fail_study(session, study_id, reason)
     ctx.metrics.rounds_closed.inc()
     return True
@@ -248,7 +246,6 @@ def _close_round(ctx: Context, study_id: str, index: int) -> bool:
             return False
         if not repo.close_round_if_open(session, study_id, index, now):
             return False
-        ctx.transitions.bump()
         if not complete:
             needed = math.ceil(study.quorum * r.expected - 1e-9)
             if r.received < needed:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from fedldp.protocol.core import wire
-from fedldp.server import leases, participants, streams, studies
+from fedldp.server import ingest, leases, participants, streams, studies, tasks
 from fedldp.server.bodies import documented, json_body
 from fedldp.server.context import Context
 from fedldp.server.credentials import (
@@ -299,9 +299,7 @@ async def get_task(
     """What the participant should do now: wait, report (round, broadcast, ε, and ``final``:
     no task in any later round), or nothing. ``hold=S`` (seconds) holds a "wait" answer and
     answers as soon as the study moves on (a round opens, the study starts or ends)."""
-    return await participants.task_when_ready(
-        ctx, study_id, participant_id, require_token(token), hold
-    )
+    return await tasks.task_when_ready(ctx, study_id, participant_id, require_token(token), hold)
 
 
 @router.post(
@@ -322,7 +320,7 @@ async def get_tasks(
     """The tasks of many participants (with each one's token, or block tokens covering them).
     ``hold=S`` (seconds) holds the answer while none of them has a report task and some would
     wait, and answers as soon as the study moves on."""
-    return await participants.tasks_when_ready(ctx, study_id, body.participant_ids, body, hold)
+    return await tasks.tasks_when_ready(ctx, study_id, body.participant_ids, body, hold)
 
 
 _REPORT = (
@@ -381,7 +379,7 @@ def submit_reports(
     """Many participants' privatized reports for one round (with each one's token, or block
     tokens covering them); rejected items are listed."""
     try:
-        receipt = participants.submit_batch(ctx, study_id, body)
+        receipt = ingest.submit_batch(ctx, study_id, body)
     except FedldpError as exc:
         ctx.metrics.reports_refused(exc.code, len(body.participant_ids))
         raise

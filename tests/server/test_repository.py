@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedldp.protocol.core.wire import EnrollBatch, ReportBatch, StudyCreate
-from fedldp.server import participants, studies
+from fedldp.server import ingest, studies
 from fedldp.server import repository as repo
 from fedldp.server.context import Context
 from fedldp.server.tables import utcnow
@@ -29,7 +29,7 @@ def study_id(ctx: Context) -> str:
         tokens=[enrolled.tokens[p] for p in REPORTED],
         payloads=[[1.0]] * len(REPORTED),
     )
-    assert participants.submit_batch(ctx, study.id, batch).accepted == len(REPORTED)
+    assert ingest.submit_batch(ctx, study.id, batch).accepted == len(REPORTED)
     return study.id
 
 

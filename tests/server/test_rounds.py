@@ -28,7 +28,7 @@ from fedldp.protocol.core.wire import (
     TaskDone,
 )
 from fedldp.protocol.heterogeneous.estimators import weights
-from fedldp.server import participants, studies
+from fedldp.server import ingest, studies, tasks
 from fedldp.server.context import Context
 from fedldp.server.db import Database
 from fedldp.server.rounds import close_round, sweep
@@ -62,7 +62,7 @@ def send(
     people: list[Enrollment],
     rows: list[list[float]],
 ) -> None:
-    receipt = participants.submit_batch(
+    receipt = ingest.submit_batch(
         ctx,
         study_id,
         ReportBatch(
@@ -78,7 +78,7 @@ def send(
 
 def stage_one_cohort(ctx: Context, study_id: str, people: list[Enrollment]) -> list[Enrollment]:
     ids, tokens = [e.participant_id for e in people], [e.token for e in people]
-    found = participants.tasks(ctx, study_id, ids, Credentials(tokens=tokens))
+    found = tasks.tasks(ctx, study_id, ids, Credentials(tokens=tokens))
     first = {t.participant_id for t in found.items() if t.task.kind == "report"}
     return [e for e in people if e.participant_id in first]
 

@@ -1,4 +1,4 @@
-"""The single-participant task endpoint (server/participants.py): ``hold`` (a long poll answered
+"""The single-participant task endpoint (server/tasks.py): ``hold`` (a long poll answered
 as soon as the study moves on) and ``final`` on a report task (no later round has the participant,
 by the fixed plan)."""
 

@@ -1,0 +1,241 @@
+"""Task services: what each participant should do now (wait, report, or nothing), one at a time
+or columnar for a batch, answered at once or held while the answer is "wait" (a long poll).
+
+Every answer is computed from the study's snapshot (``fedldp.server.states``: phase, current round,
+fixed plan) and the one fact that changes with every report, whether the participant has
+reported, read from the database. A single participant's task needs no session: on SQLite, whose
+WAL readers wait for no writer, it is answered on the event loop when the snapshot is fresh; else
+(or on PostgreSQL, whose reads cross the network) in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import TypeVar
+
+import numpy as np
+
+from fedldp.protocol.core.base import BoolArray, IntArray
+from fedldp.protocol.core.wire import (
+    Credentials,
+    RoundTasks,
+    Task,
+    TaskBatch,
+    TaskDone,
+    TaskWait,
+)
+from fedldp.server import repository as repo
+from fedldp.server.context import Context
+from fedldp.server.participants import check_participants, one_token, signed
+from fedldp.server.plans import StudyPlan
+from fedldp.server.states import StudyState
+
+__all__ = ["task", "task_when_ready", "tasks", "tasks_when_ready"]
+
+_T = TypeVar("_T")
+
+ENROLLING_WAIT_S = 0.5
+BETWEEN_ROUNDS_WAIT_S = 0.2
+POLL_S = 0.25
+"""How often a held request asks the database again (for transitions of other processes)."""
+
+
+def _state(ctx: Context, study_id: str, *, fresh: bool = False) -> StudyState:
+    """The study's snapshot, read again when stale or ``fresh`` is asked for (UnknownStudy if
+    there is none)."""
+    seen = ctx.transitions.count
+    state = None if fresh else ctx.states.cached(study_id, seen)
+    if state is None:
+        with ctx.transaction() as session:
+            state = ctx.states.read(session, ctx.plans, study_id, seen)
+    return state
+
+
+def _in_later_round(splan: StudyPlan, k: int, pids: IntArray) -> BoolArray:
+    """Which of ``pids`` the fixed plan puts in the cohort of some round after round ``k``."""
+    later = np.zeros(pids.shape, dtype=np.bool_)
+    for j in range(k + 1, len(splan.plan.rounds)):
+        later |= splan.membership(j, pids).member
+    return later
+
+
+def _tasks(
+    state: StudyState, ids: list[int], reported: Callable[[int, IntArray], IntArray]
+) -> TaskBatch:
+    """What each participant should do now, columnar (see TaskBatch); ``reported(k, pids)``
+    says which of ``pids`` have reported in round k."""
+    if state.phase == "enrolling":
+        return TaskBatch(
+            phase="enrolling",
+            waiting=ids,
+            wait_reason="enrollment is open",
+            retry_after_s=ENROLLING_WAIT_S,
+        )
+    r, splan = state.round, state.plan
+    if state.phase != "running" or r is None or splan is None:
+        return TaskBatch(phase=state.phase, done=ids)
+    k = r.index
+    pids = np.asarray(ids, dtype=np.int64)
+    now_in = splan.membership(k, pids)
+    later = _in_later_round(splan, k, pids)
+    members = pids[now_in.member]
+    done_k = reported(k, members) if members.size else members
+    pending = now_in.member & ~np.isin(pids, done_k)
+    report = pending & (r.status == "open")
+    rp = splan.plan.rounds[k]
+    pos = now_in.position[report]
+    reports = []
+    if report.any():
+        reports.append(
+            RoundTasks(
+                round=k,
+                name=r.name,
+                broadcast=r.broadcast,
+                payload_kind=r.payload_kind,
+                payload_shape=list(r.payload_shape),
+                deadline=r.deadline,
+                participant_ids=pids[report].tolist(),
+                groups=rp.groups()[pos].tolist(),
+                epsilons=rp.epsilon[pos].tolist(),
+            )
+        )
+    waiting = (pending | later) & ~report
+    return TaskBatch(
+        phase="running",
+        reports=reports,
+        waiting=pids[waiting].tolist(),
+        wait_reason=f"round {k} is in progress",
+        retry_after_s=BETWEEN_ROUNDS_WAIT_S,
+        done=pids[~report & ~waiting].tolist(),  # nothing left for them in this study
+    )
+
+
+def _checked(ctx: Context, study_id: str, ids: list[int], credentials: Credentials) -> StudyState:
+    """The snapshot, once the credentials are checked; a refusal is decided on a fresh read
+    (the participant count of an enrolling study moves with every enrollment)."""
+    state = _state(ctx, study_id)
+    if not signed(ctx, state, ids, credentials).all():
+        state = _state(ctx, study_id, fresh=True)
+        check_participants(ctx, state, ids, credentials)
+    return state
+
+
+def _one_task(ctx: Context, state: StudyState, participant_id: int) -> Task:
+    """One participant's task (its credentials checked): a report task says whether it is the
+    participant's last (``final``: by the fixed plan no later round has it)."""
+    study_id = state.id
+
+    def reported(k: int, pids: IntArray) -> IntArray:
+        return pids if repo.rounds_reported(ctx.db, study_id, [k], participant_id) else pids[:0]
+
+    found = _tasks(state, [participant_id], reported)
+    if found.done:
+        rounds = range(state.rounds)
+        history = repo.rounds_reported(ctx.db, study_id, rounds, participant_id) if rounds else []
+        return TaskDone(phase=found.phase, reported_rounds=history)
+    if found.reports:
+        assert state.plan is not None
+        k = found.reports[0].round
+        later = _in_later_round(state.plan, k, np.array([participant_id], dtype=np.int64))
+        return found.reports[0].task(0).model_copy(update={"final": not bool(later[0])})
+    return TaskWait(reason=found.wait_reason, retry_after_s=found.retry_after_s)
+
+
+def task(ctx: Context, study_id: str, participant_id: int, token: str | None) -> Task:
+    """What one participant should do now."""
+    return _one_task(
+        ctx, _checked(ctx, study_id, [participant_id], one_token(token)), participant_id
+    )
+
+
+def _task_at_once(
+    ctx: Context, study_id: str, participant_id: int, token: str | None
+) -> Task | None:
+    """``task`` where it needs no wait: on SQLite, with a fresh snapshot and a valid token (the
+    refusals are left to ``task``, which reads the study again to say exactly why). None: ask
+    ``task`` in a worker thread."""
+    if not ctx.db.is_sqlite or token is None:
+        return None
+    state = ctx.states.cached(study_id, ctx.transitions.count)
+    if state is None or not ctx.tokens.ok(state.secret, study_id, participant_id, token):
+        return None
+    return _one_task(ctx, state, participant_id)
+
+
+async def _held(
+    ctx: Context,
+    first: Callable[[], _T],
+    again: Callable[[], _T],
+    hold_s: float,
+    ready: Callable[[_T], bool],
+    at_once: Callable[[], _T | None] = lambda: None,
+) -> _T:
+    """``first()``, then ``again()`` while the answer is not ``ready`` and ``hold_s`` seconds
+    have not passed (a long poll); each ask is ``at_once()`` on the event loop when that can
+    answer, else in a worker thread. Transitions committed by this process wake it at once;
+    those of other processes (other workers of this server, or replicas) are seen at the next
+    ask, every ``POLL_S``."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + hold_s
+    ask = first
+    while True:
+        seen = ctx.transitions.count
+        answer = at_once()
+        if answer is None:
+            answer = await asyncio.to_thread(ask)
+        left = give_up - loop.time()
+        if ready(answer) or left <= 0:
+            return answer
+        ask = again
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(left, POLL_S)):
+                await ctx.transitions.wait(seen)
+
+
+async def task_when_ready(
+    ctx: Context, study_id: str, participant_id: int, token: str | None, hold_s: float
+) -> Task:
+    """``task``, held back for up to ``hold_s`` while it says "wait": the answer then comes as
+    soon as the study moves on (a round opens, the study starts or ends)."""
+    ask = functools.partial(task, ctx, study_id, participant_id, token)
+    quick = functools.partial(_task_at_once, ctx, study_id, participant_id, token)
+    return await _held(ctx, ask, ask, hold_s, lambda t: not isinstance(t, TaskWait), quick)
+
+
+def tasks(ctx: Context, study_id: str, ids: list[int], credentials: Credentials) -> TaskBatch:
+    """What each of many participants should do now (their credentials checked)."""
+    return _tasks_of(ctx, study_id, ids, _checked(ctx, study_id, ids, credentials))
+
+
+def _tasks_of(
+    ctx: Context, study_id: str, ids: list[int], state: StudyState | None = None
+) -> TaskBatch:
+    """``tasks`` for participants whose credentials were checked already."""
+    state = state or _state(ctx, study_id)
+
+    def reported(k: int, pids: IntArray) -> IntArray:
+        with ctx.transaction() as session:
+            return repo.reported_pids(session, study_id, k, pids)
+
+    return _tasks(state, ids, reported)
+
+
+async def tasks_when_ready(
+    ctx: Context, study_id: str, ids: list[int], credentials: Credentials, hold_s: float
+) -> TaskBatch:
+    """``tasks``, held back for up to ``hold_s`` while none of them has a report task and some
+    would be told to wait (a long poll): the answer then comes as soon as the study moves on
+    (a round opens, the study starts or ends), instead of after the client's next wait. Those
+    who are done meanwhile learn it in that answer: a block that has just reported, and whose
+    reporters are done, asks once, not once for its done and again for its waiting members.
+    The credentials are checked once, on the first ask."""
+    return await _held(
+        ctx,
+        functools.partial(tasks, ctx, study_id, ids, credentials),
+        functools.partial(_tasks_of, ctx, study_id, ids),
+        hold_s,
+        lambda b: bool(b.reports) or not b.waiting,
+    )
