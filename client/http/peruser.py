@@ -53,7 +53,7 @@ __all__ = ["HOLDERS", "run_users"]
 
 HOLDERS = 8
 """Users whose task requests the server may hold at once (each holds a connection)."""
-FLUSH_S = 0.02
+FLUSH_S = 0.05
 """How long a round's first report task waits for others to privatize with it."""
 FLUSH_SIZE = 2048
 """Privatize at once when this many users wait for the same round."""
