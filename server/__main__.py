@@ -1,4 +1,5 @@
-"""``python -m fedldp.server [--host H] [--port P]``: run the aggregation server with uvicorn;
+"""``python -m fedldp.server [--host H] [--port P] [--workers K]``: run the aggregation server with
+uvicorn (K worker processes behind one supervisor: ``fedldp.server.worker``);
 ``python -m fedldp.server db upgrade|current|history`` shows or upgrades the database's schema
 (``fedldp.server.schema_cli``).
 
@@ -12,23 +13,19 @@ one it cannot upgrade (written by a newer fedldp, or of an unknown schema) stops
 from __future__ import annotations
 
 import argparse
-import gc
+import os
 import sys
+from typing import Any
 
 import uvicorn
 
 from fedldp.server.app import create_app
+from fedldp.server.db import Database
 from fedldp.server.observe import configure_logging
 from fedldp.server.schema import SchemaError
 from fedldp.server.schema_cli import add_db_parser, run_db
 from fedldp.server.settings import Settings
-
-GC_THRESHOLDS = (50_000, 10, 10)
-"""The collector's generation thresholds. A batch request allocates a few hundred thousand
-objects (rows, ids, receipts), nearly all alive until it ends; at the default 700 allocations per
-young collection, the collector ran ~1,900 times in bench_e2e, a tenth of the server's CPU,
-mostly tracing those live objects again and again. At 50,000 it runs a few times per study."""
-
+from fedldp.server.worker import SUPERVISOR_PID, tune_memory
 
 SHUTDOWN_GRACE_S = 5
 """How long a stopping server waits for open requests (event streams among them) to end."""
@@ -38,34 +35,55 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m fedldp.server", description=__doc__)
     parser.add_argument("--host", help="interface to bind (default $FEDLDP_HOST or 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default $FEDLDP_PORT or 8000)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="K",
+        help="worker processes (default $FEDLDP_WORKERS or 1); with K > 1 this process "
+        "supervises them, and they stop when it does or dies",
+    )
     add_db_parser(parser.add_subparsers(dest="command", metavar="{db}"))
     args = parser.parse_args(argv)
     if args.command == "db":
         raise SystemExit(run_db(args))
-    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
-    settings = Settings(**overrides)
+    given = {"host": args.host, "port": args.port, "workers": args.workers}
+    settings = Settings(**{k: v for k, v in given.items() if v is not None})
     configure_logging(settings.log_level, settings.log_format)
+    common: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level,
+        "log_config": None,  # configure_logging did it (text or JSON, with request ids)
+        "access_log": False,  # fedldp.server.observe logs each request at debug level
+        # open event streams of running studies would otherwise hold a shutdown until they end
+        "timeout_graceful_shutdown": SHUTDOWN_GRACE_S,
+    }
     try:
-        app = create_app(settings)
+        if settings.workers > 1:
+            # the schema is brought up to date (or refused) once, here, before any worker starts
+            Database(settings).dispose()
+        else:
+            app = create_app(settings)
     except SchemaError as exc:
         sys.stderr.write(f"error: {exc.code}: {exc}\n")
         raise SystemExit(1) from None
+    if settings.workers > 1:
+        # the workers read their settings from the environment, as this process did
+        os.environ.update(
+            {
+                "FEDLDP_HOST": settings.host,
+                "FEDLDP_PORT": str(settings.port),
+                "FEDLDP_WORKERS": str(settings.workers),
+                SUPERVISOR_PID: str(os.getpid()),
+            }
+        )
+        uvicorn.run("fedldp.server.worker:app", factory=True, workers=settings.workers, **common)
+        return
     # The long-lived objects made so far (modules, the app) need never be traced again: frozen,
     # they leave the collector only the short-lived ones a request makes (the batch endpoints
     # make tens of thousands of them).
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=None,  # configure_logging did it (text or JSON, with request ids)
-        access_log=False,  # fedldp.server.observe logs each request at debug level
-        # open event streams of running studies would otherwise hold a shutdown until they end
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-    )
+    tune_memory()
+    uvicorn.run(app, **common)
 
 
 if __name__ == "__main__":

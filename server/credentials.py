@@ -72,7 +72,9 @@ def _context(request: Request) -> Context:
     return ctx
 
 
-def require_admin(request: Request, key: Annotated[str | None, Depends(_admin_key)] = None) -> None:
+async def require_admin(
+    request: Request, key: Annotated[str | None, Depends(_admin_key)] = None
+) -> None:
     """A dependency: the admin key, when the server has one (401/403 otherwise)."""
     check_admin(_context(request).settings.admin_key, key)
 

@@ -39,6 +39,11 @@ class _Pending:
 class ReportGrouper:
     ctx: Context
     max_group: int = 2000
+    linger_s: float = 0.003
+    """How long the first report of a group waits for others. Each group's transaction has a
+    fixed cost (the study and round rows, the counter, the commit) several times a report's:
+    without the wait, per-user clients that send one report each left groups of two on average;
+    a few milliseconds gather the reports that the event loop is still parsing."""
     _pending: list[_Pending] = field(default_factory=list)
     _worker: asyncio.Task[None] | None = None
 
@@ -52,6 +57,8 @@ class ReportGrouper:
 
     async def _drain(self) -> None:
         while self._pending:
+            if len(self._pending) < self.max_group:
+                await asyncio.sleep(self.linger_s)
             taken, self._pending = self._pending[: self.max_group], self._pending[self.max_group :]
             try:
                 outcomes = await asyncio.to_thread(

@@ -29,6 +29,7 @@ from fedldp.protocol.core.wire import (
     ReportSubmit,
     payload_row,
 )
+from fedldp.server import report_rows
 from fedldp.server import repository as repo
 from fedldp.server.context import Context
 from fedldp.server.errors import (
@@ -136,7 +137,7 @@ def _resent(
     if not signed_by(ctx, study, ids, credentials).all():
         return None
     payloads, _ = rows.matrix(int(lengths[0]))
-    stored = repo.existing_reports(session, study.id, index, ids)
+    stored = report_rows.existing_reports(session, study.id, index, ids)
     try:
         key = _digest_key(ctx, CATALOGUE[study.protocol].trust, study.id)
     except KeyUnavailable:
@@ -283,7 +284,7 @@ def _ingest(
     epsilons = charge[accepted].tolist()
     central = splan.protocol.trust == "central"
     stored_blobs = [b""] * len(blobs) if central else blobs  # central: in their own table
-    inserted = repo.insert_reports(
+    inserted = report_rows.insert_reports(
         session, study_id, k, now, accepted_ids, stored_blobs, epsilons, digests
     )
     if central:
@@ -293,7 +294,7 @@ def _ingest(
             sealed = ctx.keys.encrypt(study_id, k, fresh_ids, [blobs[j] for j in fresh])
         except KeyMissing as exc:
             raise KeyUnavailable(str(exc)) from None
-        repo.insert_contributions(session, study_id, k, fresh_ids, sealed)
+        report_rows.insert_contributions(session, study_id, k, fresh_ids, sealed)
     stored: dict[int, tuple[str, datetime]] = {}
     conflicts: list[tuple[int, str]] = []  # (position in the batch, digest)
     for i, pid, digest in zip(accepted.tolist(), accepted_ids, digests, strict=True):
@@ -303,7 +304,7 @@ def _ingest(
             conflicts.append((i, digest))
     duplicates: set[int] = set()
     if conflicts:
-        before = repo.existing_reports(session, study_id, k, [ids[i] for i, _ in conflicts])
+        before = report_rows.existing_reports(session, study_id, k, [ids[i] for i, _ in conflicts])
         for i, digest in conflicts:
             pid = ids[i]
             if before[pid][0] == digest:

@@ -11,6 +11,7 @@ import numpy as np
 
 from fedldp.protocol.core.base import BoolArray
 from fedldp.protocol.core.wire import BudgetCharge, BudgetView, Credentials
+from fedldp.server import report_rows
 from fedldp.server import repository as repo
 from fedldp.server.auth import block_token_ok
 from fedldp.server.context import Context
@@ -74,7 +75,9 @@ def budget(ctx: Context, study_id: str, participant_id: int, token: str | None) 
         check_participants(ctx, study, [participant_id], one_token(token))
         p = repo.participant(session, study_id, participant_id)
         assert p is not None
-        reported = set(repo.reported_rounds(session, study_id, [participant_id])[participant_id])
+        reported = set(
+            report_rows.reported_rounds(session, study_id, [participant_id])[participant_id]
+        )
         planned: list[BudgetCharge] = []
         if repo.list_rounds(session, study_id):  # a plan was fixed
             splan = ctx.plans.get(session, study)

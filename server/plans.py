@@ -57,7 +57,9 @@ def metadata_arrays(rows: Sequence[Mapping[str, Any]]) -> dict[str, NDArray[Any]
     """Public per-participant metadata as arrays (a key missing for anyone is dropped)."""
     if not rows:
         return {}
-    keys = set(rows[0]).intersection(*rows[1:]) if len(rows) > 1 else set(rows[0])
+    keys = set(rows[0])
+    for distinct in {id(r): r for r in rows}.values():  # participants often share one object
+        keys &= distinct.keys()
     return {k: np.asarray([r[k] for r in rows]) for k in sorted(keys)}
 
 

@@ -1,4 +1,6 @@
-"""All SQL of the server (STYLE.md rule 2): small functions over a ``Session``, no business rules.
+"""All SQL of the server (STYLE.md rule 2): small functions over a ``Session``, no business rules;
+studies, participants and rounds here, reports and contributions in ``fedldp.server.report_rows``,
+leases in ``fedldp.server.lease_rows``.
 
 Writes that decide a transition are conditional updates (``… WHERE phase = 'enrolling'``, ``…
 WHERE status = 'open'``) whose row count says whether this transaction won, so each transition
@@ -20,17 +22,14 @@ from sqlalchemy import (
     Select,
     Table,
     Text,
-    delete,
     func,
     select,
     type_coerce,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from fedldp.protocol.core.base import FloatArray, IntArray
-from fedldp.server.db import Database
+from fedldp.protocol.core.base import FloatArray
 from fedldp.server.tables import (
     ContributionRow,
     ParticipantRow,
@@ -40,32 +39,29 @@ from fedldp.server.tables import (
 )
 
 __all__ = [
+    "CONTRIBUTIONS",
     "INT_MAX",
     "IN_CHUNK",
+    "PARTICIPANTS",
+    "REPORTS",
+    "Columns",
     "add_participants",
     "add_received",
     "add_refused",
+    "among",
     "close_round_if_open",
     "count_participants",
     "due_enrollments",
     "due_rounds",
-    "ended_among",
-    "existing_reports",
-    "forget_contributions",
     "get_round",
     "get_study",
-    "insert_contributions",
-    "insert_reports",
     "list_rounds",
     "list_studies",
     "load_participants",
     "max_participant_id",
     "participant",
-    "reported_pids",
-    "reported_rounds",
+    "raw_rows",
     "set_study",
-    "spent_per_participant",
-    "stream_reports",
     "study_named",
     "study_secret",
     "transition_study",
@@ -82,12 +78,15 @@ INT_MAX = 2**31 - 1
 SQLITE_VARIABLES = 7_000
 """Values per INSERT statement on SQLite (below its limit of 32,766 variables)."""
 
+LOAD_PAGE = 50_000
+"""Rows per fetch when a study's participants are loaded (``load_participants``)."""
+
 RANGE_SPAN = 4
 """Ids spread over at most this many times their number (a block of participants) are looked up
 with one range condition, others with IN-lists of at most ``IN_CHUNK``."""
 
 
-def _among(column: ColumnElement[int], ids: Sequence[int]) -> Iterator[ColumnElement[bool]]:
+def among(column: ColumnElement[int], ids: Sequence[int]) -> Iterator[ColumnElement[bool]]:
     """Conditions that together select the rows whose ``column`` is one of ``ids``: one range
     (which also selects the values between them: the caller drops those) or IN-lists. A range
     scan reads a block of ids at the cost of one index seek; IN-lists cost one each."""
@@ -101,7 +100,7 @@ def _among(column: ColumnElement[int], ids: Sequence[int]) -> Iterator[ColumnEle
         yield column.in_(list(ids[start : start + IN_CHUNK]))
 
 
-def _raw(session: Session, stmt: Select[Any]) -> list[Any]:
+def raw_rows(session: Session, stmt: Select[Any]) -> list[Any]:
     """The rows of ``stmt`` as the driver returns them (tuples), for the reads of many rows. A
     Row object per row was most of their cost, and their columns (numbers, text, bytes) need no
     result processing on either backend (the storage tests read them on both)."""
@@ -112,16 +111,16 @@ def _raw(session: Session, stmt: Select[Any]) -> list[Any]:
         result.close()
 
 
-_REPORTS: Table = ReportRow.metadata.tables[ReportRow.__tablename__]
-_CONTRIBUTIONS: Table = ContributionRow.metadata.tables[ContributionRow.__tablename__]
-_PARTICIPANTS: Table = ParticipantRow.metadata.tables[ParticipantRow.__tablename__]
+REPORTS: Table = ReportRow.metadata.tables[ReportRow.__tablename__]
+CONTRIBUTIONS: Table = ContributionRow.metadata.tables[ContributionRow.__tablename__]
+PARTICIPANTS: Table = ParticipantRow.metadata.tables[ParticipantRow.__tablename__]
 
 
-def _processed(values: Sequence[Any], process: Callable[[Any], Any]) -> list[Any]:
+def processed(values: Sequence[Any], process: Callable[[Any], Any]) -> list[Any]:
     """Each value through ``process``, once for a run of the same object (participants of an
     enrollment batch share the dict of their equal metadata: one JSON encoding for them all)."""
     out: list[Any] = []
-    last: object = _processed  # no value is this function
+    last: object = processed  # no value is this function
     done: Any = None
     for value in values:
         if value is not last:
@@ -130,7 +129,7 @@ def _processed(values: Sequence[Any], process: Callable[[Any], Any]) -> list[Any
     return out
 
 
-class _Columns:
+class Columns:
     """Rows to insert, column by column: the values all rows share (``same``) and one value per
     row (``each``), so that a batch of tens of thousands is never built as one dict per row."""
 
@@ -144,7 +143,7 @@ class _Columns:
             value = self.same[name]
             return itertools.repeat(value if process is None else process(value), self.size)
         values = self.each[name]
-        return values if process is None else _processed(values, process)
+        return values if process is None else processed(values, process)
 
     def dicts(self, table: Table) -> list[dict[str, Any]]:
         """One dict per row, keyed by column name (for SQLAlchemy's ``executemany``)."""
@@ -297,8 +296,8 @@ def add_participants(
         same["metadata"] = metadata
     else:
         each["metadata"] = metadata
-    columns = _Columns(same, each)
-    table = _PARTICIPANTS
+    columns = Columns(same, each)
+    table = PARTICIPANTS
     if session.get_bind().dialect.name == "sqlite":
         columns.insert_sqlite(session, table)
     else:
@@ -311,29 +310,47 @@ def participant(session: Session, study_id: str, participant_id: int) -> Partici
 
 def declared_epsilons(session: Session, study_id: str) -> FloatArray:
     """Every participant's declared ε, in participant-id order."""
-    table = _PARTICIPANTS
+    table = PARTICIPANTS
     stmt = (
         select(table.c.epsilon).where(table.c.study_id == study_id).order_by(table.c.participant_id)
     )
-    return np.asarray([r[0] for r in _raw(session, stmt)], dtype=np.float64)
+    return np.asarray([r[0] for r in raw_rows(session, stmt)], dtype=np.float64)
 
 
 def load_participants(session: Session, study_id: str) -> tuple[FloatArray, list[dict[str, Any]]]:
-    """Every participant's declared ε and metadata, in participant-id order. The metadata are
-    read as JSON text and parsed in one call (per-row JSON decoding was most of a study's start);
-    a driver that decodes JSON itself (psycopg) hands back the objects."""
-    table = _PARTICIPANTS
+    """Every participant's declared ε and metadata, in participant-id order.
+
+    Read in pages of ``LOAD_PAGE`` rows, and participants whose metadata are the same JSON text
+    share one parsed object: at 10^6 participants a row tuple, a string and a dict each were the
+    server's peak memory (~250 MB at a study's start), while most studies' participants declare
+    the same metadata (none). The distinct texts of a page are parsed in one call (per-row JSON
+    decoding was most of a study's start); a driver that decodes JSON itself (psycopg) hands
+    back the objects."""
+    table = PARTICIPANTS
     stmt = (
         select(table.c.epsilon, type_coerce(table.c.metadata, Text))
         .where(table.c.study_id == study_id)
         .order_by(table.c.participant_id)
     )
-    rows = _raw(session, stmt)
-    eps = np.fromiter((r[0] for r in rows), dtype=np.float64, count=len(rows))
-    raw: list[Any] = [r[1] for r in rows]
-    if raw and isinstance(raw[0], str):
-        raw = json.loads("[" + ",".join(raw) + "]")
-    return eps, raw
+    result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
+    epsilons: list[FloatArray] = []
+    metadata: list[Any] = []
+    parsed: dict[str, Any] = {}
+    try:
+        while rows := result.cursor.fetchmany(LOAD_PAGE):
+            epsilons.append(np.fromiter((r[0] for r in rows), dtype=np.float64, count=len(rows)))
+            texts = [r[1] for r in rows]
+            if texts and not isinstance(texts[0], str):
+                metadata += texts
+                continue
+            new = list(dict.fromkeys(t for t in texts if t not in parsed))
+            if new:
+                parsed.update(zip(new, json.loads("[" + ",".join(new) + "]"), strict=True))
+            metadata += [parsed[t] for t in texts]
+    finally:
+        result.close()
+    eps = np.concatenate(epsilons) if epsilons else np.zeros(0, dtype=np.float64)
+    return eps, metadata
 
 
 # --------------------------------------------------------------------------- rounds
@@ -413,208 +430,3 @@ def due_rounds(session: Session, now: datetime) -> list[tuple[str, int]]:
         (RoundRow.received >= RoundRow.expected) | (RoundRow.deadline <= now),
     )
     return [(str(s), int(k)) for s, k in session.execute(stmt).all()]
-
-
-# --------------------------------------------------------------------------- reports
-
-
-def insert_reports(
-    session: Session,
-    study_id: str,
-    index: int,
-    received_at: datetime,
-    participant_ids: Sequence[int],
-    payloads: Sequence[bytes],
-    epsilons: Sequence[float],
-    digests: Sequence[str],
-) -> set[int]:
-    """Insert the reports of these participants in round ``index`` (payload bytes, ε charged,
-    receipt digest each), skipping (study, round, participant) keys already stored: the ids
-    that were inserted by this statement."""
-    if not participant_ids:
-        return set()
-    columns = _Columns(
-        {"study_id": study_id, "round": index, "received_at": received_at},
-        {
-            "participant_id": participant_ids,
-            "payload": payloads,
-            "epsilon": epsilons,
-            "digest": digests,
-        },
-    )
-    dialect = session.get_bind().dialect.name
-    if dialect == "sqlite":
-        return _insert_reports_sqlite(session, columns)
-    if dialect != "postgresql":  # pragma: no cover - only SQLite and PostgreSQL are supported
-        raise RuntimeError(f"unsupported database {dialect}")
-    # A Core insert into the table (multi-row VALUES batches with RETURNING), not an ORM bulk
-    # insert of ReportRow: the same statement without the ORM's per-row bookkeeping.
-    table = _REPORTS
-    stmt = postgresql.insert(table).on_conflict_do_nothing().returning(table.c.participant_id)
-    return {int(pid) for pid in session.execute(stmt, columns.dicts(table)).scalars()}
-
-
-def _insert_reports_sqlite(session: Session, columns: _Columns) -> set[int]:
-    """``insert_reports`` on SQLite: ``INSERT … ON CONFLICT DO NOTHING RETURNING`` statements
-    at the driver (whose ``executemany`` would drop the RETURNING rows)."""
-    table = _REPORTS
-    quote = session.get_bind().dialect.identifier_preparer.quote
-    tail = f" ON CONFLICT DO NOTHING RETURNING {quote(table.c.participant_id.name)}"
-    return {pid for (pid,) in columns.insert_sqlite(session, table, tail)}
-
-
-def existing_reports(
-    session: Session, study_id: str, index: int, participant_ids: Sequence[int]
-) -> dict[int, tuple[str, datetime]]:
-    """Digest and arrival time of the stored reports of these participants in this round."""
-    table = _REPORTS
-    wanted = set(participant_ids)
-    out: dict[int, tuple[str, datetime]] = {}
-    for among in _among(table.c.participant_id, participant_ids):
-        stmt = select(table.c.participant_id, table.c.digest, table.c.received_at).where(
-            table.c.study_id == study_id, table.c.round == index, among
-        )
-        for pid, digest, at in session.execute(stmt).all():
-            if pid in wanted:
-                out[int(pid)] = (str(digest), at)
-    return out
-
-
-def reported_pids(
-    session: Session, study_id: str, index: int, participant_ids: IntArray
-) -> IntArray:
-    """Which of these participants have a report stored in round ``index``."""
-    table = _REPORTS
-    found: list[int] = []
-    for among in _among(table.c.participant_id, participant_ids.tolist()):
-        stmt = select(table.c.participant_id).where(
-            table.c.study_id == study_id, table.c.round == index, among
-        )
-        found += (pid for (pid,) in _raw(session, stmt))
-    stored = np.fromiter(found, dtype=np.int64, count=len(found))
-    return participant_ids[np.isin(participant_ids, stored)]
-
-
-def rounds_reported(
-    db: Database, study_id: str, rounds: Sequence[int], participant_id: int
-) -> list[int]:
-    """Those of ``rounds`` in which the participant has a report (ascending): one lookup per
-    round along the primary key, in one statement through the driver (the task endpoint's
-    per-request read; ``Database.read``)."""
-    marks = ",".join("?" * len(rounds))
-    sql = (
-        f"SELECT round FROM {_REPORTS.name} WHERE study_id = ? AND round IN ({marks}) "
-        "AND participant_id = ? ORDER BY round"
-    )
-    return [int(k) for (k,) in db.read(sql, (study_id, *rounds, participant_id))]
-
-
-def reported_rounds(
-    session: Session, study_id: str, participant_ids: Sequence[int]
-) -> dict[int, list[int]]:
-    """The rounds each of these participants has reported in (ascending), looked up round by
-    round along the primary key: a study has few rounds, and the reports need no second index
-    (by participant) that every insert would have to update."""
-    out: dict[int, list[int]] = {int(p): [] for p in participant_ids}
-    ids = np.asarray(list(out), dtype=np.int64)
-    indices = select(RoundRow.index).where(RoundRow.study_id == study_id).order_by(RoundRow.index)
-    for k in session.scalars(indices).all():
-        for pid in reported_pids(session, study_id, k, ids).tolist():
-            out[pid].append(k)
-    return out
-
-
-def insert_contributions(
-    session: Session,
-    study_id: str,
-    index: int,
-    participant_ids: Sequence[int],
-    payloads: Sequence[bytes],
-) -> None:
-    """Store central-trust contributions (their reports were just inserted, payload-less)."""
-    if participant_ids:
-        rows = [
-            {"study_id": study_id, "round": index, "participant_id": pid, "payload": blob}
-            for pid, blob in zip(participant_ids, payloads, strict=True)
-        ]
-        session.execute(_CONTRIBUTIONS.insert(), rows)
-
-
-def ended_among(session: Session, study_ids: Sequence[str]) -> list[str]:
-    """Those of ``study_ids`` whose study has finished, failed or been cancelled."""
-    out: list[str] = []
-    ids = list(study_ids)
-    for start in range(0, len(ids), IN_CHUNK):
-        stmt = select(StudyRow.id).where(
-            StudyRow.id.in_(ids[start : start + IN_CHUNK]),
-            StudyRow.phase.in_(["finished", "failed", "cancelled"]),
-        )
-        out += session.scalars(stmt).all()
-    return sorted(out)
-
-
-def forget_contributions(session: Session, study_id: str) -> int:
-    """Delete a study's contributions and blank its reports' digests (a digest would let one
-    test a guess of a statistic): only the release and its diagnostics remain. Returns how many
-    contributions were deleted (0 for a local-trust study, which has none)."""
-    table = _CONTRIBUTIONS
-    deleted: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-        delete(table).where(table.c.study_id == study_id)
-    )
-    if deleted.rowcount:
-        session.execute(update(_REPORTS).where(_REPORTS.c.study_id == study_id).values(digest=""))
-    return int(deleted.rowcount)
-
-
-def _round_pages(
-    session: Session,
-    table: Table,
-    study_id: str,
-    index: int,
-    value: ColumnElement[Any],
-    chunk: int,
-) -> Iterator[tuple[IntArray, list[Any]]]:
-    """(ids, values) of one round's rows in participant order, ``chunk`` at a time: keyset
-    pagination along the primary key keeps memory flat and works the same on every backend."""
-    after = -1
-    while True:
-        stmt = (
-            select(table.c.participant_id, value)
-            .where(
-                table.c.study_id == study_id,
-                table.c.round == index,
-                table.c.participant_id > after,
-            )
-            .order_by(table.c.participant_id)
-            .limit(chunk)
-        )
-        rows = _raw(session, stmt)
-        if not rows:
-            return
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        yield ids, [r[1] for r in rows]
-        after = int(ids[-1])
-
-
-def stream_reports(
-    session: Session, study_id: str, index: int, chunk: int, *, contributions: bool = False
-) -> Iterator[tuple[IntArray, list[bytes]]]:
-    """The round's reports in participant order, ``chunk`` at a time: (ids, payload bytes);
-    ``contributions``: a central-trust study's payloads, kept in their own table."""
-    table = _CONTRIBUTIONS if contributions else _REPORTS
-    for ids, payloads in _round_pages(session, table, study_id, index, table.c.payload, chunk):
-        yield ids, [bytes(p) for p in payloads]
-
-
-def spent_per_participant(
-    session: Session, study_id: str, n: int, rounds: int, chunk: int = 8192
-) -> FloatArray:
-    """ε charged to each participant by its stored reports in rounds 0..rounds-1 (basic
-    composition), read round by round in participant order (cheaper than grouping by
-    participant), so memory stays one float per participant."""
-    table = _REPORTS
-    spent = np.zeros(n, dtype=np.float64)
-    for index in range(rounds):
-        for ids, charges in _round_pages(session, table, study_id, index, table.c.epsilon, chunk):
-            spent[ids] += np.asarray(charges, dtype=np.float64)
-    return spent

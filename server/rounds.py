@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from fedldp.protocol.core.base import JSON, ReportChunk, jsonable
 from fedldp.protocol.core.ledger import check_plan_budget
-from fedldp.server import eventlog
+from fedldp.server import eventlog, report_rows
 from fedldp.server import repository as repo
 from fedldp.server.context import Context, shred_after_commit
 from fedldp.server.keys import KeyMissing
@@ -72,7 +72,7 @@ def fail_study(session: Session, study_id: str, reason: str) -> bool:
 def forget_contributions(session: Session, study_id: str) -> None:
     """The study ended: delete its contributions now and destroy their key after the commit
     (fedldp.server.keys), so the copies the database keeps elsewhere become unreadable."""
-    repo.forget_contributions(session, study_id)
+    report_rows.forget_contributions(session, study_id)
     shred_after_commit(session, study_id)
 
 
@@ -85,7 +85,7 @@ def shred_ended(ctx: Context) -> int:
     if not held:
         return 0
     with ctx.transaction() as session:
-        ended = repo.ended_among(session, held)
+        ended = report_rows.ended_among(session, held)
         for study_id in ended:
             shred_after_commit(session, study_id)
     return len(ended)
@@ -198,7 +198,7 @@ def _chunks(
     groups = rp.groups()
     shape = rp.payload_shape
     central = splan.protocol.trust == "central"
-    stream = repo.stream_reports(
+    stream = report_rows.stream_reports(
         session, study_id, index, ctx.settings.aggregate_chunk, contributions=central
     )
     for ids, blobs in stream:
@@ -295,7 +295,7 @@ def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[J
         fail_study(session, study.id, f"the result could not be computed: {exc}")
         return
     rounds = len(splan.plan.rounds)
-    spent = repo.spent_per_participant(session, study.id, splan.plan.n_participants, rounds)
+    spent = report_rows.spent_per_participant(session, study.id, splan.plan.n_participants, rounds)
     participation = {
         "rounds": [
             {

@@ -32,6 +32,12 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(
         "text", description="json: one JSON object per log line, with the request id"
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="server processes sharing the port (python -m fedldp.server --workers K)",
+    )
     sweep_interval_s: float = Field(
         0.5, gt=0, description="how often deadlines and complete rounds are checked"
     )

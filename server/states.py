@@ -32,7 +32,7 @@ from fedldp.server.tables import StudyRow
 
 __all__ = ["MAX_AGE_S", "RoundState", "StudyState", "StudyStates", "read_state"]
 
-MAX_AGE_S = 0.1
+MAX_AGE_S = 0.25
 """The oldest a snapshot may be (for transitions made by other processes)."""
 
 

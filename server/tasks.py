@@ -27,7 +27,7 @@ from fedldp.protocol.core.wire import (
     TaskDone,
     TaskWait,
 )
-from fedldp.server import repository as repo
+from fedldp.server import report_rows
 from fedldp.server.context import Context
 from fedldp.server.participants import check_participants, one_token, signed
 from fedldp.server.plans import StudyPlan
@@ -129,12 +129,16 @@ def _one_task(ctx: Context, state: StudyState, participant_id: int) -> Task:
     study_id = state.id
 
     def reported(k: int, pids: IntArray) -> IntArray:
-        return pids if repo.rounds_reported(ctx.db, study_id, [k], participant_id) else pids[:0]
+        return (
+            pids if report_rows.rounds_reported(ctx.db, study_id, [k], participant_id) else pids[:0]
+        )
 
     found = _tasks(state, [participant_id], reported)
     if found.done:
         rounds = range(state.rounds)
-        history = repo.rounds_reported(ctx.db, study_id, rounds, participant_id) if rounds else []
+        history = (
+            report_rows.rounds_reported(ctx.db, study_id, rounds, participant_id) if rounds else []
+        )
         return TaskDone(phase=found.phase, reported_rounds=history)
     if found.reports:
         assert state.plan is not None
@@ -218,7 +222,7 @@ def _tasks_of(
 
     def reported(k: int, pids: IntArray) -> IntArray:
         with ctx.transaction() as session:
-            return repo.reported_pids(session, study_id, k, pids)
+            return report_rows.reported_pids(session, study_id, k, pids)
 
     return _tasks(state, ids, reported)
 

@@ -119,7 +119,10 @@ def _run_server(args: argparse.Namespace) -> int:
     env = {"FEDLDP_ADMIN_KEY": args.admin_key} if args.admin_key else {}
     if args.database_url:
         env["FEDLDP_DATABASE_URL"] = args.database_url
-    return exec_server(["--host", args.host, "--port", str(args.port)], env)
+    command = ["--host", args.host, "--port", str(args.port)]
+    if args.workers is not None:
+        command += ["--workers", str(args.workers)]
+    return exec_server(command, env)
 
 
 def add_server_parser(subparsers: Subparsers) -> None:
@@ -129,11 +132,18 @@ def add_server_parser(subparsers: Subparsers) -> None:
         description="Run the fedldp aggregation server in the foreground (python -m fedldp.server)",
         epilog="examples:\n  fedldp server\n"
         "  fedldp server --port 8080 --database-url sqlite:///studies.db\n"
-        "  fedldp server --database-url postgresql+psycopg://fedldp@db/fedldp",
+        "  fedldp server --database-url postgresql+psycopg://fedldp@db/fedldp --workers 2",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="K",
+        help="worker processes sharing the port (default $FEDLDP_WORKERS or 1); they stop when "
+        "this process stops or dies",
+    )
     parser.add_argument(
         "--database-url",
         metavar="URL",

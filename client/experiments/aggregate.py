@@ -4,7 +4,9 @@ Pure functions of the CSV rows (STYLE rule 16). ``stat`` of a column over the se
 configuration is its mean, its median, its mean square (``mse``, of an error column) or the root
 of that (``rmse``). The band is the 95% normal confidence interval of the mean (of the values, or
 of their squares for mse/rmse; the rmse band is the root of the mse band), ±1.96 standard errors;
-the median has the band of the mean. A log-log slope is the least-squares fit of log stat on log x.
+the median has the band of the mean. ``qDIGITS`` is the quantile at level 0.DIGITS (``q99``: 0.99)
+with the distribution-free band of order statistics: ranks Rq ± 1.96 √(Rq(1 − q)) over R
+values. A log-log slope is the least-squares fit of log stat on log x.
 """
 
 from __future__ import annotations
@@ -19,7 +21,16 @@ import numpy as np
 
 from fedldp.client.experiments.spec import PlotSpec, cell
 
-__all__ = ["Series", "loglog_slope", "matches", "number", "plot_series", "stat_band", "values"]
+__all__ = [
+    "Series",
+    "loglog_slope",
+    "matches",
+    "number",
+    "plot_series",
+    "quantile_level",
+    "stat_band",
+    "values",
+]
 
 Row = Mapping[str, str]
 _Z95 = 1.959963984540054
@@ -50,11 +61,32 @@ def values(rows: Iterable[Row], column: str) -> list[float]:
     return out
 
 
+def quantile_level(stat: str) -> float | None:
+    """The level of a quantile statistic (``q99`` → 0.99), None for the other statistics."""
+    if len(stat) > 1 and stat[0] == "q" and stat[1:].isdigit():
+        return float("0." + stat[1:])
+    return None
+
+
+def _quantile_band(a: np.ndarray[Any, Any], q: float) -> tuple[float, float, float]:
+    """The q-quantile of ``a`` and its 95% band from order statistics (normal approximation
+    of the binomial count of values below the true quantile)."""
+    ordered = np.sort(a)
+    n = ordered.size
+    half = _Z95 * math.sqrt(n * q * (1.0 - q))
+    lo_rank = max(0, math.floor(n * q - half))
+    hi_rank = min(n - 1, math.ceil(n * q + half))
+    return (float(np.quantile(a, q)), float(ordered[lo_rank]), float(ordered[hi_rank]))
+
+
 def stat_band(xs: Sequence[float], stat: str) -> tuple[float, float, float]:
     """(stat, band low, band high) of ``xs`` over seeds; NaN when there is no value."""
     a = np.asarray(xs, dtype=np.float64)
     if a.size == 0:
         return (math.nan, math.nan, math.nan)
+    level = quantile_level(stat)
+    if level is not None:
+        return _quantile_band(a, level)
     v = a * a if stat in ("mse", "rmse") else a
     mean = float(np.mean(v))
     half = _Z95 * float(np.std(v, ddof=1)) / math.sqrt(v.size) if v.size > 1 else 0.0

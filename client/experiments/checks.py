@@ -1,9 +1,11 @@
 """Claims of the papers checked on an experiment's trial rows.
 
 A check (``CheckSpec``) is evaluated once per group of its ``per`` values (after keeping the rows
-matching its ``where``): ``slope`` fits the log-log slope of ``stat(y)`` against ``x``; ``ratio``
+matching its ``where``): ``slope`` fits the log-log slope of ``stat(y)`` against ``x`` (over the
+x values ``x_in`` only, when given: one regime of a wider sweep); ``ratio``
 divides the numerator's aggregate by the denominator's (each ``stat`` of a column over the rows
-of the group matching its own ``where``); ``bound`` takes ``stat(y)`` at every configuration of
+of the group matching its own ``where``, or the smallest over the values of its ``best_of``
+column: a tuned minimum); ``bound`` takes ``stat(y)`` at every configuration of
 the group (every distinct value of the grid columns the check does not fix). A group passes when
 its value is in [min, max]. Verdict: ``holds`` (every group passes), ``partly`` (some),
 ``fails`` (none), ``no data`` (no group could be measured).
@@ -22,7 +24,7 @@ from fedldp.client.experiments.aggregate import (
     stat_band,
     values,
 )
-from fedldp.client.experiments.spec import CheckSpec
+from fedldp.client.experiments.spec import CheckSpec, Quantity, cell
 
 __all__ = ["CheckOutcome", "evaluate", "evaluate_all"]
 
@@ -87,6 +89,8 @@ def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> C
         if check.kind == "slope":
             assert check.x is not None
             xs = sorted({v for v in (number(r.get(check.x, "")) for r in members) if v is not None})
+            if check.x_in is not None:
+                xs = [x for x in xs if x in check.x_in]
             ys = [stat_band(values(_at(members, check.x, x), check.y), check.stat)[0] for x in xs]
             slope = loglog_slope(xs, ys)
             v = math.nan if slope is None else slope
@@ -94,10 +98,7 @@ def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> C
         elif check.kind == "ratio":
             assert check.numerator is not None
             assert check.denominator is not None
-            sides = []
-            for q in (check.numerator, check.denominator):
-                mine = [r for r in members if matches(r, q.where)]
-                sides.append(stat_band(values(mine, q.y or check.y), q.stat or check.stat)[0])
+            sides = [_quantity(q, members, check) for q in (check.numerator, check.denominator)]
             v = sides[0] / sides[1] if sides[1] else math.nan
             measured.append((group, v, _in_range(v, check)))
         else:
@@ -108,6 +109,24 @@ def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> C
                 name = ", ".join(x for x in (group, sub) if x)
                 measured.append((name, v, _in_range(v, check)))
     return CheckOutcome(check, measured)
+
+
+def _quantity(q: Quantity, rows: Sequence[Row], check: CheckSpec) -> float:
+    """One side of a ratio: ``stat(y)`` over the rows matching ``q.where``, or its minimum over
+    the values of the ``q.best_of`` column(s) (NaN when none has a value)."""
+    mine = [r for r in rows if matches(r, q.where)]
+    y, stat = q.y or check.y, q.stat or check.stat
+    if not q.tuned:
+        return stat_band(values(mine, y), stat)[0]
+    wanted = None if q.among is None else {cell(v) for v in q.among}
+    options: dict[tuple[str, ...], list[Row]] = {}
+    for r in mine:
+        key = tuple(r.get(c, "") for c in q.tuned)
+        if wanted is None or key[0] in wanted:
+            options.setdefault(key, []).append(r)
+    found = [stat_band(values(at, y), stat)[0] for at in options.values()]
+    finite = [v for v in found if math.isfinite(v)]
+    return min(finite) if finite else math.nan
 
 
 def _at(rows: Sequence[Row], column: str, x: float) -> list[Row]:

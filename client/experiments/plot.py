@@ -8,6 +8,7 @@ log-log slope in the legend where asked. Needs matplotlib (``pip install 'fedldp
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,8 +19,10 @@ import yaml
 from fedldp.client.experiments.aggregate import (
     Series,
     describe_where,
+    matches,
     plot_series,
     population_text,
+    quantile_level,
     x_is_numeric,
 )
 from fedldp.client.experiments.results import read_rows
@@ -61,6 +64,18 @@ def _column_text(column: str) -> str:
 _SHORT_STAT = {"mean": "mean", "median": "median", "mse": "MSE", "rmse": "RMSE"}
 
 
+def _stat_text(stat: str) -> str:
+    level = quantile_level(stat)
+    if level is not None:
+        return f"{level:g} quantile over seeds of"
+    return _STAT_TEXT[stat]
+
+
+def _short_stat(stat: str) -> str:
+    level = quantile_level(stat)
+    return f"{level:g} quantile" if level is not None else _SHORT_STAT[stat]
+
+
 def axis_label(column: str, stat: str | None = None, norm: str | None = None) -> str:
     """A reader's label for a column (and the statistic taken of it)."""
     if column == "error":
@@ -69,9 +84,9 @@ def axis_label(column: str, stat: str | None = None, norm: str | None = None) ->
         )
         if stat in ("mse", "rmse"):
             return f"{_STAT_TEXT[stat]} error over seeds, {what}"
-        return f"{_STAT_TEXT.get(stat or 'mean', '')} error {what}".strip()
+        return f"{_stat_text(stat or 'mean')} error {what}".strip()
     text = _column_text(column)
-    return f"{_STAT_TEXT[stat]} {text}" if stat else text
+    return f"{_stat_text(stat)} {text}" if stat else text
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
@@ -86,17 +101,48 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return loaded
 
 
+_FLAT_LABEL_CHARS = 70
+"""Most characters of category labels written flat under the x axis; beyond, they slant."""
+_NAMED_PROTOCOLS = 4
+"""Most protocols a title names one by one."""
+
+
 def _title(manifest: Mapping[str, Any], plot: PlotSpec, rows: Sequence[Mapping[str, str]]) -> str:
     exp = manifest["experiment"]
     head = plot.title or (exp.get("title") or exp["name"])
-    protocols = ", ".join(dict.fromkeys(r["protocol"] for r in rows)) or "?"
+    shown = list(dict.fromkeys(r["protocol"] for r in rows if matches(r, plot.where)))
+    protocols = ", ".join(shown) or "?"
+    if len(shown) > _NAMED_PROTOCOLS:
+        # e.g. one protocol entry per tuning: the legend names them
+        protocols = f"{len(shown)} protocol entries ({shown[0]} … {shown[-1]})"
     swept = set(exp.get("grid", {}))
     fixed = {k: v for k, v in exp.get("population", {}).items() if k not in swept}
     fixed = {k: v for k, v in fixed.items() if k.replace("_", "-") not in swept}
-    lines = [head, *textwrap.wrap(f"{protocols} · {population_text({'population': fixed})}", 95)]
+    lines = [head, *textwrap.wrap(f"{protocols} · {population_text({'population': fixed})}", 86)]
     if plot.where:
         lines.append(describe_where(plot.where))
     return "\n".join(lines)
+
+
+_LEGEND_INSIDE = 5
+"""Most lines whose legend goes inside the axes; beyond, it goes to the right of them."""
+_TICK_GAP = 0.05
+"""Smallest gap between two labelled x ticks, as a fraction of the axis span."""
+
+
+def _spaced_labels(xs: Sequence[float], *, log: bool) -> list[str]:
+    """Tick labels of the grid values, left blank where one would overlap the previous label
+    (e.g. ε = 1.5, 1.99, 2 on a log axis up to 400): every tick stays, only its text goes."""
+    pos = [math.log(x) if log and x > 0 else x for x in xs]
+    span = (max(pos) - min(pos)) or 1.0
+    out, last = [], None
+    for x, p in zip(xs, pos, strict=True):
+        if last is None or (p - last) / span >= _TICK_GAP:
+            out.append(f"{x:g}")
+            last = p
+        else:
+            out.append("")
+    return out
 
 
 def draw(
@@ -111,14 +157,16 @@ def draw(
     norm = next((r.get("error_norm") for r in rows if r.get("error_norm")), None)
     fig = Figure(figsize=(7.5, 5.0), layout="constrained")
     ax = fig.add_subplot()
-    measured = f"measured {_SHORT_STAT[plot.stat]}" if plot.y == "error" else "measured"
+    measured = f"measured {_short_stat(plot.stat)}" if plot.y == "error" else "measured"
     for i, s in enumerate(series):
         color = f"C{i % 10}"
         name = s.label if plot.hue else measured
         label = name if s.slope is None else f"{name} (slope {s.slope:+.2f})"
         # categories are not a continuum: markers and bars, no joining line or band
         style = "-" if numeric else "none"
-        ax.plot(s.x, s.y, marker="o", linestyle=style, color=color, label=label)
+        # past ten lines the colours repeat: a new marker tells them apart
+        marker = "os^Dv"[(i // 10) % 5]
+        ax.plot(s.x, s.y, marker=marker, linestyle=style, color=color, label=label)
         if numeric:
             ax.fill_between(s.x, s.lo, s.hi, color=color, alpha=0.2, linewidth=0)
         else:
@@ -141,13 +189,18 @@ def draw(
     if numeric and series:
         # tick the grid values themselves, written plainly (4000, not 4×10³)
         xs = sorted({x for s in series for x in s.x})
-        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.set_xticks(xs, _spaced_labels(xs, log=plot.logx))
         ax.xaxis.set_minor_locator(NullLocator())
     if plot.logy:
         ax.set_yscale("log")
     if not numeric and series:
         ticks = {x: t for s in series for x, t in zip(s.x, s.x_labels, strict=True)}
-        ax.set_xticks(sorted(ticks), [ticks[x] for x in sorted(ticks)])
+        names = [ticks[x] for x in sorted(ticks)]
+        # long category names would run into each other: slant them
+        slant = sum(len(n) for n in names) > _FLAT_LABEL_CHARS
+        ax.set_xticks(
+            sorted(ticks), names, rotation=25 if slant else 0, ha="right" if slant else "center"
+        )
         ax.set_xlim(-0.5, max(ticks) + 0.5)
     ax.set_xlabel(plot.xlabel or axis_label(plot.x))
     ax.set_ylabel(plot.ylabel or axis_label(plot.y, plot.stat, norm))
@@ -155,7 +208,12 @@ def draw(
     seeds = sorted({n for s in series for n in s.seeds})
     seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}" if seeds else "0"
     ax.plot([], [], " ", label=f"bands: 95% CI over {seed_text} seeds")
-    ax.legend(fontsize=8)
+    if len(series) > _LEGEND_INSIDE:
+        # many lines: a legend inside would hide some of them
+        fig.set_size_inches(9.5, 5.0)
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:
+        ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     return fig, series
 

@@ -30,7 +30,7 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -56,7 +56,10 @@ __all__ = [
     "load_experiment",
 ]
 
-Stat = Literal["mean", "median", "mse", "rmse"]
+Stat = Annotated[str, Field(pattern=r"^(mean|median|mse|rmse|q[0-9]{1,4})$")]
+"""A statistic over seeds: mean, median, mse, rmse, or ``qDIGITS``, the quantile at level
+0.DIGITS (``q95``: the 0.95 quantile, ``q999``: the 0.999 quantile), e.g. of |error| for the
+tail bounds of heterogeneous-ldp.md §5 E5."""
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -92,19 +95,43 @@ class PlotSpec(BaseModel):
 
 
 class Quantity(BaseModel):
-    """``stat`` of column ``y`` over the rows matching ``where`` (inside each checked group)."""
+    """``stat`` of column ``y`` over the rows matching ``where`` (inside each checked group).
+
+    With ``best_of``, the smallest such ``stat`` over the values of that column, or over the
+    combinations of values of several (those listed in ``among``, or all): the papers' tuned
+    minimum, e.g. of a method run at several tunings, each a protocol entry of its own label
+    (huber-user-level-dp.md §7.0), or over grid axes of parameters (public-features-ldp.md §6.2).
+    """
 
     model_config = _FROZEN
 
     y: str | None = None
     stat: Stat | None = None
     where: dict[str, Any] = Field(default_factory=dict)
+    best_of: str | tuple[str, ...] | None = None
+    among: list[Any] | None = None
+
+    @property
+    def tuned(self) -> tuple[str, ...]:
+        """The columns the minimum is taken over (none without ``best_of``)."""
+        if self.best_of is None:
+            return ()
+        return (self.best_of,) if isinstance(self.best_of, str) else self.best_of
+
+    @model_validator(mode="after")
+    def _among_needs_best_of(self) -> Quantity:
+        if self.best_of is not None and not self.tuned:
+            raise ValueError("best_of names one column or more")
+        if self.among is not None and (len(self.tuned) != 1 or not self.among):
+            raise ValueError("among lists values of one best_of column: one value or more")
+        return self
 
 
 class CheckSpec(BaseModel):
     """A claim checked on the results, once per group of ``per`` values.
 
-    ``slope``: the log-log slope of ``stat(y)`` against ``x`` is in [min, max]. ``ratio``:
+    ``slope``: the log-log slope of ``stat(y)`` against ``x`` (over the x values ``x_in`` when
+    given) is in [min, max]. ``ratio``:
     numerator / denominator is in [min, max]. ``bound``: ``stat(y)`` is in [min, max]. The claim
     holds when every group passes, partly when some do, fails when none does.
     """
@@ -118,6 +145,9 @@ class CheckSpec(BaseModel):
     y: str = "error"
     stat: Stat = "mean"
     x: str | None = None
+    x_in: tuple[float, ...] | None = Field(
+        None, description="slope: fit over these x values only (one regime of a wider sweep)"
+    )
     where: dict[str, Any] = Field(default_factory=dict)
     per: tuple[str, ...] = ()
     numerator: Quantity | None = None
@@ -131,6 +161,8 @@ class CheckSpec(BaseModel):
             raise ValueError("a check needs min, max or both")
         if self.kind == "slope" and self.x is None:
             raise ValueError("a slope check needs x")
+        if self.x_in is not None and (self.kind != "slope" or len(set(self.x_in)) < 2):
+            raise ValueError("x_in belongs to a slope check and needs two x values or more")
         if self.kind == "ratio" and (self.numerator is None or self.denominator is None):
             raise ValueError("a ratio check needs numerator and denominator")
         return self
@@ -409,7 +441,7 @@ def _check_references(experiment: Experiment, source: str, lines: Lines) -> None
     for i, check in enumerate(spec.checks):
         used = [*check.per, *check.where]
         for q in (check.numerator, check.denominator):
-            used += list(q.where) if q is not None else []
+            used += [*q.where, *q.tuned] if q is not None else []
         for key in used:
             if key not in columns:
                 raise MarkedError(

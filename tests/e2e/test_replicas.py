@@ -1,11 +1,13 @@
 """The ledger under replicas: two real server processes (uvicorn, ``python -m fedldp.server``) on
 one PostgreSQL database, and every report of every round sent to both at once, alone and in
-overlapping batches (DESIGN.md "Scale": round transitions exactly once, in the database).
+overlapping batches (DESIGN.md "Scale": round transitions exactly once, in the database). The same
+with each replica running two worker processes (``--workers 2``), and with one two-worker server
+on SQLite (WAL: its workers take turns as writers in SQLite's busy handler) asked twice over.
 
 Afterwards: no participant is charged more than its ε (its ledger, read from either replica), no
 round closed twice (each replica logs the transitions it makes: across both logs, each round and
 the study's end appear once), and no report is stored twice (the reports table, read directly).
-Skipped, saying so, without the local PostgreSQL.
+The PostgreSQL cases are skipped, saying so, without the local PostgreSQL.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ import asyncio
 import contextlib
 import random
 import re
+import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -24,7 +29,7 @@ import pytest
 
 from fedldp.client.http.api import ApiClient
 from fedldp.client.http.progress import SwarmProgress
-from fedldp.client.http.server_process import ServerProcess
+from fedldp.client.http.server_process import ServerProcess, sqlite_url
 from fedldp.client.http.swarm import enroll, start
 from fedldp.client.http.user import Privatizer, UserBlock
 from fedldp.client.population.build import PopulationSpec
@@ -34,7 +39,7 @@ from fedldp.protocol.core.wire import StudyCreate, TaskBatchRequest
 from tests.e2e.test_e2e import Case, assert_same_estimate, check_rounds, expected, flood
 from tests.server.conftest import SERVER_URL, postgres_unreachable
 
-pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 REPLICAS = 2
 CASE = Case(
@@ -44,10 +49,41 @@ CASE = Case(
 )
 
 
-@pytest.fixture
-def replicas(tmp_path: Path) -> Iterator[tuple[list[ServerProcess], str]]:
-    """Two servers on a PostgreSQL schema of their own (dropped afterwards), logging at info
-    level (every round transition), each healthy; and the schema's plain psycopg URL."""
+@dataclass
+class Deployment:
+    urls: list[str]  # where the clients send (REPLICAS of them; the same one twice for one server)
+    logs: list[Path]
+    query: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]  # SQL with %s, on its database
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(("postgres", 1), marks=pytest.mark.postgres, id="postgres"),
+        pytest.param(("postgres", 2), marks=pytest.mark.postgres, id="postgres-2-workers"),
+        pytest.param(("sqlite", 2), id="sqlite-2-workers"),
+    ]
+)
+def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Deployment]:
+    """Two servers on a PostgreSQL schema of their own (dropped afterwards), or one server on an
+    SQLite file, each with the parametrized number of workers, logging at info level (every round
+    transition), healthy."""
+    backend, workers = request.param
+    env = {"FEDLDP_LOG_LEVEL": "info", "FEDLDP_WORKERS": str(workers)}
+    if backend == "sqlite":
+        database = tmp_path / "fedldp.db"
+        server = ServerProcess(database_url=sqlite_url(database), log=tmp_path / "s.log", env=env)
+
+        def on_sqlite(sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+            with contextlib.closing(sqlite3.connect(database)) as db:
+                return db.execute(sql.replace("%s", "?"), args).fetchall()
+
+        try:
+            server.start().wait_healthy()
+            assert server.log is not None
+            yield Deployment([server.url] * REPLICAS, [server.log], on_sqlite)
+        finally:
+            server.stop()
+        return
     reason = postgres_unreachable()
     if reason is not None:
         pytest.skip(reason)
@@ -58,19 +94,22 @@ def replicas(tmp_path: Path) -> Iterator[tuple[list[ServerProcess], str]]:
     options = f"options=-csearch_path%3D{schema}"
     url = f"{SERVER_URL}{'&' if '?' in SERVER_URL else '?'}{options}"
     servers = [
-        ServerProcess(
-            database_url=url,
-            log=tmp_path / f"replica-{i}.log",
-            env={"FEDLDP_LOG_LEVEL": "info"},
-        )
+        ServerProcess(database_url=url, log=tmp_path / f"replica-{i}.log", env=env)
         for i in range(REPLICAS)
     ]
+    pg_url = f"{plain}{'&' if '?' in plain else '?'}{options}"
+
+    def on_postgres(sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with psycopg.connect(pg_url) as connection:
+            return connection.execute(sql, args).fetchall()
+
     try:
         for server in servers:  # together: the schema is created under an advisory lock
             server.start()
         for server in servers:
             server.wait_healthy()
-        yield servers, f"{plain}{'&' if '?' in plain else '?'}{options}"
+        logs = [s.log for s in servers if s.log is not None]
+        yield Deployment([s.url for s in servers], logs, on_postgres)
     finally:
         for server in servers:
             server.stop()
@@ -79,14 +118,13 @@ def replicas(tmp_path: Path) -> Iterator[tuple[list[ServerProcess], str]]:
 
 
 async def test_reports_to_two_replicas_charge_no_one_twice_and_close_each_round_once(
-    replicas: tuple[list[ServerProcess], str],
+    replicas: Deployment,
 ) -> None:
-    servers, database = replicas
     want = expected(CASE)
     protocol = get_protocol(CASE.protocol)
     rng = random.Random(CASE.seed)
     async with contextlib.AsyncExitStack() as stack:
-        apis = [await stack.enter_async_context(ApiClient(s.url)) for s in servers]
+        apis = [await stack.enter_async_context(ApiClient(url)) for url in replicas.urls]
         study = await apis[0].create_study(
             StudyCreate(protocol=CASE.protocol, params=want.params, seed=derive_seeds(CASE.seed)[0])
         )
@@ -138,7 +176,7 @@ async def test_reports_to_two_replicas_charge_no_one_twice_and_close_each_round_
         result = await apis[1].result(study.id)
         assert result.phase == "finished"
         assert_same_estimate(result.estimate, want.local.result.estimate)
-        check_rounds(servers[0].url, study.id, want.local)
+        check_rounds(replicas.urls[0], study.id, want.local)
 
         # the ledger, each participant asked of one replica or the other
         ledgers = await asyncio.gather(
@@ -155,21 +193,20 @@ async def test_reports_to_two_replicas_charge_no_one_twice_and_close_each_round_
         assert len({c.round for c in ledger.planned}) == len(ledger.planned)
 
     # each round closed by exactly one replica, and the study finished once
-    logs = "\n".join(s.log.read_text(errors="replace") for s in servers if s.log is not None)
+    logs = "\n".join(log.read_text(errors="replace") for log in replicas.logs)
     closes = re.findall(rf"study {study.id}: round (\d+) \(.*?\) closed with (\d+) reports", logs)
     assert sorted((int(k), int(n)) for k, n in closes) == [
         (k, int(rp.cohort.size)) for k, rp in enumerate(want.local.plan.rounds)
     ]
     assert len(re.findall(rf"study {study.id} finished", logs)) == 1
-    with psycopg.connect(database) as connection:
-        doubled = connection.execute(
-            "SELECT round, participant_id FROM reports WHERE study_id = %s "
-            "GROUP BY round, participant_id HAVING COUNT(*) > 1",
-            (study.id,),
-        ).fetchall()
-        stored = connection.execute(
-            "SELECT round, COUNT(*) FROM reports WHERE study_id = %s GROUP BY round ORDER BY round",
-            (study.id,),
-        ).fetchall()
+    doubled = replicas.query(
+        "SELECT round, participant_id FROM reports WHERE study_id = %s "
+        "GROUP BY round, participant_id HAVING COUNT(*) > 1",
+        (study.id,),
+    )
+    stored = replicas.query(
+        "SELECT round, COUNT(*) FROM reports WHERE study_id = %s GROUP BY round ORDER BY round",
+        (study.id,),
+    )
     assert doubled == []
     assert stored == [(k, int(rp.cohort.size)) for k, rp in enumerate(want.local.plan.rounds)]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedldp.protocol.core.wire import EnrollBatch, ReportBatch, StudyCreate
-from fedldp.server import ingest, studies
+from fedldp.server import enrollment, ingest, report_rows, studies
 from fedldp.server import repository as repo
 from fedldp.server.context import Context
 from fedldp.server.tables import utcnow
@@ -20,7 +20,7 @@ REPORTED = [3, 4, 5, 6, 20, 39]
 def study_id(ctx: Context) -> str:
     """hetero-mean-rr (one round) with N participants, of whom REPORTED have reported."""
     study = studies.create(ctx, StudyCreate(protocol="hetero-mean-rr", seed=3))
-    enrolled = studies.enroll(ctx, study.id, [1.0] * N, [{}] * N, [None] * N)
+    enrolled = enrollment.enroll(ctx, study.id, [1.0] * N, [{}] * N, [None] * N)
     studies.start(ctx, study.id)
     batch = ReportBatch(
         round=0,
@@ -48,10 +48,12 @@ def test_lookups_by_ids_find_exactly_the_stored_reports(
 ) -> None:
     expected = sorted(set(ids) & set(REPORTED))
     with ctx.transaction() as session:
-        found = repo.reported_pids(session, study_id, 0, np.array(ids, dtype=np.int64))
-        stored = repo.existing_reports(session, study_id, 0, ids)
-        rounds = repo.reported_rounds(session, study_id, ids)
-        assert repo.reported_pids(session, study_id, 1, np.array(ids, dtype=np.int64)).size == 0
+        found = report_rows.reported_pids(session, study_id, 0, np.array(ids, dtype=np.int64))
+        stored = report_rows.existing_reports(session, study_id, 0, ids)
+        rounds = report_rows.reported_rounds(session, study_id, ids)
+        assert (
+            report_rows.reported_pids(session, study_id, 1, np.array(ids, dtype=np.int64)).size == 0
+        )
     assert sorted(found.tolist()) == expected
     assert sorted(stored) == expected
     assert rounds == {p: [0] if p in REPORTED else [] for p in ids}
@@ -60,8 +62,8 @@ def test_lookups_by_ids_find_exactly_the_stored_reports(
 def test_lookups_span_more_ids_than_one_in_list(ctx: Context, study_id: str) -> None:
     spread = [p * 1000 for p in range(2 * repo.IN_CHUNK)] + REPORTED  # several IN-lists
     with ctx.transaction() as session:
-        found = repo.reported_pids(session, study_id, 0, np.array(spread, dtype=np.int64))
-        stored = repo.existing_reports(session, study_id, 0, spread)
+        found = report_rows.reported_pids(session, study_id, 0, np.array(spread, dtype=np.int64))
+        stored = report_rows.existing_reports(session, study_id, 0, spread)
     assert sorted(found.tolist()) == sorted(stored) == REPORTED
 
 
@@ -71,7 +73,7 @@ def test_participants_sharing_metadata_store_each_their_own(ctx: Context) -> Non
     weights = [4.0, 4.0, 8.0, 8.0, 8.0, -0.0, 0.0, 0.0, 4.0]
     study = studies.create(ctx, StudyCreate(protocol="hetero-mean-rr", seed=3))
     batch = EnrollBatch(epsilons=[1.0] * len(weights), metadata={"weight": weights})
-    studies.enroll(ctx, study.id, *batch.rows())
+    enrollment.enroll(ctx, study.id, *batch.rows())
     with ctx.transaction() as session:
         _, metadata = repo.load_participants(session, study.id)
     assert [repr(m["weight"]) for m in metadata] == [repr(v) for v in weights]
@@ -80,9 +82,9 @@ def test_participants_sharing_metadata_store_each_their_own(ctx: Context) -> Non
 @pytest.mark.parametrize("chunk", [1, 4, 8192])
 def test_reports_stream_and_sum_in_pages(ctx: Context, study_id: str, chunk: int) -> None:
     with ctx.transaction() as session:
-        pages = list(repo.stream_reports(session, study_id, 0, chunk))
-        spent = repo.spent_per_participant(session, study_id, N, 1, chunk)
-        assert not repo.spent_per_participant(session, study_id, N, 0, chunk).any()
+        pages = list(report_rows.stream_reports(session, study_id, 0, chunk))
+        spent = report_rows.spent_per_participant(session, study_id, N, 1, chunk)
+        assert not report_rows.spent_per_participant(session, study_id, N, 0, chunk).any()
     assert [pid for ids, _ in pages for pid in ids.tolist()] == REPORTED
     assert all(len(ids) == len(blobs) <= chunk for ids, blobs in pages)
     assert {bytes(b) for _, blobs in pages for b in blobs} == {np.float64(1.0).tobytes()}
@@ -94,12 +96,12 @@ def test_epsilon_spent_adds_up_every_round(ctx: Context, study_id: str) -> None:
     """Participants who report in several rounds are charged for each (basic composition)."""
     again = [4, 20, 21]
     with ctx.transaction() as session:  # a second round's reports, written directly
-        inserted = repo.insert_reports(
+        inserted = report_rows.insert_reports(
             session, study_id, 1, utcnow(), again, [b"\0" * 8] * 3, [0.25] * 3, ["d"] * 3
         )
         assert inserted == set(again)
     with ctx.transaction() as session:
-        spent = repo.spent_per_participant(session, study_id, N, 2, chunk=2)
+        spent = report_rows.spent_per_participant(session, study_id, N, 2, chunk=2)
     expected = np.zeros(N)
     expected[REPORTED] += 1.0
     expected[again] += 0.25

@@ -28,7 +28,7 @@ from fedldp.protocol.core.wire import (
     TaskDone,
 )
 from fedldp.protocol.heterogeneous.estimators import weights
-from fedldp.server import ingest, studies, tasks
+from fedldp.server import enrollment, ingest, studies, tasks
 from fedldp.server.context import Context
 from fedldp.server.db import Database
 from fedldp.server.rounds import close_round, sweep
@@ -50,7 +50,7 @@ def new_study(
 ) -> tuple[str, list[Enrollment]]:
     view = studies.create(ctx, StudyCreate(protocol=protocol, params=params, seed=11, **fields))
     n = len(epsilons)
-    people = studies.enroll(ctx, view.id, epsilons, [{}] * n, [None] * n).enrollments
+    people = enrollment.enroll(ctx, view.id, epsilons, [{}] * n, [None] * n).enrollments
     return view.id, people
 
 

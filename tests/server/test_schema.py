@@ -21,7 +21,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, insert, inspect, select, text
 
 from fedldp.protocol.core.wire import EPSILON_MAX, EPSILON_MIN, Enrollment, StudyCreate
-from fedldp.server import studies
+from fedldp.server import enrollment, studies
 from fedldp.server.context import Context
 from fedldp.server.db import Database
 from fedldp.server.errors import EpsilonOutOfRange
@@ -147,7 +147,7 @@ def resume_and_finish(url: str, old: OldStudies) -> None:
         )
         assert (created.epsilon_min, created.epsilon_max) == (0.5, 2.0)
         with pytest.raises(EpsilonOutOfRange):
-            studies.enroll(ctx, created.id, [0.1], [{}], [None])
+            enrollment.enroll(ctx, created.id, [0.1], [{}], [None])
     finally:
         ctx.db.dispose()
 

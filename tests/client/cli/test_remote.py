@@ -230,9 +230,13 @@ def test_an_unreachable_server_is_announced_and_timeout_gives_up(
     assert took < 1.5 + 2.0  # the deadline, and the start of the interpreter's work
 
 
-def test_sigkill_of_fedldp_server_leaves_nothing_serving(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [None, 2])
+def test_sigkill_of_fedldp_server_leaves_nothing_serving(
+    tmp_path: Path, workers: int | None
+) -> None:
     """``fedldp server`` is the server process (exec), not a parent of one: killing the pid the
-    caller holds, with a signal it cannot forward, frees the port."""
+    caller holds, with a signal it cannot forward, frees the port. With ``--workers 2`` that pid
+    supervises two workers, which stop when it dies."""
     port = free_port()
     command = [
         *FEDLDP,
@@ -241,6 +245,7 @@ def test_sigkill_of_fedldp_server_leaves_nothing_serving(tmp_path: Path) -> None
         str(port),
         "--database-url",
         sqlite_url(tmp_path / "k.db"),
+        *([] if workers is None else ["--workers", str(workers)]),
     ]
     with (tmp_path / "server.log").open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -255,6 +260,9 @@ def test_sigkill_of_fedldp_server_leaves_nothing_serving(tmp_path: Path) -> None
                 except httpx.TransportError:
                     assert time.monotonic() < deadline, "the server never became healthy"
                     time.sleep(0.1)
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+        kids = [int(c) for c in children.read_text().split()] if children.exists() else []
+        assert len(kids) >= (workers or 0)  # the workers (and multiprocessing's tracker)
         os.kill(process.pid, signal.SIGKILL)
         process.wait(10)
         refused_by = time.monotonic() + 5
@@ -264,6 +272,10 @@ def test_sigkill_of_fedldp_server_leaves_nothing_serving(tmp_path: Path) -> None
             except ConnectionRefusedError:
                 break
             assert time.monotonic() < refused_by, "something still serves the port"
+            time.sleep(0.05)
+        gone_by = time.monotonic() + 10
+        while any(Path(f"/proc/{kid}").exists() for kid in kids):
+            assert time.monotonic() < gone_by, "a worker outlived its supervisor"
             time.sleep(0.05)
     finally:
         if process.poll() is None:

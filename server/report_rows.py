@@ -1,0 +1,248 @@
+"""The SQL of reports and central-trust contributions (``fedldp.server.repository`` has the rest):
+bulk inserts that skip stored keys, lookups by participant ids, and pages of a round's reports
+for aggregation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import (
+    ColumnElement,
+    CursorResult,
+    Table,
+    delete,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.orm import Session
+
+from fedldp.protocol.core.base import FloatArray, IntArray
+from fedldp.server.db import Database
+from fedldp.server.repository import (
+    CONTRIBUTIONS,
+    IN_CHUNK,
+    REPORTS,
+    Columns,
+    among,
+    raw_rows,
+)
+from fedldp.server.tables import RoundRow, StudyRow
+
+__all__ = [
+    "ended_among",
+    "existing_reports",
+    "forget_contributions",
+    "insert_contributions",
+    "insert_reports",
+    "reported_pids",
+    "reported_rounds",
+    "rounds_reported",
+    "spent_per_participant",
+    "stream_reports",
+]
+
+
+def insert_reports(
+    session: Session,
+    study_id: str,
+    index: int,
+    received_at: datetime,
+    participant_ids: Sequence[int],
+    payloads: Sequence[bytes],
+    epsilons: Sequence[float],
+    digests: Sequence[str],
+) -> set[int]:
+    """Insert the reports of these participants in round ``index`` (payload bytes, ε charged,
+    receipt digest each), skipping (study, round, participant) keys already stored: the ids
+    that were inserted by this statement."""
+    if not participant_ids:
+        return set()
+    columns = Columns(
+        {"study_id": study_id, "round": index, "received_at": received_at},
+        {
+            "participant_id": participant_ids,
+            "payload": payloads,
+            "epsilon": epsilons,
+            "digest": digests,
+        },
+    )
+    dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        return _insert_reports_sqlite(session, columns)
+    if dialect != "postgresql":  # pragma: no cover - only SQLite and PostgreSQL are supported
+        raise RuntimeError(f"unsupported database {dialect}")
+    # A Core insert into the table (multi-row VALUES batches with RETURNING), not an ORM bulk
+    # insert of ReportRow: the same statement without the ORM's per-row bookkeeping.
+    table = REPORTS
+    stmt = postgresql.insert(table).on_conflict_do_nothing().returning(table.c.participant_id)
+    return {int(pid) for pid in session.execute(stmt, columns.dicts(table)).scalars()}
+
+
+def _insert_reports_sqlite(session: Session, columns: Columns) -> set[int]:
+    """``insert_reports`` on SQLite: ``INSERT … ON CONFLICT DO NOTHING RETURNING`` statements
+    at the driver (whose ``executemany`` would drop the RETURNING rows)."""
+    table = REPORTS
+    quote = session.get_bind().dialect.identifier_preparer.quote
+    tail = f" ON CONFLICT DO NOTHING RETURNING {quote(table.c.participant_id.name)}"
+    return {pid for (pid,) in columns.insert_sqlite(session, table, tail)}
+
+
+def existing_reports(
+    session: Session, study_id: str, index: int, participant_ids: Sequence[int]
+) -> dict[int, tuple[str, datetime]]:
+    """Digest and arrival time of the stored reports of these participants in this round."""
+    table = REPORTS
+    wanted = set(participant_ids)
+    out: dict[int, tuple[str, datetime]] = {}
+    for within in among(table.c.participant_id, participant_ids):
+        stmt = select(table.c.participant_id, table.c.digest, table.c.received_at).where(
+            table.c.study_id == study_id, table.c.round == index, within
+        )
+        for pid, digest, at in session.execute(stmt).all():
+            if pid in wanted:
+                out[int(pid)] = (str(digest), at)
+    return out
+
+
+def reported_pids(
+    session: Session, study_id: str, index: int, participant_ids: IntArray
+) -> IntArray:
+    """Which of these participants have a report stored in round ``index``."""
+    table = REPORTS
+    found: list[int] = []
+    for within in among(table.c.participant_id, participant_ids.tolist()):
+        stmt = select(table.c.participant_id).where(
+            table.c.study_id == study_id, table.c.round == index, within
+        )
+        found += (pid for (pid,) in raw_rows(session, stmt))
+    stored = np.fromiter(found, dtype=np.int64, count=len(found))
+    return participant_ids[np.isin(participant_ids, stored)]
+
+
+def rounds_reported(
+    db: Database, study_id: str, rounds: Sequence[int], participant_id: int
+) -> list[int]:
+    """Those of ``rounds`` in which the participant has a report (ascending): one lookup per
+    round along the primary key, in one statement through the driver (the task endpoint's
+    per-request read; ``Database.read``)."""
+    marks = ",".join("?" * len(rounds))
+    sql = (
+        f"SELECT round FROM {REPORTS.name} WHERE study_id = ? AND round IN ({marks}) "
+        "AND participant_id = ? ORDER BY round"
+    )
+    return [int(k) for (k,) in db.read(sql, (study_id, *rounds, participant_id))]
+
+
+def reported_rounds(
+    session: Session, study_id: str, participant_ids: Sequence[int]
+) -> dict[int, list[int]]:
+    """The rounds each of these participants has reported in (ascending), looked up round by
+    round along the primary key: a study has few rounds, and the reports need no second index
+    (by participant) that every insert would have to update."""
+    out: dict[int, list[int]] = {int(p): [] for p in participant_ids}
+    ids = np.asarray(list(out), dtype=np.int64)
+    indices = select(RoundRow.index).where(RoundRow.study_id == study_id).order_by(RoundRow.index)
+    for k in session.scalars(indices).all():
+        for pid in reported_pids(session, study_id, k, ids).tolist():
+            out[pid].append(k)
+    return out
+
+
+def insert_contributions(
+    session: Session,
+    study_id: str,
+    index: int,
+    participant_ids: Sequence[int],
+    payloads: Sequence[bytes],
+) -> None:
+    """Store central-trust contributions (their reports were just inserted, payload-less)."""
+    if participant_ids:
+        rows = [
+            {"study_id": study_id, "round": index, "participant_id": pid, "payload": blob}
+            for pid, blob in zip(participant_ids, payloads, strict=True)
+        ]
+        session.execute(CONTRIBUTIONS.insert(), rows)
+
+
+def ended_among(session: Session, study_ids: Sequence[str]) -> list[str]:
+    """Those of ``study_ids`` whose study has finished, failed or been cancelled."""
+    out: list[str] = []
+    ids = list(study_ids)
+    for start in range(0, len(ids), IN_CHUNK):
+        stmt = select(StudyRow.id).where(
+            StudyRow.id.in_(ids[start : start + IN_CHUNK]),
+            StudyRow.phase.in_(["finished", "failed", "cancelled"]),
+        )
+        out += session.scalars(stmt).all()
+    return sorted(out)
+
+
+def forget_contributions(session: Session, study_id: str) -> int:
+    """Delete a study's contributions and blank its reports' digests (a digest would let one
+    test a guess of a statistic): only the release and its diagnostics remain. Returns how many
+    contributions were deleted (0 for a local-trust study, which has none)."""
+    table = CONTRIBUTIONS
+    deleted: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+        delete(table).where(table.c.study_id == study_id)
+    )
+    if deleted.rowcount:
+        session.execute(update(REPORTS).where(REPORTS.c.study_id == study_id).values(digest=""))
+    return int(deleted.rowcount)
+
+
+def _round_pages(
+    session: Session,
+    table: Table,
+    study_id: str,
+    index: int,
+    value: ColumnElement[Any],
+    chunk: int,
+) -> Iterator[tuple[IntArray, list[Any]]]:
+    """(ids, values) of one round's rows in participant order, ``chunk`` at a time: keyset
+    pagination along the primary key keeps memory flat and works the same on every backend."""
+    after = -1
+    while True:
+        stmt = (
+            select(table.c.participant_id, value)
+            .where(
+                table.c.study_id == study_id,
+                table.c.round == index,
+                table.c.participant_id > after,
+            )
+            .order_by(table.c.participant_id)
+            .limit(chunk)
+        )
+        rows = raw_rows(session, stmt)
+        if not rows:
+            return
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        yield ids, [r[1] for r in rows]
+        after = int(ids[-1])
+
+
+def stream_reports(
+    session: Session, study_id: str, index: int, chunk: int, *, contributions: bool = False
+) -> Iterator[tuple[IntArray, list[bytes]]]:
+    """The round's reports in participant order, ``chunk`` at a time: (ids, payload bytes);
+    ``contributions``: a central-trust study's payloads, kept in their own table."""
+    table = CONTRIBUTIONS if contributions else REPORTS
+    for ids, payloads in _round_pages(session, table, study_id, index, table.c.payload, chunk):
+        yield ids, [bytes(p) for p in payloads]
+
+
+def spent_per_participant(
+    session: Session, study_id: str, n: int, rounds: int, chunk: int = 8192
+) -> FloatArray:
+    """ε charged to each participant by its stored reports in rounds 0..rounds-1 (basic
+    composition), read round by round in participant order (cheaper than grouping by
+    participant), so memory stays one float per participant."""
+    table = REPORTS
+    spent = np.zeros(n, dtype=np.float64)
+    for index in range(rounds):
+        for ids, charges in _round_pages(session, table, study_id, index, table.c.epsilon, chunk):
+            spent[ids] += np.asarray(charges, dtype=np.float64)
+    return spent

@@ -1,0 +1,122 @@
+"""Claims evaluated on trial rows: slopes over one regime (``x_in``) and quantile statistics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from fedldp.client.experiments.aggregate import quantile_level, stat_band
+from fedldp.client.experiments.checks import evaluate
+from fedldp.client.experiments.spec import CheckSpec, PlotSpec, Quantity
+
+
+def _rows(points: dict[float, list[float]]) -> list[dict[str, str]]:
+    return [
+        {"protocol": "p", "epsilon": f"{x:g}", "seed": str(i), "error": repr(v)}
+        for x, errors in points.items()
+        for i, v in enumerate(errors)
+    ]
+
+
+def test_a_slope_over_x_in_fits_that_regime_only() -> None:
+    # mean error = x^-2 up to x = 1, then flat: the fit over the first regime is exactly -2,
+    # over every x it is not
+    rows = _rows({0.25: [16.0], 0.5: [4.0], 1: [1.0], 4: [1.0], 16: [1.0]})
+    spec = {"claim": "c", "kind": "slope", "x": "epsilon", "min": -2.01, "max": -1.99}
+    regime = evaluate(CheckSpec.model_validate({**spec, "x_in": [0.25, 0.5, 1]}), rows, [])
+    whole = evaluate(CheckSpec.model_validate(spec), rows, [])
+    assert regime.measured[0][1] == pytest.approx(-2.0)
+    assert regime.verdict == "holds"
+    assert whole.verdict == "fails"
+
+
+def test_x_in_belongs_to_slopes_and_needs_two_values() -> None:
+    with pytest.raises(ValidationError, match="x_in"):
+        CheckSpec.model_validate({"claim": "c", "kind": "bound", "x_in": [1, 2], "max": 1})
+    with pytest.raises(ValidationError, match="x_in"):
+        CheckSpec.model_validate(
+            {"claim": "c", "kind": "slope", "x": "epsilon", "x_in": [1, 1], "max": 1}
+        )
+
+
+def test_quantile_statistic_and_its_order_statistic_band() -> None:
+    rng = np.random.default_rng(5)
+    xs = np.abs(rng.standard_normal(20_000))
+    value, lo, hi = stat_band(xs.tolist(), "q99")
+    assert quantile_level("q99") == 0.99
+    assert quantile_level("q999") == 0.999
+    assert quantile_level("mse") is None
+    assert value == pytest.approx(float(np.quantile(xs, 0.99)))
+    # the band holds the true quantile of |Z| (2.5758) and has the order-statistic width:
+    # 1.96 √(R q (1 − q)) ranks each side: 2 × 1.96 × √(q(1 − q)/R)/f(q) = 2 × 1.96 ×
+    # 0.000704/0.0289 ≈ 0.095 in value (f(q) = 2φ(2.5758), the density of |Z| there)
+    assert lo < 2.5758 < hi
+    assert 0.06 < hi - lo < 0.14
+    assert math.isnan(stat_band([], "q90")[0])
+
+
+def test_a_quantile_ratio_check_and_unknown_statistics_are_refused() -> None:
+    rng = np.random.default_rng(6)
+    rows = _rows({1: np.abs(rng.standard_normal(4000)).tolist()})
+    check = CheckSpec.model_validate(
+        {
+            "claim": "Gaussian tail",
+            "kind": "ratio",
+            "numerator": {"stat": "q90"},
+            "denominator": {"stat": "rmse"},
+            "min": 1.645 * 0.9,
+            "max": 1.645 * 1.1,
+        }
+    )
+    assert evaluate(check, rows, ["protocol", "epsilon"]).verdict == "holds"
+    for bad in ("q", "quantile", "q1.5", "p99"):
+        with pytest.raises(ValidationError):
+            PlotSpec.model_validate({"x": "epsilon", "stat": bad})
+
+
+def test_a_tuned_minimum_takes_the_best_of_the_listed_tunings() -> None:
+    rows = [
+        {"protocol": p, "seed": str(s), "error": repr(e)}
+        for p, e in (("wme", 1.0), ("hlm-t4", 4.0), ("hlm-t8", 0.5), ("hlm-t16", 0.1))
+        for s in range(3)
+    ]
+    ratio = {
+        "claim": "c",
+        "kind": "ratio",
+        "stat": "mse",
+        "numerator": {"where": {"protocol": "wme"}},
+        "min": 0,
+    }
+    # the best of t4 and t8 is t8 (MSE 0.25): 1/0.25; t16 is left out by `among`
+    picked = {"best_of": "protocol", "among": ["hlm-t4", "hlm-t8"]}
+    check = CheckSpec.model_validate({**ratio, "denominator": picked})
+    assert evaluate(check, rows, ["protocol"]).measured[0][1] == pytest.approx(4.0)
+    # without `among` every value of the column competes, the numerator's own included
+    check = CheckSpec.model_validate({**ratio, "denominator": {"best_of": "protocol"}})
+    assert evaluate(check, rows, ["protocol"]).measured[0][1] == pytest.approx(100.0)
+    with pytest.raises(ValidationError, match="among"):
+        CheckSpec.model_validate({**ratio, "denominator": {"among": ["hlm-t4"]}})
+
+
+def test_a_tuned_minimum_over_several_grid_columns() -> None:
+    # MSE = (t·p − 4)² + 1 over t, p ∈ {1, 2, 4}: the best pair (t·p = 4) gives 1; with t = 1
+    # fixed the best p is 4 (MSE 1 as well), with p = 1 the best t is 4
+    rows = [
+        {"params.bins": str(t), "params.depth": str(p), "seed": "0", "error": repr(v)}
+        for t in (1, 2, 4)
+        for p in (1, 2, 4)
+        for v in [((t * p - 4) ** 2 + 1) ** 0.5]
+    ]
+    base = {"claim": "c", "kind": "ratio", "stat": "mse", "min": 0}
+    both = {"best_of": ["params.bins", "params.depth"]}
+    t1 = {"best_of": "params.depth", "where": {"params.bins": 1}}
+    coarse = {"best_of": "params.depth", "where": {"params.bins": 2}, "among": [1, 4]}
+    check = CheckSpec.model_validate({**base, "numerator": t1, "denominator": both})
+    assert evaluate(check, rows, []).measured[0][1] == pytest.approx(1.0)
+    check = CheckSpec.model_validate({**base, "numerator": coarse, "denominator": both})
+    assert evaluate(check, rows, []).measured[0][1] == pytest.approx(5.0)
+    with pytest.raises(ValidationError, match="among"):
+        Quantity.model_validate({"best_of": ["params.bins", "params.depth"], "among": [1]})
