@@ -1,8 +1,9 @@
 """Benchmark: the per-user swarm (every simulated user its own conversation with the server) against
 a real server, next to the batch mode on the same population, in one run (issue 15, item 1).
 
-Starts a real server (``python -m fedldp.server``, ``--workers K``) on a temporary SQLite
-database. For each protocol (one-round ``baseline-clipped-laplace`` and two-round ``user-mean``;
+For each server worker count in ``--workers`` (default 1 and 2), starts a real server
+(``python -m fedldp.server``, ``FEDLDP_WORKERS=K``) on a temporary SQLite database. For each
+protocol (one-round ``baseline-clipped-laplace`` and two-round ``user-mean``;
 ``--users`` N = 10,000 users with 64 two-point samples each, ε = 1) it runs the swarm twice in a
 fresh spawned process each: per user (``fedldp swarm`` without ``--batch``: one task request and
 one report request per user and round, each with the user's own token) and in batch mode. For
@@ -11,13 +12,14 @@ requests per user (the swarm's own count of task and report requests), the CPU s
 RSS of the swarm process and of the server (its processes together; the peak is reset before each
 run), and the per-user run's ratio to the batch run. It checks that every run's estimate equals
 ``fedldp simulate`` of the same seed (relative 1e-9, DESIGN.md). Exits 1 if an estimate differs
-or, unless ``--no-targets``, if a per-user run is below the target of 1,000 users/s.
+or, unless ``--no-targets``, if a protocol's per-user runs are all below the target of 1,000
+users/s (the best worker count counts: the target is for this machine, used as well as it can be).
 
 Both processes share this machine's cores (and whatever else runs on it): the users/s are
 end-to-end rates under that contention, and the CPU seconds say where the time went.
 
     python benchmarks/bench_peruser.py [--users N] [--samples M] [--protocol P ...]
-        [--concurrency C] [--workers K] [--seed S] [--no-batch] [--no-targets]
+        [--concurrency C] [--workers K[,K...]] [--seed S] [--no-batch] [--no-targets]
 """
 
 from __future__ import annotations
@@ -98,19 +100,6 @@ def reset_peaks(pids: list[int]) -> None:
             Path(f"/proc/{p}/clear_refs").write_text("5")
 
 
-class Server(ServerProcess):
-    """The server program with ``--workers K`` (K > 1: several processes share the port)."""
-
-    def __init__(self, workers: int, **options: Any) -> None:
-        super().__init__(**options)
-        self.workers = workers
-
-    @property
-    def command(self) -> list[str]:
-        extra = ["--workers", str(self.workers)] if self.workers > 1 else []
-        return [*super().command, *extra]
-
-
 # --------------------------------------------------------------------------- one swarm run
 
 
@@ -177,12 +166,12 @@ def measure(
 def line(mode: str, n: int, run: Run, server_cpu: float, server_peak: float) -> str:
     requests = (run.task_requests + run.report_requests) / n
     return (
-        f"  {mode:<9}: {n / run.elapsed_s:8.0f} users/s  ({run.elapsed_s:6.2f} s; "
+        f"    {mode:<9}: {n / run.elapsed_s:8.0f} users/s  ({run.elapsed_s:6.2f} s; "
         f"{run.task_requests} task + {run.report_requests} report requests, "
         f"{requests:.2f}/user, {run.waits} waits)\n"
-        f"             swarm  {run.cpu_s:6.2f} CPU s ({run.cpu_s / n * 1e3:5.2f} ms/user), "
+        f"               swarm  {run.cpu_s:6.2f} CPU s ({run.cpu_s / n * 1e3:5.2f} ms/user), "
         f"peak RSS {run.peak_rss_mib:6.1f} MiB\n"
-        f"             server {server_cpu:6.2f} CPU s ({server_cpu / n * 1e3:5.2f} ms/user), "
+        f"               server {server_cpu:6.2f} CPU s ({server_cpu / n * 1e3:5.2f} ms/user), "
         f"peak RSS {server_peak:6.1f} MiB"
     )
 
@@ -192,6 +181,36 @@ def relative_error(remote: Any, local: Any) -> float:
     return float(np.max(np.abs(r - here)) / max(float(np.max(np.abs(here))), 1e-300))
 
 
+def run_protocol(
+    server: ServerProcess, protocol: str, spec: PopulationSpec, args: argparse.Namespace
+) -> tuple[float, bool]:
+    """Both modes of one protocol: the per-user users/s, and whether every estimate was the
+    simulator's."""
+    population = build_population(spec, args.seed)
+    p = get_protocol(protocol)
+    params = p.parse_params(fill_from_population(p, {}, population))
+    local = simulate(p, params, population, args.seed).result.estimate
+    print(f"  {protocol}:")
+    runs: dict[str, Run] = {}
+    same = True
+    for mode, batch in (("per-user", None), ("batch", args.batch)):
+        if mode == "batch" and args.no_batch:
+            continue
+        run, server_cpu, server_peak = measure(server, protocol, spec, args, batch)
+        runs[mode] = run
+        print(line(mode, args.users, run, server_cpu, server_peak))
+        rel = relative_error(run.estimate, local)
+        same &= rel <= REL
+        print(
+            f"               estimate {run.estimate!r} vs simulate {local!r} (rel. {rel:.1e}) "
+            + ("same" if rel <= REL else "DIFFERENT")
+        )
+    if "batch" in runs:
+        ratio = runs["per-user"].elapsed_s / runs["batch"].elapsed_s
+        print(f"    per-user time / batch time: {ratio:.2f}")
+    return args.users / runs["per-user"].elapsed_s, same
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--users", type=int, default=10_000)
@@ -199,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocol", action="append", choices=PROTOCOLS, help="(repeat)")
     parser.add_argument("--concurrency", type=int, default=0, help="0: the swarm's default")
     parser.add_argument("--batch", type=int, default=10_000, help="users per block, batch mode")
-    parser.add_argument("--workers", type=int, default=1, help="server worker processes")
+    parser.add_argument(
+        "--workers", default="1,2", help="server worker counts to run, comma-separated (1,2)"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-batch", action="store_true", help="skip the batch-mode runs")
     parser.add_argument("--no-targets", action="store_true", help="print, do not judge")
@@ -208,51 +229,35 @@ def main(argv: list[str] | None = None) -> int:
     spec = PopulationSpec(
         users=args.users, samples=args.samples, distribution="two-point", mean=0.3, epsilon=1.0
     )
-    ok = True
+    protocols = args.protocol or list(PROTOCOLS)
     load = os.getloadavg()
     print(
-        f"n = {args.users} users x {args.samples} samples, seed {args.seed}, server workers "
-        f"{args.workers}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+        f"n = {args.users} users x {args.samples} samples, seed {args.seed}; load average "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
-    with tempfile.TemporaryDirectory(prefix="fedldp-bench-") as tmp:
-        server = Server(
-            args.workers,
-            database_url=sqlite_url(Path(tmp) / "bench.db"),
-            env={"FEDLDP_LOG_LEVEL": "warning"},
-            log=Path(tmp) / "server.log",
-        )
-        with server:
-            server.wait_healthy()
-            for protocol in args.protocol or PROTOCOLS:
-                population = build_population(spec, args.seed)
-                p = get_protocol(protocol)
-                params = p.parse_params(fill_from_population(p, {}, population))
-                local = simulate(p, params, population, args.seed).result.estimate
-                print(f"{protocol}:")
-                runs: dict[str, Run] = {}
-                for mode, batch in (("per-user", None), ("batch", args.batch)):
-                    if mode == "batch" and args.no_batch:
-                        continue
-                    run, server_cpu, server_peak = measure(server, protocol, spec, args, batch)
-                    runs[mode] = run
-                    print(line(mode, args.users, run, server_cpu, server_peak))
-                    rel = relative_error(run.estimate, local)
-                    same = rel <= REL
+    ok = True
+    best = dict.fromkeys(protocols, 0.0)
+    for workers in (int(k) for k in args.workers.split(",")):
+        print(f"server with {workers} worker(s):")
+        with tempfile.TemporaryDirectory(prefix="fedldp-bench-") as tmp:
+            server = ServerProcess(
+                database_url=sqlite_url(Path(tmp) / "bench.db"),
+                env={"FEDLDP_LOG_LEVEL": "warning", "FEDLDP_WORKERS": str(workers)},
+                log=Path(tmp) / "server.log",
+            )
+            with server:
+                server.wait_healthy()
+                for protocol in protocols:
+                    rate, same = run_protocol(server, protocol, spec, args)
                     ok &= same
-                    print(
-                        f"             estimate {run.estimate!r} vs simulate {local!r} "
-                        f"(rel. {rel:.1e}) " + ("same" if same else "DIFFERENT")
-                    )
-                rate = args.users / runs["per-user"].elapsed_s
-                if "batch" in runs:
-                    ratio = runs["per-user"].elapsed_s / runs["batch"].elapsed_s
-                    print(f"  per-user time / batch time: {ratio:.2f}")
-                met = rate >= USERS_PER_S_TARGET
-                ok &= met or args.no_targets
-                print(
-                    f"  per-user: {rate:.0f} users/s, target >= {USERS_PER_S_TARGET:,.0f}: "
-                    + ("met" if met else "MISSED")
-                )
+                    best[protocol] = max(best[protocol], rate)
+    for protocol, rate in best.items():
+        met = rate >= USERS_PER_S_TARGET
+        ok &= met or args.no_targets
+        print(
+            f"{protocol}: per user at best {rate:.0f} users/s, target >= "
+            f"{USERS_PER_S_TARGET:,.0f}: " + ("met" if met else "MISSED")
+        )
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

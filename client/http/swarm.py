@@ -2,8 +2,8 @@
 
 This is also the Python API for users' scripts::
 
-    from fedldp.client.population.build import PopulationSpec from fedldp.client.http.swarm import
-    run_swarm_sync
+    from fedldp.client.http.swarm import run_swarm_sync
+    from fedldp.client.population.build import PopulationSpec
 
     spec = PopulationSpec(users=20_000, samples=256, distribution="two-point", mean=0.3)
     run = run_swarm_sync(
@@ -44,7 +44,6 @@ from fedldp.client.cli.output import result_summary
 from fedldp.client.http.agents import DriveStats, Roster, SwarmError, WaitPolicy, drive
 from fedldp.client.http.api import ApiClient, PhaseError, RetryPolicy
 from fedldp.client.http.enrollment import (
-    ENROLL_CHUNK,
     enroll,
     enroll_leases,
     join,
@@ -68,16 +67,7 @@ from fedldp.protocol.core.wire import (
     StudyView,
 )
 
-__all__ = [
-    "ENROLL_CHUNK",
-    "SwarmError",
-    "SwarmResult",
-    "enroll",
-    "run_swarm",
-    "run_swarm_sync",
-    "start",
-    "view_summary",
-]
+__all__ = ["SwarmError", "SwarmResult", "run_swarm", "run_swarm_sync", "view_summary"]
 
 DEFAULT_CONCURRENCY = {"user": 64, "batch": 4}
 

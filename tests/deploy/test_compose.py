@@ -34,8 +34,8 @@ import pytest
 from numpy.typing import NDArray
 
 from fedldp.client.cli.main import build_parser
+from fedldp.client.http.enrollment import ENROLL_CHUNK
 from fedldp.client.http.server_process import free_port
-from fedldp.client.http.swarm import ENROLL_CHUNK
 from fedldp.client.population.build import build_population, population_spec_from_args
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
