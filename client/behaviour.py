@@ -26,9 +26,12 @@ them is refused and counted, in process as over HTTP):
 * ``output``: the valid report that shifts the estimate most: the upper end of the protocol's
   report bounds (``Protocol.report_bounds``: the largest plausible Laplace value, the +1 bit of
   randomized response, ...);
-* ``max-gain`` (frequency protocols with the JL oracle, ``hetero-frequency``): the report that
-  raises the target items' estimates most: the attacker's row j with the sign that the targets'
-  column entries agree on (Cao et al., USENIX Security 2021, maximal gain attack).
+* ``max-gain`` (the frequency oracles): the report that raises the target items' estimates most
+  (Cao et al., USENIX Security 2021, maximal gain attack). ``hetero-frequency`` (JL oracle): the
+  attacker's row j with the sign that the targets' column entries agree on. ``user-frequency``
+  (Hadamard coefficients): in stage two every component at the end of its plausible range
+  (``report_bounds``) on the targets' side, in stage one the honest randomizer on the first
+  target (``_max_gain_hadamard``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ from fedldp.protocol.core.base import (
 )
 from fedldp.protocol.core.streams import StreamKey, UserStreams
 from fedldp.protocol.mechanisms.randomizers import jl_sign
+from fedldp.protocol.user_level import components as comp
+from fedldp.protocol.user_level.multi_d import FrequencyParams, UserFrequency
 
 __all__ = [
     "ATTACKS",
@@ -222,25 +227,84 @@ def attack_payloads(
         worst = _worst_case(protocol, data, behaviour.targets)
         return protocol.privatize(params, task, worst, epsilon, group, rng)
     if attack == "max-gain":
-        if task.payload_kind != "index-sign":
-            raise ValueError(
-                f"the max-gain attack is defined for the JL frequency oracle "
-                f"(hetero-frequency), not {protocol.name}"
+        if task.payload_kind == "index-sign":
+            return _max_gain_jl(
+                behaviour.targets, protocol, params, task, data, epsilon, group, rng
             )
-        honest = protocol.privatize(
-            params, task, _worst_case(protocol, data, ()), epsilon, group, rng
+        if isinstance(protocol, UserFrequency):
+            return _max_gain_hadamard(
+                behaviour.targets, protocol, params, task, data, epsilon, group, rng
+            )
+        raise ValueError(
+            f"the max-gain attack is defined for the frequency oracles (hetero-frequency, "
+            f"user-frequency), not {protocol.name}"
         )
-        m, seed, k = (int(task.broadcast[key]) for key in ("m", "jl_seed", "k"))
-        if max(behaviour.targets) >= k:
-            raise ValueError(f"target items must lie in [0, {k})")
-        rows = honest[:, 0].astype(np.int64)
-        votes = np.zeros(rows.shape[0])
-        for t in behaviour.targets:
-            votes += jl_sign(seed, m, k, rows, np.full_like(rows, t)).astype(np.float64)
-        first = jl_sign(seed, m, k, rows, np.full_like(rows, behaviour.targets[0]))
-        honest[:, 1] = np.where(votes != 0, np.sign(votes), first.astype(np.float64))
-        return honest
     raise ValueError("no attack was given")
+
+
+def _max_gain_jl(
+    targets: tuple[int, ...],
+    protocol: Protocol[Any],
+    params: Params,
+    task: RoundTask,
+    data: UserData,
+    epsilon: FloatArray,
+    group: IntArray,
+    rng: UserStreams,
+) -> FloatArray:
+    """The JL oracle: the honest row j, with the sign the targets' column entries agree on."""
+    honest = protocol.privatize(params, task, _worst_case(protocol, data, ()), epsilon, group, rng)
+    m, seed, k = (int(task.broadcast[key]) for key in ("m", "jl_seed", "k"))
+    if max(targets) >= k:
+        raise ValueError(f"target items must lie in [0, {k})")
+    rows = honest[:, 0].astype(np.int64)
+    votes = np.zeros(rows.shape[0])
+    for t in targets:
+        votes += jl_sign(seed, m, k, rows, np.full_like(rows, t)).astype(np.float64)
+    first = jl_sign(seed, m, k, rows, np.full_like(rows, targets[0]))
+    honest[:, 1] = np.where(votes != 0, np.sign(votes), first.astype(np.float64))
+    return honest
+
+
+def _max_gain_hadamard(
+    targets: tuple[int, ...],
+    protocol: UserFrequency,
+    params: Params,
+    task: RoundTask,
+    data: UserData,
+    epsilon: FloatArray,
+    group: IntArray,
+    rng: UserStreams,
+) -> FloatArray:
+    """user-frequency (Hadamard coefficients, two stages per invocation). Stage one: the honest
+    randomizer on the first target item (its histograms pull the intervals the targets' way).
+    Stage two: each of the attacker's components at the end of its plausible range that raises
+    the targets: p̂_t = Σ_j H_tj θ̂_j / √c, so component j goes to its upper bound where the
+    targets' Hadamard entries sum to > 0, to its lower bound where < 0, and to the middle of its
+    range on a tie (either end would raise some targets as much as it lowers the others: the
+    targets' total gain is the same, and no target is sacrificed). Every value passes the
+    server's range checks."""
+    assert isinstance(params, FrequencyParams)
+    if max(targets) >= params.domain_size:
+        raise ValueError(f"target items must lie in [0, {params.domain_size})")
+    if task.round % 2 == 0:
+        item = UserData(np.full_like(data.values, targets[0]), data.counts, data.labels)
+        return protocol.privatize(params, task, item, epsilon, group, rng)
+    m = params.samples_per_user
+    columns = [
+        protocol.component_values(
+            params, task.broadcast, UserData(np.full(m, t, dtype=data.values.dtype), np.array([m]))
+        )[0]
+        for t in targets
+    ]
+    votes = np.sign(np.sum(columns, axis=0))
+    layout = comp.Layout.from_json(task.broadcast["layout"])
+    own, mask, _ = comp.gather_components(
+        np.broadcast_to(votes, (group.shape[0], votes.shape[0])), layout, group
+    )
+    lo, hi = protocol.report_bounds(params, task, epsilon, group)
+    ends = np.where(own > 0, hi, np.where(own < 0, lo, (lo + hi) / 2.0))
+    return np.asarray(np.where(mask, ends, 0.0), dtype=np.float64)
 
 
 def respond(

@@ -8,7 +8,8 @@
 #   3. if the image python:3.11-slim is absent, build a stand-in: a minimal Debian bookworm
 #      (debootstrap) with python3, pip and venv, imported with `docker import`;
 #   4. fill deploy/wheelhouse/ with CPython 3.11 manylinux x86_64 wheels of the project's
-#      dependencies (with psycopg[binary]) and build backend, for `pip install --no-index`.
+#      dependencies (with the extras postgres and cluster: psycopg[binary], dask[distributed])
+#      and build backend, for `pip install --no-index`.
 # Compose: scripts/compose runs whichever is installed (`docker compose` v2, else this one).
 #   bash deploy/offline-base-image.sh --stop   stops the dockerd this script started (if any)
 # Settings (environment): BASE_IMAGE, DEBIAN_MIRROR, WHEELHOUSE, SKIP_WHEELHOUSE=1, DOCKERD_LOG,
@@ -116,7 +117,8 @@ reqs=$(mktemp)
 import sys, tomllib
 with open("pyproject.toml", "rb") as f:
     toml = tomllib.load(f)
-deps = toml["project"]["dependencies"] + toml["project"]["optional-dependencies"]["postgres"]
+extras = toml["project"]["optional-dependencies"]
+deps = toml["project"]["dependencies"] + extras["postgres"] + extras["cluster"]
 lines = deps + toml["build-system"]["requires"]
 open(sys.argv[1], "w").write("\n".join(lines) + "\n")
 PY

@@ -16,9 +16,12 @@ examples:
   fedldp experiment run experiments/heterogeneous-weights.yaml --out results/hw --jobs 2
   fedldp experiment plot results/hw
   fedldp experiment check results/hw
+  fedldp experiment run experiments/heterogeneous-weights.yaml --cluster tcp://scheduler:8786
 
 The run writes DIR/trials.csv (one row per trial, appended as each ends) and DIR/experiment.yaml;
-rerunning skips the trials already in the CSV, so an interrupted run resumes.
+rerunning skips the trials already in the CSV, so an interrupted run resumes. With --cluster
+the trials run on the workers of an existing Dask scheduler (pip install 'fedldp[cluster]'; the
+workers must run the same fedldp) and this process writes the same CSV.
 """
 
 
@@ -29,7 +32,11 @@ def _run(args: argparse.Namespace) -> int:
     experiment = load_experiment(args.file, args.scale)
     out = args.out or Path("results") / experiment.spec.name
     summary = run_experiment(
-        experiment, out, jobs=args.jobs, progress=True if args.progress else None
+        experiment,
+        out,
+        jobs=args.jobs,
+        cluster=args.cluster,
+        progress=True if args.progress else None,
     )
     ran = f"{summary.done} trials run, {summary.skipped} already done, of {summary.total}"
     if summary.interrupted:
@@ -49,6 +56,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from fedldp.client.experiments.checks import evaluate_all
+    from fedldp.client.experiments.derived import with_derived
     from fedldp.client.experiments.plot import read_manifest
     from fedldp.client.experiments.results import read_rows
     from fedldp.client.experiments.spec import CheckSpec
@@ -56,7 +64,8 @@ def _check(args: argparse.Namespace) -> int:
     manifest = read_manifest(args.directory)["experiment"]
     checks = [CheckSpec.model_validate(c) for c in manifest.get("checks", [])]
     columns = ["protocol", *[k for k in manifest.get("grid", {}) if k != "protocol"]]
-    outcomes = evaluate_all(checks, read_rows(args.directory / "trials.csv"), columns)
+    rows = with_derived(read_rows(args.directory / "trials.csv"), manifest.get("derived", {}))
+    outcomes = evaluate_all(checks, rows, columns)
     for o in outcomes:
         print(f"{o.verdict:8} {o.check.claim} ({o.range_text()}): {o.measured_text()}")
     return 0 if all(o.verdict == "holds" for o in outcomes) else 1
@@ -79,6 +88,11 @@ def add_experiment_parser(subparsers: Subparsers) -> None:
     run.add_argument("file", type=Path, metavar="FILE", help="experiment file (YAML)")
     run.add_argument("--out", type=Path, metavar="DIR", help="run directory (default results/NAME)")
     run.add_argument("--jobs", type=int, default=1, metavar="K", help="worker processes (1)")
+    run.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="run the trials on the workers of this Dask scheduler (tcp://host:8786)",
+    )
     run.add_argument(
         "--scale", choices=("quick", "paper"), default="quick", help="the file's scale (quick)"
     )
@@ -114,6 +128,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         out=args.out,
         scale=args.scale,
         jobs=args.jobs,
+        cluster=args.cluster,
         progress=True if args.progress else None,
     )
     report = write_report(done, args.out, args.scale)
@@ -141,6 +156,9 @@ def add_reproduce_parser(subparsers: Subparsers) -> None:
         "--out", type=Path, default=Path("results/reproduce"), metavar="DIR", help="output folder"
     )
     parser.add_argument("--jobs", type=int, default=1, metavar="K", help="worker processes (1)")
+    parser.add_argument(
+        "--cluster", metavar="ADDRESS", help="run the trials on the workers of this Dask scheduler"
+    )
     parser.add_argument(
         "--experiments", type=Path, metavar="DIR", help="folder of experiment files"
     )

@@ -171,7 +171,8 @@ def plot_series(rows: Sequence[Row], plot: PlotSpec) -> list[Series]:
             continue
         has_theory = plot.theory is not None and any(math.isfinite(t) for t in theory)
         slope = loglog_slope(px, y) if plot.slope and numeric else None
-        label = f"{plot.hue.removeprefix('params.')} = {hue}" if plot.hue else plot.y
+        short = plot.hue.removeprefix("params.").removeprefix("behaviour.") if plot.hue else ""
+        label = f"{short} = {hue}" if plot.hue else plot.y
         out.append(
             Series(label, px, labels, y, lo, hi, seeds, theory if has_theory else None, slope)
         )

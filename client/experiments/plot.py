@@ -25,6 +25,7 @@ from fedldp.client.experiments.aggregate import (
     quantile_level,
     x_is_numeric,
 )
+from fedldp.client.experiments.derived import with_derived
 from fedldp.client.experiments.results import read_rows
 from fedldp.client.experiments.spec import PlotSpec
 
@@ -46,6 +47,8 @@ _COLUMN_TEXT = {
     "protocol": "protocol",
     "shape": "Lomax shape a",
     "failed": "fraction of trials the protocol refused",
+    "behaviour.dropout": "dropout: probability P that a user leaves before each round",
+    "behaviour.attackers": "fraction of fake users (attackers) β",
 }
 _STAT_TEXT = {
     "mean": "mean over seeds of",
@@ -118,7 +121,7 @@ def _title(manifest: Mapping[str, Any], plot: PlotSpec, rows: Sequence[Mapping[s
     swept = set(exp.get("grid", {}))
     fixed = {k: v for k, v in exp.get("population", {}).items() if k not in swept}
     fixed = {k: v for k, v in fixed.items() if k.replace("_", "-") not in swept}
-    lines = [head, *textwrap.wrap(f"{protocols} · {population_text({'population': fixed})}", 86)]
+    lines = [head, *textwrap.wrap(f"{protocols} · {population_text({'population': fixed})}", 80)]
     if plot.where:
         lines.append(describe_where(plot.where))
     return "\n".join(lines)
@@ -223,7 +226,8 @@ def plot_directory(directory: Path, *, plots: Sequence[PlotSpec] | None = None) 
     manifest = read_manifest(directory)
     if plots is None:
         plots = [PlotSpec.model_validate(p) for p in manifest["experiment"].get("plots", [])]
-    rows = read_rows(directory / "trials.csv")
+    derived = manifest["experiment"].get("derived", {})
+    rows = with_derived(read_rows(directory / "trials.csv"), derived)
     if not rows:
         raise ValueError(f"{directory}/trials.csv holds no trials (run the experiment first)")
     out = []

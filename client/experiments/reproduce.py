@@ -2,7 +2,8 @@
 
 The experiment files live in the repository's ``experiments/`` folder, one per figure or table
 of the papers as the specs' reproduction plans lay them out (names start with ``user-level-``,
-``heterogeneous-``, ``huber-``, ``semi-feature-``). They are found relative to the package's
+``heterogeneous-``, ``huber-``, ``semi-feature-``), and the robustness experiments of issue 13
+(``robustness-``: error against dropout and attackers). They are found relative to the package's
 source (``<repo>/experiments``, which an editable install, ``scripts/bootstrap``'s, has); they are
 not shipped in the wheel, where ``--experiments DIR`` (or ``FEDLDP_EXPERIMENTS``) names them. Each
 experiment runs into ``OUT/NAME/`` (resumable, like ``fedldp experiment run``), its figures are
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedldp.client.experiments.checks import CheckOutcome, evaluate_all
+from fedldp.client.experiments.derived import with_derived
 from fedldp.client.experiments.plot import plot_directory
 from fedldp.client.experiments.results import read_rows
 from fedldp.client.experiments.runner import RunSummary, provenance, run_experiment
@@ -31,7 +33,7 @@ __all__ = [
     "write_report",
 ]
 
-_PREFIXES = ("user-level-", "heterogeneous-", "huber-", "semi-feature-")
+_PREFIXES = ("user-level-", "heterogeneous-", "huber-", "semi-feature-", "robustness-")
 
 
 def experiments_dir(given: Path | None = None) -> Path:
@@ -68,6 +70,7 @@ def reproduce(
     out: Path,
     scale: str = "quick",
     jobs: int = 1,
+    cluster: str | None = None,
     progress: bool | None = None,
 ) -> list[ReproducedExperiment]:
     """Run, plot and check the named experiments (all when ``names`` is empty)."""
@@ -80,11 +83,11 @@ def reproduce(
     done = []
     for experiment in experiments:
         directory = out / experiment.spec.name
-        run = run_experiment(experiment, directory, jobs=jobs, progress=progress)
+        run = run_experiment(experiment, directory, jobs=jobs, cluster=cluster, progress=progress)
         if run.interrupted:
             raise KeyboardInterrupt
         figures = plot_directory(directory)
-        rows = read_rows(directory / "trials.csv")
+        rows = with_derived(read_rows(directory / "trials.csv"), experiment.spec.derived)
         outcomes = evaluate_all(experiment.spec.checks, rows, experiment.columns)
         done.append(ReproducedExperiment(experiment, run, figures, outcomes))
     return done

@@ -1,9 +1,11 @@
-"""Run an experiment's trials in worker processes, each row landing in ``trials.csv`` as it ends.
+"""Run an experiment's trials in worker processes (or on a Dask cluster), each row landing in
+``trials.csv`` as it ends.
 
 Every trial is one ``fedldp simulate`` run (``build_population`` + ``simulate`` with the trial's
 seed), so a row equals what ``fedldp simulate --json`` prints for the same options. Workers are
 spawned processes with one BLAS/OpenMP thread each (K workers use K cores, not K × cores);
-``jobs=1`` runs the trials in this process. Only this process writes the CSV, appending and
+``jobs=1`` runs the trials in this process; ``cluster`` sends them to the workers of a Dask
+scheduler (``fedldp.client.experiments.cluster``). Only this process writes the CSV, appending and
 flushing each row as its trial ends, so an interrupted run (Ctrl-C, SIGKILL) loses at most the
 trials in flight, and rerunning skips every trial already in the CSV (keyed by configuration and
 seed). ``DIR/experiment.yaml`` records the resolved experiment, the package version and the git
@@ -18,7 +20,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from importlib import metadata
@@ -36,6 +38,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from fedldp.client.experiments.cluster import cluster_rows, connect
+from fedldp.client.experiments.conduct import conduct_of
 from fedldp.client.experiments.results import TrialsCsv, flatten
 from fedldp.client.experiments.spec import Experiment, Trial, cell
 
@@ -54,21 +58,32 @@ class RunSummary:
 
 def run_trial(trial: Trial) -> dict[str, str]:
     """One trial's CSV row (run in a worker process). A trial the protocol refuses (a ValueError
-    from ``simulate``: an infeasible plan, say) is a row with ``failed`` = 1 and the reason in
+    from ``simulate``: an infeasible plan, say) or that fails as the server would fail it
+    (``StudyFailed``: a round below its quorum) is a row with ``failed`` = 1 and the reason in
     ``failure``, and no result columns; others have ``failed`` = 0."""
     from fedldp.client.population.build import build_population
     from fedldp.client.population.spec import PopulationSpec
-    from fedldp.client.simulate import fill_from_population, simulate
+    from fedldp.client.simulate import StudyFailed, fill_from_population, simulate
     from fedldp.protocol.catalogue import get_protocol
 
     started = time.perf_counter()
     protocol = get_protocol(trial.protocol)
     population = build_population(PopulationSpec.model_validate(trial.population), trial.seed)
     params = protocol.parse_params(fill_from_population(protocol, trial.params, population))
+    conduct = conduct_of(trial.behaviour)
     try:
-        summary = flatten(simulate(protocol, params, population, trial.seed).as_json())
+        result = simulate(
+            protocol,
+            params,
+            population,
+            trial.seed,
+            behaviour=conduct.behaviour,
+            round_deadline_s=conduct.round_deadline_s,
+            quorum=conduct.quorum,
+        )
+        summary = flatten(result.as_json())
         summary.update(failed="0", failure="")
-    except ValueError as e:
+    except (ValueError, StudyFailed) as e:
         # a refusal is a result (e.g. an infeasible plan at this n and ε): a row, not a crash
         summary = {"failed": "1", "failure": " ".join(str(e).split())}
     row = {"point": str(trial.point), "key": trial.key, "seed": str(trial.seed)}
@@ -154,51 +169,66 @@ def _progress(show: bool, total: int, skipped: int) -> tuple[Any, Any]:
     return bar, task
 
 
+def _pool_rows(todo: list[Trial], jobs: int) -> Generator[dict[str, str]]:
+    """Rows of ``todo`` from ``jobs`` spawned worker processes, as they finish."""
+    spawn = multiprocessing.get_context("spawn")
+    with (
+        _one_thread_each(),
+        cf.ProcessPoolExecutor(max_workers=jobs, mp_context=spawn) as pool,
+    ):
+        futures = [pool.submit(run_trial, t) for t in todo]
+        try:
+            for future in cf.as_completed(futures):
+                yield future.result()
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
 def run_experiment(
     experiment: Experiment,
     out: Path,
     *,
     jobs: int = 1,
+    cluster: str | None = None,
     progress: bool | None = None,
 ) -> RunSummary:
-    """Run every trial of ``experiment`` not yet in ``out/trials.csv``; resumable."""
+    """Run every trial of ``experiment`` not yet in ``out/trials.csv``; resumable. The trials
+    run in this process (``jobs=1``), in ``jobs`` worker processes, or on the workers of the
+    Dask scheduler at ``cluster`` (``fedldp.client.experiments.cluster``); the CSV is the same."""
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    if cluster is not None and jobs != 1:
+        raise ValueError(
+            "give --jobs or --cluster, not both (the cluster's workers run the trials)"
+        )
     out.mkdir(parents=True, exist_ok=True)
     _write_manifest(experiment, out)
     table = TrialsCsv(out / "trials.csv", experiment.columns)
     trials = experiment.trials()
     todo = [t for t in trials if t.key not in table]
-    show = sys.stderr.isatty() if progress is None else progress
-    context, bar_task = _progress(show, len(trials), len(trials) - len(todo))
     done = 0
     interrupted = False
-    with context:
-        try:
-            if jobs == 1 or len(todo) <= 1:
-                for trial in todo:
-                    table.append(run_trial(trial))
+    with connect(cluster) if cluster is not None and todo else nullcontext() as client:
+        rows: Generator[dict[str, str]]
+        if client is not None:
+            rows = cluster_rows(client, run_trial, todo)
+        elif jobs == 1 or len(todo) <= 1:
+            rows = (run_trial(t) for t in todo)
+        else:
+            rows = _pool_rows(todo, jobs)
+        show = sys.stderr.isatty() if progress is None else progress
+        context, bar_task = _progress(show, len(trials), len(trials) - len(todo))
+        with context:
+            try:
+                for row in rows:
+                    table.append(row)
                     done += 1
                     if bar_task is not None:
                         context.advance(bar_task)
-            else:
-                spawn = multiprocessing.get_context("spawn")
-                with (
-                    _one_thread_each(),
-                    cf.ProcessPoolExecutor(max_workers=jobs, mp_context=spawn) as pool,
-                ):
-                    futures = [pool.submit(run_trial, t) for t in todo]
-                    try:
-                        for future in cf.as_completed(futures):
-                            table.append(future.result())
-                            done += 1
-                            if bar_task is not None:
-                                context.advance(bar_task)
-                    except BaseException:
-                        pool.shutdown(wait=False, cancel_futures=True)
-                        raise
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            table.finish()
+            except KeyboardInterrupt:
+                interrupted = True
+            finally:
+                rows.close()  # cancels the trials still in flight
+                table.finish()
     return RunSummary(len(trials), len(trials) - len(todo), done, interrupted)

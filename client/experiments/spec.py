@@ -16,7 +16,10 @@ An experiment file is YAML::
     scales: {paper: {seeds: 200}}     # overrides for `fedldp reproduce --scale paper`
 
 Population keys are the ``PopulationSpec`` fields (``fedldp simulate``'s population flags, with
-``-`` or ``_``); ``params.K`` is protocol parameter K; ``protocol`` may be a grid key too. Every
+``-`` or ``_``); ``params.K`` is protocol parameter K; ``behaviour`` holds ``fedldp simulate``'s
+behaviour options (dropout, attackers, …: ``fedldp.client.experiments.conduct``) and
+``behaviour.K`` is one of them on a grid; ``protocol`` may be a grid key too. ``derived`` names
+columns computed from each row (``fedldp.client.experiments.derived``), for theory lines. Every
 grid point × protocol × seed is one trial. The base file is the quick scale; ``scales.NAME``
 overrides ``population``, ``params`` and ``seeds`` key by key and replaces grid axes. Unknown keys
 and invalid values (of the experiment, of any trial's population or parameters) are refused by
@@ -28,12 +31,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fedldp.client.experiments.conduct import BehaviourKeyError, conduct_of
+from fedldp.client.experiments.derived import check_expression
 from fedldp.client.experiments.yamlmarks import (
     Lines,
     MarkedError,
@@ -190,6 +195,7 @@ class ScaleSpec(BaseModel):
 
     population: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
+    behaviour: dict[str, Any] = Field(default_factory=dict)
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     seeds: int | list[int] | None = None
 
@@ -206,8 +212,14 @@ class ExperimentSpec(BaseModel):
     protocols: list[str | ProtocolEntry] | None = None
     population: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
+    behaviour: dict[str, Any] = Field(
+        default_factory=dict, description="fedldp simulate's behaviour options (conduct.py)"
+    )
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     seeds: int | list[int] = 10
+    derived: dict[str, str] = Field(
+        default_factory=dict, description="columns computed from each row (derived.py)"
+    )
     plots: list[PlotSpec] = Field(default_factory=list)
     checks: list[CheckSpec] = Field(default_factory=list)
     scales: dict[Literal["quick", "paper"], ScaleSpec] = Field(default_factory=dict)
@@ -220,6 +232,16 @@ class ExperimentSpec(BaseModel):
                 raise ValueError(f"grid axis {key!r} has no values")
             if len({cell(x) for x in values}) != len(values):
                 raise ValueError(f"grid axis {key!r} repeats a value")
+        return v
+
+    @field_validator("derived")
+    @classmethod
+    def _expressions(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, expression in v.items():
+            try:
+                check_expression(expression)
+            except ValueError as e:
+                raise ValueError(f"derived column {name!r}: {e}") from None
         return v
 
     @field_validator("seeds")
@@ -269,6 +291,7 @@ class Trial:
     protocol: str
     population: dict[str, Any]
     params: dict[str, Any]
+    behaviour: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -282,6 +305,7 @@ class Experiment:
     seeds: list[int]
     population: dict[str, Any]
     params: dict[str, Any]
+    behaviour: dict[str, Any] = field(default_factory=dict)
 
     @property
     def columns(self) -> list[str]:
@@ -296,9 +320,12 @@ class Experiment:
             entry = self.spec.entries()[str(point["protocol"])]
             population = dict(self.population)
             params = {**self.params, **entry.params}
+            behaviour = dict(self.behaviour)
             for k, v in point.items():
                 if k.startswith("params."):
                     params[k.removeprefix("params.")] = v
+                elif k.startswith("behaviour."):
+                    behaviour[_population_key(k.removeprefix("behaviour."))] = v
                 elif k != "protocol":
                     population[_population_key(k)] = v
             config = {c: point[c] for c in self.columns}
@@ -312,6 +339,7 @@ class Experiment:
                         protocol=entry.name,
                         population=population,
                         params=params,
+                        behaviour=behaviour,
                     )
                 )
         return out
@@ -322,6 +350,7 @@ class Experiment:
         base.update(
             population=self.population,
             params=self.params,
+            behaviour=self.behaviour,
             grid=dict(self.axes.items()),
             seeds=self.seeds,
         )
@@ -338,11 +367,13 @@ def _scaled(spec: ExperimentSpec, scale: str, source: Path | None) -> Experiment
     over = next((v for k, v in spec.scales.items() if k == scale), None)
     population = {_population_key(k): v for k, v in spec.population.items()}
     params = dict(spec.params)
+    behaviour = {_population_key(k): v for k, v in spec.behaviour.items()}
     grid = dict(spec.grid)
     seeds: int | list[int] = spec.seeds
     if over is not None:
         population.update({_population_key(k): v for k, v in over.population.items()})
         params.update(over.params)
+        behaviour.update({_population_key(k): v for k, v in over.behaviour.items()})
         grid.update(over.grid)
         seeds = over.seeds if over.seeds is not None else seeds
     csv = population.get("csv")
@@ -351,7 +382,7 @@ def _scaled(spec: ExperimentSpec, scale: str, source: Path | None) -> Experiment
     grid.pop("protocol", None)
     axes: dict[str, list[Any]] = {"protocol": list(spec.entries()), **grid}
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    return Experiment(spec, scale, source, axes, seed_list, population, params)
+    return Experiment(spec, scale, source, axes, seed_list, population, params, behaviour)
 
 
 def _scaled_path(lines: Lines, scale: str, path: tuple[str | int, ...]) -> tuple[str | int, ...]:
@@ -375,6 +406,15 @@ def _validate_trials(experiment: Experiment, source: str, lines: Lines) -> None:
             if key is not None:
                 names = (f"params.{key}",) if kind == "params" else (key, key.replace("_", "-"))
                 grid_key = next((g for g in names if g in experiment.axes), None)
+            if kind == "behaviour" and key is not None:
+                grid_key = next(
+                    (
+                        g
+                        for g in (f"behaviour.{key}", f"behaviour.{key.replace('_', '-')}")
+                        if g in experiment.axes
+                    ),
+                    None,
+                )
             if grid_key is not None:
                 value = _trial.config.get(grid_key)
                 pos = [cell(v) for v in experiment.axes[grid_key]].index(cell(value))
@@ -386,6 +426,10 @@ def _validate_trials(experiment: Experiment, source: str, lines: Lines) -> None:
                     return lines[path]
             return locate(lines, _scaled_path(lines, scale, (kind,)))
 
+        try:
+            conduct_of(trial.behaviour)
+        except BehaviourKeyError as e:
+            raise MarkedError(source, where("behaviour", e.key), f"behaviour: {e}") from None
         try:
             protocol = get_protocol(trial.protocol)
         except ValueError as e:

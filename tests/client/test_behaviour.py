@@ -190,6 +190,28 @@ def test_max_gain_promotes_the_targets() -> None:
         run("hetero-mean-laplace", b)
 
 
+def test_max_gain_on_user_frequency_pushes_the_targets_to_the_plausible_ends() -> None:
+    """Stage two: every attacker component at the end of its plausible range on the targets'
+    side (the Hadamard signs; mid-range where two targets disagree), so each attacker raises
+    both targets by far more than an honest user holding one of them can (that is the input
+    attack, gain β·(1 − p_t)); every report passes the server's checks."""
+    spec = PopulationSpec(users=4000, samples=16, distribution="categorical", items=8, zipf=1.0)
+    targets = (3, 6)
+    b = Behaviour(attack="max-gain", attackers=0.05, targets=targets)
+    honest = run("user-frequency", None, spec=spec)
+    attacked = run("user-frequency", b, spec=spec)
+    tried = run(
+        "user-frequency", Behaviour(attack="input", attackers=0.05, targets=(3,)), spec=spec
+    )
+    gain = np.asarray(attacked.result.estimate) - np.asarray(honest.result.estimate)
+    assert set(np.argsort(gain)[-2:].tolist()) == set(targets)
+    input_gain = float(np.asarray(tried.result.estimate)[3] - np.asarray(honest.result.estimate)[3])
+    assert min(gain[3], gain[6]) > 10 * max(input_gain, 0.05)
+    assert all(r["refused"] == 0 for r in rounds(attacked))
+    with pytest.raises(ValueError, match=r"target items must lie in \[0, 8\)"):
+        run("user-frequency", Behaviour(attack="max-gain", attackers=0.05, targets=(8,)), spec=spec)
+
+
 # --------------------------------------------------------------------------- every protocol
 
 

@@ -3,7 +3,9 @@ HTTP from the host equals the in-process simulation of the same seed (DESIGN.md:
 
 * default mode: the server on SQLite and one swarm;
 * profile ``postgres``: PostgreSQL, two server replicas behind an nginx balancer, and two swarms
-  (``--scale swarm-pg=2``) sharing one study through the balancer.
+  (``--scale swarm-pg=2``) sharing one study through the balancer;
+* profile ``cluster``: a Dask scheduler, two workers and an experiment driver
+  (``fedldp experiment run --cluster``): its trials CSV equals a local run's, timing aside.
 
 Needs a Docker engine and compose (``docker compose`` v2 or Debian's ``docker-compose`` v1), run
 through ``scripts/compose`` as the README does (``FEDLDP_COMPOSE`` picks one). As root,
@@ -16,6 +18,8 @@ the ``docker`` marker).
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import json
 import math
 import os
@@ -34,6 +38,9 @@ import pytest
 from numpy.typing import NDArray
 
 from fedldp.client.cli.main import build_parser
+from fedldp.client.experiments.results import TIMING_COLUMNS
+from fedldp.client.experiments.runner import run_experiment
+from fedldp.client.experiments.spec import load_experiment
 from fedldp.client.http.enrollment import ENROLL_CHUNK
 from fedldp.client.http.server_process import free_port
 from fedldp.client.population.build import build_population, population_spec_from_args
@@ -154,7 +161,16 @@ def deployed(
     inherited from the caller's environment."""
     name = f"fedldp-deploy-{uuid.uuid4().hex[:10]}"
     port = free_port()
-    prefixes = ("FEDLDP_", "SWARM_", "SERVER_", "BALANCER_", "POSTGRES_", "COMPOSE_")
+    prefixes = (
+        "FEDLDP_",
+        "SWARM_",
+        "SERVER_",
+        "BALANCER_",
+        "POSTGRES_",
+        "COMPOSE_",
+        "SCHEDULER_",
+        "EXPERIMENT",
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     if "FEDLDP_COMPOSE" in os.environ:  # scripts/compose's choice, not a deployment setting
         env["FEDLDP_COMPOSE"] = os.environ["FEDLDP_COMPOSE"]
@@ -280,3 +296,45 @@ def test_two_swarms_on_two_replicas_reproduce_the_in_process_estimate(
     closed = re.findall(rf"study {study.id}: round (\d+) \(", everything)
     assert sorted(int(i) for i in closed) == [r.index for r in study.rounds]
     assert all(r.status == "closed" and r.received == r.expected for r in study.rounds)
+
+
+CLUSTER_EXPERIMENT = "heterogeneous-e3-frequency"
+
+
+@pytest.fixture
+def cluster_deployment(compose: list[str]) -> Iterator[Deployment]:
+    """The ``cluster`` profile: a Dask scheduler (published on the deployment's port), workers
+    and the experiment driver on the repository's experiments/ folder."""
+    with deployed(
+        compose, "SCHEDULER_PORT", ("cluster",), EXPERIMENT=f"{CLUSTER_EXPERIMENT}.yaml"
+    ) as deployment:
+        yield deployment
+
+
+def test_the_cluster_profile_runs_an_experiment_as_local_processes_do(
+    cluster_deployment: Deployment, tmp_path: Path
+) -> None:
+    deployment = cluster_deployment
+    # The documented command: naming experiment starts the scheduler and workers it needs.
+    deployment.build_and_start("--scale", "dask-worker=2", "experiment")
+    assert len(deployment.containers("dask-worker")) == 2
+    (driver,) = deployment.containers("experiment")
+    waited = run(["docker", "wait", driver], 900)
+    logs = run(["docker", "logs", driver], 60)
+    assert waited.stdout.strip() == "0", f"the driver exited {waited.stdout}:\n{tail(logs)}"
+    assert "20 trials run, 0 already done, of 20" in logs.stderr + logs.stdout
+    remote = tmp_path / "cluster.csv"
+    copied = run(
+        ["docker", "cp", f"{driver}:/results/{CLUSTER_EXPERIMENT}/trials.csv", str(remote)], 60
+    )
+    assert copied.returncode == 0, tail(copied)
+
+    experiment = load_experiment(ROOT / "experiments" / f"{CLUSTER_EXPERIMENT}.yaml")
+    run_experiment(experiment, tmp_path / "local", progress=False)
+
+    def without_timing(path: Path) -> list[list[str]]:
+        rows = list(csv.reader(io.StringIO(path.read_text())))
+        keep = [i for i, name in enumerate(rows[0]) if name not in TIMING_COLUMNS]
+        return [[r[i] for i in keep] for r in rows]
+
+    assert without_timing(remote) == without_timing(tmp_path / "local" / "trials.csv")
