@@ -33,6 +33,7 @@ from schemathesis import checks as st_checks
 from schemathesis.generation.case import Case
 
 from fedldp.server.app import create_app
+from fedldp.server.routes import MAX_HOLD_S
 from fedldp.server.settings import Settings
 
 pytestmark = pytest.mark.fuzz
@@ -139,6 +140,10 @@ def test_anonymous_requests_get_no_5xx_and_documented_answers(case: Case[Any]) -
 @FUZZ
 def test_credentialed_requests_get_no_5xx_and_documented_answers(case: Case[Any]) -> None:
     headers = _with_credentials(case, APP.state.seeded)
-    response = case.call_and_validate(headers=headers, checks=CREDENTIALED_CHECKS)
+    # a task request of a waiting participant may be held up to MAX_HOLD_S (``?hold=S``): the
+    # read timeout must outlast it
+    response = case.call_and_validate(
+        headers=headers, checks=CREDENTIALED_CHECKS, timeout=MAX_HOLD_S + 20
+    )
     if case.path_parameters and "study_id" in case.path_parameters:
         assert response.status_code != 404 or response.json()["code"] != "unknown_study"
