@@ -1,9 +1,11 @@
 """Typed async client of the fedldp REST API (DESIGN.md "Flow of a study", STYLE.md rule 4).
 
-One ``ApiClient`` wraps ONE shared ``httpx.AsyncClient`` (a process runs one, however many users it
-simulates). Every method sends and returns the wire models of ``fedldp.protocol.core.wire``. Errors
-come back as the exception tree below, keyed by the server's stable ``code`` (never by message
-text).
+One ``ApiClient`` holds ONE pool of keep-alive connections (a process runs one, however many users
+it simulates): the lean HTTP/1.1 pool of ``fedldp.client.http.connection`` for a plain ``http://``
+server, ``httpx.AsyncClient`` for ``https://``, for an injected ``transport`` (the tests' in-process
+app) and for the event stream. Every method sends and returns the wire models of
+``fedldp.protocol.core.wire``. Errors come back as the exception tree of
+``fedldp.client.http.errors``, keyed by the server's stable ``code`` (never by message text).
 
 Retries (exponential backoff with jitter, ``RetryPolicy``):
 
@@ -29,6 +31,21 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from fedldp.client.http.connection import Answer, ConnectionPool
+from fedldp.client.http.errors import (
+    ApiError,
+    AuthError,
+    InvalidRequestError,
+    NotFoundError,
+    PhaseError,
+    ReportRejectedError,
+    ServerError,
+    StudyConfigError,
+    UnavailableError,
+    bad_answer,
+    error_for,
+    error_from_answer,
+)
 from fedldp.client.http.retry import RetryPolicy, failure_reason, parse_retry_after
 from fedldp.client.http.sse import messages
 from fedldp.protocol.core.wire import (
@@ -40,7 +57,6 @@ from fedldp.protocol.core.wire import (
     Enrollment,
     EnrollmentBatch,
     EnrollRequest,
-    ErrorBody,
     Health,
     Lease,
     LeaseRequest,
@@ -82,149 +98,6 @@ M = TypeVar("M", bound=BaseModel)
 _TASK: TypeAdapter[Task] = TypeAdapter(Task)
 
 
-# --------------------------------------------------------------------------- errors
-
-
-class ApiError(Exception):
-    """An error answer of the server (or the failure to get one): a stable ``code`` and a status."""
-
-    server_side = False
-    """True when the fault lies with the server (or the network), not with the request."""
-
-    def __init__(self, code: str, detail: str, status: int) -> None:
-        super().__init__(f"{code}: {detail}")
-        self.code = code
-        self.detail = detail
-        self.status = status
-
-    def __reduce__(self) -> tuple[type[ApiError], tuple[str, str, int]]:
-        return (type(self), (self.code, self.detail, self.status))  # crosses processes
-
-
-class NotFoundError(ApiError):
-    """unknown_study, unknown_participant."""
-
-
-class AuthError(ApiError):
-    """invalid_token, token_required, not_leased, admin_key_required, admin_key_invalid."""
-
-
-class PhaseError(ApiError):
-    """The study or round is not in a state that allows the request: study_not_enrolling,
-    study_not_running, round_closed, wrong_round, not_finished, lease_expired, study_mismatch
-    (and the other conflicts listed in ``_FAMILIES``)."""
-
-
-class InvalidRequestError(ApiError):
-    """invalid_request: a body or query the server could not parse (invalid_encoding,
-    duplicate_key, body_too_large: before parsing it);
-    epsilon_out_of_range: an ε outside the range the study accepts at enrollment."""
-
-
-class ReportRejectedError(InvalidRequestError):
-    """invalid_payload, implausible_report, invalid_epsilon, budget_exceeded,
-    duplicate_conflict."""
-
-
-class StudyConfigError(InvalidRequestError):
-    """unknown_protocol, invalid_params, plan_infeasible, population_too_small."""
-
-
-class ServerError(ApiError):
-    """internal_error, and any 5xx answer without a known code."""
-
-    server_side = True
-
-
-class UnavailableError(ServerError):
-    """No usable answer after every retry: code ``unreachable`` (network) or the last 429/503's."""
-
-
-_FAMILIES: dict[str, type[ApiError]] = {
-    **dict.fromkeys(("unknown_study", "unknown_participant"), NotFoundError),
-    **dict.fromkeys(
-        (
-            "invalid_token",
-            "token_required",
-            "not_leased",
-            "admin_key_required",
-            "admin_key_invalid",
-        ),
-        AuthError,
-    ),
-    **dict.fromkeys(
-        (
-            "study_not_enrolling",
-            "study_not_running",
-            "study_ended",
-            "round_closed",
-            "wrong_round",
-            "not_finished",
-            "study_exists",
-            "nothing_to_lease",
-            "participant_exists",
-            "enrollment_full",
-            "lease_expired",
-            "study_mismatch",
-        ),
-        PhaseError,
-    ),
-    **dict.fromkeys(
-        (
-            "invalid_payload",
-            "implausible_report",
-            "invalid_epsilon",
-            "budget_exceeded",
-            "duplicate_conflict",
-        ),
-        ReportRejectedError,
-    ),
-    **dict.fromkeys(
-        ("unknown_protocol", "invalid_params", "plan_infeasible", "population_too_small"),
-        StudyConfigError,
-    ),
-    **dict.fromkeys(
-        (
-            "invalid_request",
-            "invalid_encoding",
-            "duplicate_key",
-            "body_too_large",
-        ),
-        InvalidRequestError,
-    ),
-    "epsilon_out_of_range": InvalidRequestError,
-    "internal_error": ServerError,
-}
-
-
-def error_for(code: str, detail: str, status: int) -> ApiError:
-    """The exception for an error answer: by code, else by the status's family."""
-    cls = _FAMILIES.get(code)
-    if cls is None:
-        if status >= 500:
-            cls = ServerError
-        elif status == 404:
-            cls = NotFoundError
-        elif status in (401, 403):
-            cls = AuthError
-        elif status == 409:
-            cls = PhaseError
-        elif status in (400, 422):
-            cls = InvalidRequestError
-        else:
-            cls = ApiError
-    return cls(code, detail, status)
-
-
-def _error_from_response(response: httpx.Response) -> ApiError:
-    try:
-        body = ErrorBody.model_validate_json(response.content)
-    except ValidationError:
-        text = response.text.strip().replace("\n", " ")[:300] or response.reason_phrase
-        return error_for(f"http_{response.status_code}", text, response.status_code)
-    return error_for(body.code, body.detail, response.status_code)
-
-
 # --------------------------------------------------------------------------- retries
 
 _ALWAYS_RETRIED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -245,7 +118,7 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 class ApiClient:
-    """The fedldp API over one shared ``httpx.AsyncClient`` (see the module docstring).
+    """The fedldp API over one shared connection pool (see the module docstring).
 
     ``transport`` (e.g. ``httpx.ASGITransport`` or ``httpx.MockTransport`` in tests), ``sleep`` and
     ``clock`` are injectable; ``retries`` counts the retries made so far.
@@ -281,6 +154,15 @@ class ApiClient:
             transport=transport,
             headers={"accept": "application/json"},
         )
+        self._pool: ConnectionPool | None = None
+        if transport is None and self.base_url.startswith("http://"):
+            self._pool = ConnectionPool(
+                self.base_url,
+                max_connections=max_connections,
+                timeout=timeout,
+                connect_timeout=min(timeout, 10.0),
+                headers={"accept": "application/json"},
+            )
 
     async def __aenter__(self) -> ApiClient:
         return self
@@ -294,6 +176,8 @@ class ApiClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
         await self._http.aclose()
 
     # ------------------------------------------------------------------- transport
@@ -308,8 +192,8 @@ class ApiClient:
         admin: bool = False,
         idempotent: bool | None = None,
         exclude: set[str] | None = None,
-    ) -> httpx.Response:
-        """Send one request with the retry policy; the 2xx response, or raise an ``ApiError``
+    ) -> Answer:
+        """Send one request with the retry policy; the 2xx answer, or raise an ``ApiError``
         (``exclude``: fields of ``body`` not to send)."""
         if idempotent is None:
             idempotent = method in ("GET", "HEAD")
@@ -327,7 +211,7 @@ class ApiClient:
         while True:
             retry_after: float | None = None
             try:
-                response = await self._http.request(method, path, content=content, headers=headers)
+                answer = await self._send(method, path, content, headers)
             except retryable as exc:
                 reason = failure_reason(exc)
                 unavailable = UnavailableError(
@@ -342,14 +226,14 @@ class ApiClient:
                     "unreachable", f"{method} {self.base_url}{path}: {exc}", 0
                 ) from exc
             else:
-                if response.is_success:
-                    return response
-                error = _error_from_response(response)
-                if response.status_code not in _RETRIED_STATUSES:
+                if 200 <= answer.status < 300:
+                    return answer
+                error = error_from_answer(answer)
+                if answer.status not in _RETRIED_STATUSES:
                     raise error
                 unavailable = UnavailableError(error.code, error.detail, error.status)
                 cause, reason = error, f"{error.status} {error.code}"
-                retry_after = parse_retry_after(response.headers.get("retry-after"))
+                retry_after = parse_retry_after(answer.headers.get("retry-after"))
             delay = self.retry.delay(attempt, self._rng, retry_after)
             if self.retry.gives_up(attempt, self._clock() - began, delay):
                 raise unavailable from cause
@@ -361,6 +245,14 @@ class ApiClient:
             await self._sleep(delay)
             self.retries += 1
             attempt += 1
+
+    async def _send(
+        self, method: str, path: str, content: bytes | None, headers: dict[str, str]
+    ) -> Answer:
+        if self._pool is not None:
+            return await self._pool.request(method, path, headers, content)
+        response = await self._http.request(method, path, content=content, headers=headers)
+        return Answer(response.status_code, dict(response.headers), response.content)
 
     async def _call(
         self,
@@ -374,7 +266,7 @@ class ApiClient:
         idempotent: bool | None = None,
         exclude: set[str] | None = None,
     ) -> M:
-        response = await self.request(
+        answer = await self.request(
             method,
             path,
             body=body,
@@ -383,7 +275,10 @@ class ApiClient:
             idempotent=idempotent,
             exclude=exclude,
         )
-        return _decode(model, response)
+        try:
+            return model.model_validate_json(answer.content)
+        except ValidationError as exc:
+            raise bad_answer(method, path, answer.status, exc) from exc
 
     # ------------------------------------------------------------------- endpoints
 
@@ -443,14 +338,17 @@ class ApiClient:
             admin=True,
         )
 
-    async def task(self, study_id: str, participant_id: int, token: str) -> Task:
-        response = await self.request(
-            "GET", f"/v1/studies/{study_id}/participants/{participant_id}/task", token=token
+    async def task(self, study_id: str, participant_id: int, token: str, hold: float = 0.0) -> Task:
+        """One participant's task; ``hold`` > 0 lets the server keep a "wait" answer up to that
+        many seconds, answering as soon as the study moves on (a long poll)."""
+        path = f"/v1/studies/{study_id}/participants/{participant_id}/task" + (
+            f"?hold={hold:g}" if hold > 0 else ""
         )
+        answer = await self.request("GET", path, token=token)
         try:
-            return _TASK.validate_json(response.content)
+            return _TASK.validate_json(answer.content)
         except ValidationError as exc:
-            raise _bad_answer(response, exc) from exc
+            raise bad_answer("GET", path, answer.status, exc) from exc
 
     async def tasks(self, study_id: str, request: TaskBatchRequest, hold: float = 0.0) -> TaskBatch:
         """The tasks of many participants; ``hold`` > 0 lets the server keep the answer up to
@@ -516,7 +414,9 @@ class ApiClient:
                 async with self._http.stream("GET", path, headers=headers) as response:
                     if not response.is_success:
                         await response.aread()
-                        error = _error_from_response(response)
+                        error = error_from_answer(
+                            Answer(response.status_code, dict(response.headers), response.content)
+                        )
                         if response.status_code not in _RETRIED_STATUSES:
                             raise error
                         raise UnavailableError(error.code, error.detail, error.status)
@@ -539,22 +439,3 @@ class ApiClient:
                 raise UnavailableError("unreachable", f"GET {self.base_url}{path}: {problem}", 0)
             await self._sleep(self.retry.delay(failures, self._rng, None))
             self.retries += 1
-
-
-def _decode(model: type[M], response: httpx.Response) -> M:
-    try:
-        return model.model_validate_json(response.content)
-    except ValidationError as exc:
-        raise _bad_answer(response, exc) from exc
-
-
-def _bad_answer(response: httpx.Response, exc: ValidationError) -> ServerError:
-    """A 2xx answer that is not the documented body: the server (or a proxy) is at fault."""
-    first = exc.errors()[0] if exc.errors() else {"msg": str(exc), "loc": ()}
-    where = ".".join(str(p) for p in first.get("loc", ()))
-    return ServerError(
-        "invalid_response",
-        f"{response.request.method} {response.request.url.path} answered {response.status_code} "
-        f"with an unexpected body ({where}: {first.get('msg')})",
-        response.status_code,
-    )

@@ -6,10 +6,12 @@ round task it checks the ε the round charges against its ledger, then privatize
 pure ``privatize`` step and its own random stream: ``UserStreams(round_key(population_seed, k),
 [slot])`` (STYLE.md rule 9). Only the privatized payload leaves it.
 
-``UserBlock`` is the same for a block of users at once (the swarm's batch mode): one vectorised
-``privatize`` call per round over the block's cohort members. Because every user draws from its own
-counter-based stream, a block produces, row for row, exactly the payloads its users would produce
-one by one.
+``UserBlock`` is the same for many users at once: one vectorised ``privatize`` call per round over
+the cohort members of a block (the swarm's batch mode) or over the users who just got the same
+round's task (its per-user mode, ``fedldp.client.http.peruser``), with one ledger entry per user.
+Because every user draws from its own counter-based stream, it produces, row for row, exactly the
+payloads its users would produce one by one (``SimulatedUser``, the lone user they are tested
+against).
 """
 
 from __future__ import annotations

@@ -35,9 +35,10 @@ import numpy as np
 import pytest
 
 from fedldp.client.http.api import ApiClient, PhaseError, RetryPolicy
+from fedldp.client.http.enrollment import enroll, start
 from fedldp.client.http.progress import SwarmProgress
 from fedldp.client.http.server_process import ServerProcess, sqlite_url
-from fedldp.client.http.swarm import SwarmResult, enroll, run_swarm_sync, start
+from fedldp.client.http.swarm import SwarmResult, run_swarm_sync
 from fedldp.client.http.user import Privatizer, UserBlock
 from fedldp.client.population.build import AnyPopulation, PopulationSpec, build_population
 from fedldp.client.seeds import derive_seeds

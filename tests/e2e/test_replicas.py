@@ -28,9 +28,9 @@ import psycopg
 import pytest
 
 from fedldp.client.http.api import ApiClient
+from fedldp.client.http.enrollment import enroll, start
 from fedldp.client.http.progress import SwarmProgress
 from fedldp.client.http.server_process import ServerProcess, sqlite_url
-from fedldp.client.http.swarm import enroll, start
 from fedldp.client.http.user import Privatizer, UserBlock
 from fedldp.client.population.build import PopulationSpec
 from fedldp.client.seeds import derive_seeds
