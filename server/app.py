@@ -22,6 +22,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.routing import compile_path
 
@@ -30,7 +32,7 @@ from fedldp.server.bodies import add_body_schemas, validation_detail
 from fedldp.server.context import Context
 from fedldp.server.dashboard import add_dashboard
 from fedldp.server.db import Database
-from fedldp.server.errors import FedldpError
+from fedldp.server.errors import DatabaseUnavailable, FedldpError
 from fedldp.server.grouping import ReportGrouper
 from fedldp.server.limits import BodyLimit
 from fedldp.server.observe import Observe
@@ -144,6 +146,17 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
             headers["Allow"] = ", ".join(allowed)
         code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
         return _error(exc.status_code, code, str(exc.detail), headers)
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(PoolTimeout)
+    async def _database(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+        return _error(
+            DatabaseUnavailable.status,
+            DatabaseUnavailable.code,
+            "the database refused or timed out the request's connection or lock; try again",
+            {"Retry-After": "1"},
+        )
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:

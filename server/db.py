@@ -24,6 +24,10 @@ SCHEMA_LOCK = 0x0FED1D9
 """PostgreSQL advisory lock key held while migrating the schema."""
 
 
+POOL_SIZE, POOL_OVERFLOW = 10, 20
+"""PostgreSQL connections kept open and opened beyond them, for one server (all workers)."""
+
+
 class Database:
     """The engine, a session factory, and the schema (brought to the code's on opening;
     ``fedldp.server.schema.SchemaError`` if it cannot be)."""
@@ -38,7 +42,15 @@ class Database:
                 "check_same_thread": False,
             }
         else:
-            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+            # PostgreSQL's connections are a shared budget (max_connections, 100 by default):
+            # K workers share this process's 30, so that two replicas of two workers each still
+            # fit beside the operator's own sessions
+            workers = max(1, settings.workers)
+            kwargs.update(
+                pool_size=max(2, POOL_SIZE // workers),
+                max_overflow=max(2, POOL_OVERFLOW // workers),
+                pool_pre_ping=True,
+            )
         self.engine: Engine = create_engine(url, **kwargs)
         if self.is_sqlite:
             _configure_sqlite(self.engine, settings.busy_timeout_s)

@@ -223,3 +223,11 @@ class KeyUnavailable(FedldpError):
     README's **Trust** paragraph gives the remedy."""
 
     code, status = "key_unavailable", 503
+
+
+class DatabaseUnavailable(FedldpError):
+    """The database refused or timed out a connection or a lock (PostgreSQL's connection limit,
+    a pool with no free connection, SQLite's busy timeout): nothing of the request was committed.
+    503 with ``Retry-After``: fedldp's clients ask again."""
+
+    code, status = "database_unavailable", 503

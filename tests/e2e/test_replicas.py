@@ -141,7 +141,10 @@ async def test_reports_to_two_replicas_charge_no_one_twice_and_close_each_round_
         everyone = TaskBatchRequest(participant_ids=roster.participant_ids, tokens=roster.tokens)
         last = len(want.local.plan.rounds) - 1
         for k, rp in enumerate(want.local.plan.rounds):
-            tasks = (await apis[k % REPLICAS].tasks(study.id, everyone)).reports[0]
+            # held: the other replica (or worker) closed round k - 1, and this one's snapshot
+            # of the study may lag it by up to 0.25 s (docs/clients.md)
+            batch = await apis[k % REPLICAS].tasks(study.id, everyone, hold=5.0)
+            tasks = batch.reports[0]
             assert tasks.round == k
             pids = tasks.participant_ids
             rows = users.respond(

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+import sqlalchemy.exc
 from fastapi import FastAPI
 
 from fedldp.client.population.build import PopulationSpec, build_population
@@ -29,6 +30,7 @@ from fedldp.protocol.core.wire import (
     TaskReport,
     TaskWait,
 )
+from fedldp.server import studies
 from tests.server.helpers import create_study, expect_error, start, submit_batch
 
 USERS = 2000
@@ -147,6 +149,28 @@ async def test_wrong_method_is_refused(client: httpx.AsyncClient) -> None:
     refused = await client.put("/health")
     expect_error(refused, 405, "method_not_allowed")
     assert refused.headers["allow"] == "GET"
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("too many clients already")),
+        sqlalchemy.exc.TimeoutError("QueuePool limit of size 5 overflow 10 reached"),
+    ],
+)
+async def test_a_database_that_refuses_is_a_503_to_retry(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch, refusal: Exception
+) -> None:
+    """PostgreSQL's connection limit, a pool with no free connection or SQLite's busy timeout
+    are the database's refusals, not bugs: 503 with Retry-After, which fedldp's clients retry."""
+
+    def refuse(ctx: object) -> None:
+        raise refusal
+
+    monkeypatch.setattr(studies, "list_all", refuse)
+    refused = await client.get("/v1/studies")
+    expect_error(refused, 503, "database_unavailable")
+    assert refused.headers["retry-after"] == "1"
 
 
 @pytest.mark.parametrize("path", ["/v1/studies/x/participants", "/v1/studies/x/predict"])
