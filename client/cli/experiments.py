@@ -26,8 +26,8 @@ workers must run the same fedldp) and this process writes the same CSV.
 
 
 def _run(args: argparse.Namespace) -> int:
+    from fedldp.client.experiments.loading import load_experiment
     from fedldp.client.experiments.runner import run_experiment
-    from fedldp.client.experiments.spec import load_experiment
 
     experiment = load_experiment(args.file, args.scale)
     out = args.out or Path("results") / experiment.spec.name
@@ -108,13 +108,13 @@ def add_experiment_parser(subparsers: Subparsers) -> None:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
+    from fedldp.client.experiments.loading import load_experiment
     from fedldp.client.experiments.reproduce import (
         experiments_dir,
         find_experiments,
         reproduce,
         write_report,
     )
-    from fedldp.client.experiments.spec import load_experiment
 
     folder = experiments_dir(args.experiments)
     if args.list:

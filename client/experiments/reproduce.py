@@ -21,10 +21,11 @@ from typing import Any
 
 from fedldp.client.experiments.checks import CheckOutcome, evaluate_all
 from fedldp.client.experiments.derived import with_derived
+from fedldp.client.experiments.loading import load_experiment
 from fedldp.client.experiments.plot import plot_directory
 from fedldp.client.experiments.results import read_rows
 from fedldp.client.experiments.runner import RunSummary, provenance, run_experiment
-from fedldp.client.experiments.spec import Experiment, Trial, load_experiment
+from fedldp.client.experiments.spec import Experiment, Trial
 
 __all__ = [
     "ReproducedExperiment",

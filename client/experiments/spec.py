@@ -23,7 +23,8 @@ columns computed from each row (``fedldp.client.experiments.derived``), for theo
 grid point × protocol × seed is one trial. The base file is the quick scale; ``scales.NAME``
 overrides ``population``, ``params`` and ``seeds`` key by key and replaces grid axes. Unknown keys
 and invalid values (of the experiment, of any trial's population or parameters) are refused by
-``load_experiment`` before anything runs, naming the file and line.
+``fedldp.client.experiments.loading.load_experiment`` before anything runs, naming the file
+and line.
 """
 
 from __future__ import annotations
@@ -35,21 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from fedldp.client.experiments.conduct import BehaviourKeyError, conduct_of
 from fedldp.client.experiments.derived import check_expression
-from fedldp.client.experiments.yamlmarks import (
-    Lines,
-    MarkedError,
-    load_marked,
-    locate,
-    validation_message,
-)
-from fedldp.client.population.build import build_population
-from fedldp.client.population.spec import PopulationSpec
-from fedldp.client.simulate import fill_from_population
-from fedldp.protocol.catalogue import get_protocol
 
 __all__ = [
     "CheckSpec",
@@ -58,7 +47,7 @@ __all__ = [
     "PlotSpec",
     "Trial",
     "cell",
-    "load_experiment",
+    "population_key",
 ]
 
 Stat = Annotated[str, Field(pattern=r"^(mean|median|mse|rmse|q[0-9]{1,4})$")]
@@ -75,7 +64,7 @@ def cell(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def _population_key(key: str) -> str:
+def population_key(key: str) -> str:
     return key.replace("-", "_")
 
 
@@ -325,9 +314,9 @@ class Experiment:
                 if k.startswith("params."):
                     params[k.removeprefix("params.")] = v
                 elif k.startswith("behaviour."):
-                    behaviour[_population_key(k.removeprefix("behaviour."))] = v
+                    behaviour[population_key(k.removeprefix("behaviour."))] = v
                 elif k != "protocol":
-                    population[_population_key(k)] = v
+                    population[population_key(k)] = v
             config = {c: point[c] for c in self.columns}
             for seed in self.seeds:
                 out.append(
@@ -361,161 +350,3 @@ def trial_key(config: dict[str, Any], seed: int) -> str:
     """A trial's stable key: a hash of its configuration and seed (the CSV's resumption key)."""
     text = json.dumps({"config": {k: cell(v) for k, v in config.items()}, "seed": seed})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _scaled(spec: ExperimentSpec, scale: str, source: Path | None) -> Experiment:
-    over = next((v for k, v in spec.scales.items() if k == scale), None)
-    population = {_population_key(k): v for k, v in spec.population.items()}
-    params = dict(spec.params)
-    behaviour = {_population_key(k): v for k, v in spec.behaviour.items()}
-    grid = dict(spec.grid)
-    seeds: int | list[int] = spec.seeds
-    if over is not None:
-        population.update({_population_key(k): v for k, v in over.population.items()})
-        params.update(over.params)
-        behaviour.update({_population_key(k): v for k, v in over.behaviour.items()})
-        grid.update(over.grid)
-        seeds = over.seeds if over.seeds is not None else seeds
-    csv = population.get("csv")
-    if isinstance(csv, str) and source is not None and not Path(csv).is_absolute():
-        population["csv"] = str(source.parent / population["csv"])
-    grid.pop("protocol", None)
-    axes: dict[str, list[Any]] = {"protocol": list(spec.entries()), **grid}
-    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    return Experiment(spec, scale, source, axes, seed_list, population, params, behaviour)
-
-
-def _scaled_path(lines: Lines, scale: str, path: tuple[str | int, ...]) -> tuple[str | int, ...]:
-    """Where a merged value was written: in the scale's overrides if there, else the base."""
-    over = ("scales", scale, *path)
-    return over if over in lines else path
-
-
-def _validate_trials(experiment: Experiment, source: str, lines: Lines) -> None:
-    """Refuse any trial whose population or parameters are invalid, before anything runs."""
-    seen: set[str] = set()
-    scale = experiment.scale
-    for trial in experiment.trials():
-        probe = json.dumps([trial.config, trial.population, trial.params], default=str)
-        if probe in seen:
-            continue
-        seen.add(probe)
-
-        def where(kind: str, key: str | None, _trial: Trial = trial) -> int | None:
-            grid_key = None
-            if key is not None:
-                names = (f"params.{key}",) if kind == "params" else (key, key.replace("_", "-"))
-                grid_key = next((g for g in names if g in experiment.axes), None)
-            if kind == "behaviour" and key is not None:
-                grid_key = next(
-                    (
-                        g
-                        for g in (f"behaviour.{key}", f"behaviour.{key.replace('_', '-')}")
-                        if g in experiment.axes
-                    ),
-                    None,
-                )
-            if grid_key is not None:
-                value = _trial.config.get(grid_key)
-                pos = [cell(v) for v in experiment.axes[grid_key]].index(cell(value))
-                return locate(lines, _scaled_path(lines, scale, ("grid", grid_key, pos)))
-            spelled = [k for k in (key, key and key.replace("_", "-")) if k]
-            for k in spelled:
-                path = _scaled_path(lines, scale, (kind, k))
-                if path in lines:
-                    return lines[path]
-            return locate(lines, _scaled_path(lines, scale, (kind,)))
-
-        try:
-            conduct_of(trial.behaviour)
-        except BehaviourKeyError as e:
-            raise MarkedError(source, where("behaviour", e.key), f"behaviour: {e}") from None
-        try:
-            protocol = get_protocol(trial.protocol)
-        except ValueError as e:
-            line = where("protocol", None)
-            for path in (("protocol",), ("protocols",), ("grid", "protocol")):
-                line = lines.get(path, line)
-            raise MarkedError(source, line, str(e)) from None
-        try:
-            pop_spec = PopulationSpec.model_validate(trial.population)
-        except ValidationError as e:
-            loc, msg = validation_message(e)[0]
-            key = str(loc[0]) if loc else None
-            name = f"{key.replace('_', '-')}: " if key else ""
-            raise MarkedError(
-                source, where("population", key), f"population: {name}{msg}"
-            ) from None
-        try:
-            population = build_population(pop_spec, trial.seed)
-        except ValueError as e:
-            raise MarkedError(source, where("population", None), f"population: {e}") from None
-        if population.data_kind != protocol.data_kind:
-            raise MarkedError(
-                source,
-                where("population", "distribution"),
-                f"protocol {protocol.name} takes {protocol.data_kind} data, the population "
-                f"holds {population.data_kind} data",
-            )
-        try:
-            protocol.parse_params(fill_from_population(protocol, trial.params, population))
-        except ValidationError as e:
-            loc, msg = validation_message(e)[0]
-            key = str(loc[0]) if loc else None
-            raise MarkedError(
-                source, where("params", key), f"params of {protocol.name}: {key}: {msg}"
-            ) from None
-        except ValueError as e:
-            raise MarkedError(source, where("params", None), f"params: {e}") from None
-
-
-def _check_references(experiment: Experiment, source: str, lines: Lines) -> None:
-    """Plot and check keys must name a configuration column or a result column (checked at
-    run time, when the results exist); here: ``where``/``per``/``hue`` keys are grid columns."""
-    columns = set(experiment.columns) | {"seed"}
-    spec = experiment.spec
-    for i, plot in enumerate(spec.plots):
-        for key in (plot.hue, *plot.where):
-            if key is not None and key not in columns:
-                raise MarkedError(
-                    source,
-                    locate(lines, ("plots", i, "hue" if key == plot.hue else "where")),
-                    f"plot {i + 1}: {key!r} is not a grid key ({', '.join(sorted(columns))})",
-                )
-    for i, check in enumerate(spec.checks):
-        used = [*check.per, *check.where]
-        for q in (check.numerator, check.denominator):
-            used += [*q.where, *q.tuned] if q is not None else []
-        for key in used:
-            if key not in columns:
-                raise MarkedError(
-                    source,
-                    locate(lines, ("checks", i)),
-                    f"check {i + 1}: {key!r} is not a grid key ({', '.join(sorted(columns))})",
-                )
-
-
-def parse_experiment(text: str, source: str, scale: str = "quick") -> Experiment:
-    """The validated experiment of a file's text; MarkedError (a ValueError) naming the line."""
-    raw, lines = load_marked(text, source)
-    if not isinstance(raw, dict):
-        raise MarkedError(source, locate(lines, ()), "an experiment file holds a mapping")
-    try:
-        spec = ExperimentSpec.model_validate(raw)
-    except ValidationError as e:
-        loc, msg = validation_message(e)[0]
-        raise MarkedError(source, locate(lines, loc), f"{'.'.join(map(str, loc))}: {msg}") from None
-    path = Path(source) if Path(source).exists() else None
-    experiment = _scaled(spec, scale, path)
-    _check_references(experiment, source, lines)
-    _validate_trials(experiment, source, lines)
-    return experiment
-
-
-def load_experiment(path: Path, scale: str = "quick") -> Experiment:
-    """Read and validate an experiment file at ``scale``; ValueError naming the file and line."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ValueError(f"cannot read experiment file {path}: {e.strerror}") from None
-    return parse_experiment(text, str(path), scale)

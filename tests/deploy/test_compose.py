@@ -38,9 +38,9 @@ import pytest
 from numpy.typing import NDArray
 
 from fedldp.client.cli.main import build_parser
+from fedldp.client.experiments.loading import load_experiment
 from fedldp.client.experiments.results import TIMING_COLUMNS
 from fedldp.client.experiments.runner import run_experiment
-from fedldp.client.experiments.spec import load_experiment
 from fedldp.client.http.enrollment import ENROLL_CHUNK
 from fedldp.client.http.server_process import free_port
 from fedldp.client.population.build import build_population, population_spec_from_args

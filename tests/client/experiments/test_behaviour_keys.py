@@ -12,9 +12,9 @@ import pytest
 from fedldp.client.behaviour import Behaviour
 from fedldp.client.experiments.conduct import conduct_of
 from fedldp.client.experiments.derived import check_expression, evaluate, with_derived
+from fedldp.client.experiments.loading import parse_experiment
 from fedldp.client.experiments.results import read_rows
 from fedldp.client.experiments.runner import run_experiment, run_trial
-from fedldp.client.experiments.spec import parse_experiment
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol

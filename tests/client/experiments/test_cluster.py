@@ -15,9 +15,9 @@ import pytest
 
 from fedldp.client.cli.main import main
 from fedldp.client.experiments import cluster as cluster_module
+from fedldp.client.experiments.loading import load_experiment
 from fedldp.client.experiments.results import TIMING_COLUMNS, read_rows
 from fedldp.client.experiments.runner import run_experiment
-from fedldp.client.experiments.spec import load_experiment
 
 distributed = pytest.importorskip("distributed")
 

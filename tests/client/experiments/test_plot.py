@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 import pytest
 
+from fedldp.client.experiments.loading import load_experiment
 from fedldp.client.experiments.plot import draw, plot_directory, read_manifest
 from fedldp.client.experiments.results import read_rows
 from fedldp.client.experiments.runner import run_experiment
-from fedldp.client.experiments.spec import PlotSpec, load_experiment
+from fedldp.client.experiments.spec import PlotSpec
 
 EXPERIMENT = """\
 name: plotted

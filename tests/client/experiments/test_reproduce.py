@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from fedldp.client.cli.main import main
+from fedldp.client.experiments.loading import load_experiment
 from fedldp.client.experiments.reproduce import experiments_dir, find_experiments, reproduce
-from fedldp.client.experiments.spec import load_experiment
 
 PREFIXES = ("user-level-", "heterogeneous-", "huber-", "semi-feature-", "robustness-")
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fedldp.client.experiments.loading import load_experiment
 from fedldp.client.experiments.results import TIMING_COLUMNS, read_rows
 from fedldp.client.experiments.runner import run_experiment
-from fedldp.client.experiments.spec import load_experiment
 
 TINY = """\
 name: tiny

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fedldp.client.experiments.spec import load_experiment, parse_experiment
+from fedldp.client.experiments.loading import load_experiment, parse_experiment
 
 GOOD = """\
 name: tiny
