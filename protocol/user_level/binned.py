@@ -32,12 +32,12 @@ from fedldp.protocol.core.base.records import (
     Result,
     UserData,
 )
-from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.mechanisms.transforms import fwht, next_power_of_two
 from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.driver import (
     ComponentParams,
     ComponentProtocol,
+    component_fields,
     labeled_sample_block,
 )
 from fedldp.protocol.user_level.layout import Families, typical_score
@@ -82,6 +82,10 @@ def grid_bins(x: ArrayLike, bins_per_axis: int) -> IntArray:
 
 class _Binned(ComponentProtocol[B], Predictor[B]):
     """Shared by Alg 4 and Alg 5: the grid, the Hadamard encodings and the decoding."""
+
+    broadcast_fields: ClassVar[Mapping[str, str]] = component_fields(
+        "bins_per_axis", "n_cells", "hadamard"
+    )
 
     data_kind: ClassVar[DataKind] = "labeled"
     heterogeneity: ClassVar[str] = UserSgd.heterogeneity
@@ -195,20 +199,6 @@ class UserClassify(_Binned[ClassifyParams]):
     sign(q̂_b) on bin b. The result's estimate is the prediction (±1) of every cell."""
 
     name: ClassVar[str] = "user-classify"
-    broadcast_fields: ClassVar[Mapping[str, str]] = described(
-        "invocation",
-        "layout",
-        "families",
-        "reference_epsilon",
-        "n_ref",
-        "c_star",
-        "bins_per_axis",
-        "n_cells",
-        "hadamard",
-        "sensitivity",
-        "lo",
-        "hi",
-    )
     summary: ClassVar[str] = (
         "User-level LDP nonparametric classification: binned features, Hadamard-encoded "
         "labels, sign of the estimated per-bin label mass."
@@ -248,20 +238,6 @@ class UserRegress(_Binned[RegressParams]):
     estimate is the prediction of every cell."""
 
     name: ClassVar[str] = "user-regress"
-    broadcast_fields: ClassVar[Mapping[str, str]] = described(
-        "invocation",
-        "layout",
-        "families",
-        "reference_epsilon",
-        "n_ref",
-        "c_star",
-        "bins_per_axis",
-        "n_cells",
-        "hadamard",
-        "sensitivity",
-        "lo",
-        "hi",
-    )
     summary: ClassVar[str] = (
         "User-level LDP nonparametric regression: binned features, Hadamard-encoded labels "
         "and bin masses, ratio of the estimates per bin."

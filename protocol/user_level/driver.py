@@ -31,6 +31,7 @@ from fedldp.protocol.core.base.records import (
     UserData,
     check_epsilons,
 )
+from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.transforms import KashinFrame, kashin_frame
 from fedldp.protocol.user_level import components as comp
@@ -47,6 +48,7 @@ __all__ = [
     "ComponentParams",
     "ComponentProtocol",
     "cached_frame",
+    "component_fields",
     "kashin_public",
     "labeled_sample_block",
     "study_frame",
@@ -142,6 +144,15 @@ def study_frame(d: int, k_const: float, public: JSON) -> KashinFrame:
             f"(calibrated constant {frame.observed!r} != {public['kashin_observed']!r})"
         )
     return frame
+
+
+def component_fields(*keys: str) -> dict[str, str]:
+    """The ``broadcast_fields`` of an Alg-2 protocol: the invocation's fields every one of them
+    broadcasts, then ``keys`` of its own, then each component's bounds."""
+    return described(
+        "invocation", "layout", "families", "reference_epsilon", "n_ref", "c_star",
+        *keys, "sensitivity", "lo", "hi",
+    )  # fmt: skip
 
 
 class ComponentProtocol(Protocol[P]):

@@ -20,13 +20,13 @@ from pydantic import Field, model_validator
 
 from fedldp.protocol.core.base.protocol import Protocol
 from fedldp.protocol.core.base.records import JSON, DataKind, FloatArray, Plan, Result, UserData
-from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.mechanisms.transforms import KashinFrame, fwht, next_power_of_two
 from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.driver import (
     ComponentParams,
     ComponentProtocol,
+    component_fields,
     kashin_public,
     study_frame,
     user_sample_block,
@@ -89,17 +89,7 @@ class UserMeanLinf(ComponentProtocol[LinfParams]):
     (§3.6, coordinate-wise E|X_k|^p <= M_p) every Alg-1 call is Alg 1-HT."""
 
     name: ClassVar[str] = "user-mean-linf"
-    broadcast_fields: ClassVar[Mapping[str, str]] = described(
-        "invocation",
-        "layout",
-        "families",
-        "reference_epsilon",
-        "n_ref",
-        "c_star",
-        "sensitivity",
-        "lo",
-        "hi",
-    )
+    broadcast_fields: ClassVar[Mapping[str, str]] = component_fields()
     summary: ClassVar[str] = (
         "User-level LDP mean of d-dimensional vectors with ℓ∞-bounded samples: coordinates "
         "split over user groups by privacy regime, each by the two-stage mean."
@@ -166,18 +156,8 @@ class UserMeanL2(ComponentProtocol[L2Params]):
     §3.6) Alg 2-HT runs on a(X) with M'_p = K^p·M_p·d^{−p/2}."""
 
     name: ClassVar[str] = "user-mean-l2"
-    broadcast_fields: ClassVar[Mapping[str, str]] = described(
-        "invocation",
-        "layout",
-        "families",
-        "reference_epsilon",
-        "n_ref",
-        "c_star",
-        "frame_seed",
-        "kashin_observed",
-        "sensitivity",
-        "lo",
-        "hi",
+    broadcast_fields: ClassVar[Mapping[str, str]] = component_fields(
+        "frame_seed", "kashin_observed"
     )
     summary: ClassVar[str] = (
         "User-level LDP mean of vectors with ℓ2-bounded samples via Kashin coefficients: error "
@@ -297,17 +277,7 @@ class UserMeanL1(_Hadamard[L1Params]):
     """Alg 2-H on vectors with ‖X‖₁ <= D (§3.5, Remark 1)."""
 
     name: ClassVar[str] = "user-mean-l1"
-    broadcast_fields: ClassVar[Mapping[str, str]] = described(
-        "invocation",
-        "layout",
-        "families",
-        "reference_epsilon",
-        "n_ref",
-        "c_star",
-        "sensitivity",
-        "lo",
-        "hi",
-    )
+    broadcast_fields: ClassVar[Mapping[str, str]] = component_fields()
     summary: ClassVar[str] = (
         "User-level LDP mean of vectors with ℓ1-bounded samples via a Hadamard rotation."
     )
@@ -332,17 +302,7 @@ class UserFrequency(_Hadamard[FrequencyParams]):
     entries may fall outside [0, 1] or not sum to exactly 1)."""
 
     name: ClassVar[str] = "user-frequency"
-    broadcast_fields: ClassVar[Mapping[str, str]] = described(
-        "invocation",
-        "layout",
-        "families",
-        "reference_epsilon",
-        "n_ref",
-        "c_star",
-        "sensitivity",
-        "lo",
-        "hi",
-    )
+    broadcast_fields: ClassVar[Mapping[str, str]] = component_fields()
     summary: ClassVar[str] = (
         "User-level LDP distribution estimation over an alphabet of A items via Hadamard "
         "coefficients: squared error linear in A."

@@ -28,12 +28,12 @@ from fedldp.protocol.core.base.records import (
     Result,
     UserData,
 )
-from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.mechanisms.transforms import KashinFrame
 from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.driver import (
     ComponentParams,
     ComponentProtocol,
+    component_fields,
     kashin_public,
     labeled_sample_block,
     study_frame,
@@ -102,20 +102,8 @@ class UserSgd(ComponentProtocol[SgdParams]):
     """
 
     name: ClassVar[str] = "user-sgd"
-    broadcast_fields: ClassVar[Mapping[str, str]] = described(
-        "invocation",
-        "layout",
-        "families",
-        "reference_epsilon",
-        "n_ref",
-        "c_star",
-        "step",
-        "frame_seed",
-        "kashin_observed",
-        "theta",
-        "sensitivity",
-        "lo",
-        "hi",
+    broadcast_fields: ClassVar[Mapping[str, str]] = component_fields(
+        "step", "frame_seed", "kashin_observed", "theta"
     )
     summary: ClassVar[str] = (
         "User-level LDP stochastic optimization (linear or logistic regression): gradient "
