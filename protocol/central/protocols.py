@@ -284,6 +284,34 @@ class CentralHuber(CentralProtocol[HuberParams]):
         alpha, beta = dn.noise_constants(epsilon, params.delta, d, params.calibration)
         return {"alpha": alpha, "beta": beta, "calibration": params.calibration}
 
+    internal_diagnostics: ClassVar[bool] = True
+
+    def release_internals(
+        self, params: HuberParams, plan: Plan, means: FloatArray, counts: FloatArray
+    ) -> JSON:
+        """What spec §4.8 reports beside μ̂ "for diagnostics only": S (the proxy S in
+        paper-proxy mode) and the noise std S/α; in dp mode also Δ̃, Z, the case of G(D, 0),
+        the last case-(b) index and the case-(c) term with its share of S (§7.2 C1.5). The
+        same S as ``release`` (deterministic given the reports)."""
+        eps = float(plan.public["epsilon"])
+        d = self.dimension(params)
+        alpha, beta = dn.noise_constants(eps, params.delta, d, params.calibration)
+        design = hb.huber_design(counts, params.huber_scale, params.gamma)
+        if params.calibration != "dp":
+            proxy = hb.hlm_proxy_sensitivity(means, design)
+            return {"sensitivity": proxy, "noise_std": proxy / alpha}
+        sens = hb.hlm_sensitivity(means, design, params.clip_radius, beta)
+        return {
+            "sensitivity": sens.value,
+            "noise_std": sens.value / alpha,
+            "case": sens.case,
+            "delta_tilde": sens.delta_tilde,
+            "z": sens.z,
+            "k_last": sens.k_last,
+            "case_c_term": sens.case_c_term,
+            "case_c_share": sens.case_c_share,
+        }
+
     def release(
         self,
         params: HuberParams,

@@ -242,3 +242,19 @@ def test_the_population_fills_what_it_determines(
     assert filled["dimension"] == spec.dimension
     assert filled.get("radius") == (pytest.approx(radius) if radius is not None else None)
     assert fill_from_population(protocol, {"radius": 7.0}, pop)["radius"] == 7.0  # given wins
+
+
+def test_internal_diagnostics_are_the_simulators_alone() -> None:
+    """A protocol's ``internal`` values (central Huber: its smooth sensitivity) reach the
+    simulated result's diagnostics under ``internal``, never the public round outputs; a protocol
+    without them adds no key (central-wme's output is unchanged)."""
+    from fedldp.protocol.catalogue import get_protocol
+
+    spec = PopulationSpec(users=500, samples=4, distribution="gaussian")
+    huber = run(get_protocol("central-huber"), {}, 3, 128, spec)
+    internal = huber.result.diagnostics["internal"]
+    assert {"sensitivity", "noise_std", "case_c_share", "delta_tilde"} <= set(internal)
+    assert all("internal" not in out and "sensitivity" not in out for out in huber.outputs)
+    assert 0 < internal["case_c_share"] <= 1
+    wme = run(get_protocol("central-wme"), {}, 3, 128, spec)
+    assert "internal" not in wme.result.diagnostics
