@@ -6,7 +6,8 @@ x values ``x_in`` only, when given: one regime of a wider sweep); ``ratio``
 divides the numerator's aggregate by the denominator's (each ``stat`` of a column over the rows
 of the group matching its own ``where``, or the smallest over the values of its ``best_of``
 column: a tuned minimum); ``bound`` takes ``stat(y)`` at every configuration of
-the group (every distinct value of the grid columns the check does not fix). A group passes when
+the group (every distinct value of the grid columns the check does not fix). A slope's points and
+a bound's values are tuned minima too when the check has ``best_of``. A group passes when
 its value is in [min, max]. Verdict: ``holds`` (every group passes), ``partly`` (some),
 ``fails`` (none), ``no data`` (no group could be measured).
 """
@@ -91,7 +92,7 @@ def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> C
             xs = sorted({v for v in (number(r.get(check.x, "")) for r in members) if v is not None})
             if check.x_in is not None:
                 xs = [x for x in xs if x in check.x_in]
-            ys = [stat_band(values(_at(members, check.x, x), check.y), check.stat)[0] for x in xs]
+            ys = [_tuned(_at(members, check.x, x), check) for x in xs]
             slope = loglog_slope(xs, ys)
             v = math.nan if slope is None else slope
             measured.append((group, v, _in_range(v, check)))
@@ -102,13 +103,22 @@ def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> C
             v = sides[0] / sides[1] if sides[1] else math.nan
             measured.append((group, v, _in_range(v, check)))
         else:
-            fixed = {*check.where, *check.per}
+            tuning = check.tuning()
+            fixed = {*check.where, *check.per, *(tuning.tuned if tuning else ())}
             free = _configurations(members, fixed, columns)
             for sub, at in _groups(members, free):
-                v = stat_band(values(at, check.y), check.stat)[0]
+                v = _tuned(at, check)
                 name = ", ".join(x for x in (group, sub) if x)
                 measured.append((name, v, _in_range(v, check)))
     return CheckOutcome(check, measured)
+
+
+def _tuned(rows: Sequence[Row], check: CheckSpec) -> float:
+    """A slope's point or a bound's value: ``stat(y)`` over ``rows``, or its tuned minimum."""
+    tuning = check.tuning()
+    if tuning is None:
+        return stat_band(values(rows, check.y), check.stat)[0]
+    return _quantity(tuning, rows, check)
 
 
 def _quantity(q: Quantity, rows: Sequence[Row], check: CheckSpec) -> float:

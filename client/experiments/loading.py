@@ -154,7 +154,8 @@ def _check_references(experiment: Experiment, source: str, lines: Lines) -> None
                     f"plot {i + 1}: {key!r} is not a grid key ({', '.join(sorted(columns))})",
                 )
     for i, check in enumerate(spec.checks):
-        used = [*check.per, *check.where]
+        tuning = check.tuning()
+        used = [*check.per, *check.where, *(tuning.tuned if tuning else ())]
         for q in (check.numerator, check.denominator):
             used += [*q.where, *q.tuned] if q is not None else []
         for key in used:

@@ -127,7 +127,9 @@ class CheckSpec(BaseModel):
     ``slope``: the log-log slope of ``stat(y)`` against ``x`` (over the x values ``x_in`` when
     given) is in [min, max]. ``ratio``:
     numerator / denominator is in [min, max]. ``bound``: ``stat(y)`` is in [min, max]. The claim
-    holds when every group passes, partly when some do, fails when none does.
+    holds when every group passes, partly when some do, fails when none does. A slope or bound
+    with ``best_of`` (and ``among``) takes, at each x or configuration, the smallest ``stat(y)``
+    over that column's values, as a ratio's ``Quantity`` does: a tuned method's curve.
     """
 
     model_config = _FROZEN
@@ -148,9 +150,20 @@ class CheckSpec(BaseModel):
     denominator: Quantity | None = None
     min: float | None = None
     max: float | None = None
+    best_of: str | tuple[str, ...] | None = None
+    among: list[Any] | None = None
+
+    def tuning(self) -> Quantity | None:
+        """A slope's or bound's tuned minimum (``best_of``) as a Quantity, None without one."""
+        if self.best_of is None and self.among is None:
+            return None
+        return Quantity(best_of=self.best_of, among=self.among)
 
     @model_validator(mode="after")
     def _complete(self) -> CheckSpec:
+        if self.kind == "ratio" and (self.best_of is not None or self.among is not None):
+            raise ValueError("a ratio takes best_of in its numerator or denominator")
+        self.tuning()  # among needs one best_of column
         if self.min is None and self.max is None:
             raise ValueError("a check needs min, max or both")
         if self.kind == "slope" and self.x is None:
