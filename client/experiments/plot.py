@@ -19,7 +19,6 @@ import yaml
 from fedldp.client.experiments.aggregate import (
     Series,
     describe_where,
-    matches,
     plot_series,
     population_text,
     quantile_level,
@@ -113,7 +112,7 @@ _NAMED_PROTOCOLS = 4
 def _title(manifest: Mapping[str, Any], plot: PlotSpec, rows: Sequence[Mapping[str, str]]) -> str:
     exp = manifest["experiment"]
     head = plot.title or (exp.get("title") or exp["name"])
-    shown = list(dict.fromkeys(r["protocol"] for r in rows if matches(r, plot.where)))
+    shown = list(dict.fromkeys(r["protocol"] for r in rows if plot.shows(r)))
     protocols = ", ".join(shown) or "?"
     if len(shown) > _NAMED_PROTOCOLS:
         # e.g. one protocol entry per tuning: the legend names them

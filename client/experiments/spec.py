@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -76,6 +77,9 @@ class PlotSpec(BaseModel):
     x: str
     y: str = "error"
     hue: str | None = None
+    hue_in: list[Any] | None = Field(
+        None, description="draw only these values of the hue column, in this order"
+    )
     stat: Stat = "mean"
     where: dict[str, Any] = Field(default_factory=dict, description="keep rows with these values")
     logx: bool = False
@@ -86,6 +90,20 @@ class PlotSpec(BaseModel):
     title: str | None = None
     xlabel: str | None = None
     ylabel: str | None = None
+
+    @model_validator(mode="after")
+    def _hue_in_needs_hue(self) -> PlotSpec:
+        if self.hue_in is not None and (self.hue is None or not self.hue_in):
+            raise ValueError("hue_in lists values (one or more) of the hue column")
+        return self
+
+    def shows(self, row: Mapping[str, str]) -> bool:
+        """Whether ``row`` is drawn: it matches ``where`` and its hue is one of ``hue_in``."""
+        if any(row.get(k) != cell(v) for k, v in self.where.items()):
+            return False
+        if self.hue is None or self.hue_in is None:
+            return True
+        return row.get(self.hue) in {cell(v) for v in self.hue_in}
 
 
 class Quantity(BaseModel):
