@@ -120,8 +120,11 @@ def fill_from_population(
     """``raw`` with the parameters the population determines filled in where the protocol has
     them and they were not given: ``samples_per_user`` (the smallest per-user sample count: every
     user then holds at least m samples; those with more keep their first m), ``dimension`` (d of
-    vector data), ``domain_size`` (k of categorical data) and ``radius`` (of the ℓ2 ball holding
-    a synthetic vector law's support, e.g. √d·D for the box [-D, D]^d)."""
+    vector data), ``domain_size`` (k of categorical data), ``radius`` (of the ℓ2 ball holding
+    a synthetic vector law's support, e.g. √d·D for the box [-D, D]^d) and ``gamma`` (central
+    Huber's Assumption-3 constant: the γ >= 1 of imbalanced sample counts s_i = ⌈N (i/n)^γ⌉,
+    which satisfy it with that γ, huber-user-level-dp.md §6.3)."""
+    imbalance = getattr(population, "imbalance", None)
     known: dict[str, float | None] = {
         "samples_per_user": int(population.metadata["samples"].min()),
         "dimension": population.dimension,
@@ -129,6 +132,7 @@ def fill_from_population(
         "radius": population.l2_radius,
         "label_low": getattr(population, "label_low", None),
         "label_high": getattr(population, "label_high", None),
+        "gamma": imbalance if imbalance is not None and imbalance >= 1 else None,
     }
     out = dict(raw)
     fields = protocol.params_model.model_fields

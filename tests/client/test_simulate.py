@@ -258,3 +258,26 @@ def test_internal_diagnostics_are_the_simulators_alone() -> None:
     assert 0 < internal["case_c_share"] <= 1
     wme = run(get_protocol("central-wme"), {}, 3, 128, spec)
     assert "internal" not in wme.result.diagnostics
+
+
+def test_huber_gamma_is_the_imbalanced_generators() -> None:
+    """Imbalanced counts s_i = ⌈N (i/n)^γ⌉ satisfy the huber spec's Assumption 3 with that γ
+    (§6.3): central-huber's gamma (m_c = γN/n, k₀ = ⌊n/(8γ)⌋) defaults to it; a given gamma
+    wins, balanced users and γ < 1 fill nothing."""
+    from fedldp.protocol.catalogue import get_protocol
+
+    huber = get_protocol("central-huber")
+    pop = build_population(
+        PopulationSpec(users=200, imbalance=3, total_samples=5000, distribution="gaussian"), 0
+    )
+    assert fill_from_population(huber, {}, pop)["gamma"] == 3
+    assert fill_from_population(huber, {"gamma": 1.5}, pop)["gamma"] == 1.5
+    out = simulate(huber, huber.parse_params(fill_from_population(huber, {}, pop)), pop, 0)
+    assert out.result.diagnostics["gamma"] == 3
+    assert out.result.diagnostics["k0"] == pop.n // 24
+    flat = build_population(PopulationSpec(users=200, samples=3, distribution="gaussian"), 0)
+    assert "gamma" not in fill_from_population(huber, {}, flat)
+    low = build_population(
+        PopulationSpec(users=200, imbalance=0.5, total_samples=5000, distribution="gaussian"), 0
+    )
+    assert "gamma" not in fill_from_population(huber, {}, low)
