@@ -160,6 +160,9 @@ def draw(
     fig = Figure(figsize=(7.5, 5.0), layout="constrained")
     ax = fig.add_subplot()
     measured = f"measured {_short_stat(plot.stat)}" if plot.y == "error" else "measured"
+    # a theory the lines share (one that does not depend on the hue) is drawn once, in grey
+    curves = {(tuple(s.x), tuple(s.theory)) for s in series if s.theory is not None}
+    shared = plot.hue is not None and len(series) > 1 and len(curves) == 1
     for i, s in enumerate(series):
         color = f"C{i % 10}"
         name = s.label if plot.hue else measured
@@ -173,17 +176,18 @@ def draw(
             ax.fill_between(s.x, s.lo, s.hi, color=color, alpha=0.2, linewidth=0)
         else:
             ax.vlines(s.x, s.lo, s.hi, color=color, alpha=0.5, linewidth=4)
-        if s.theory is not None and plot.theory is not None:
+        if s.theory is not None and plot.theory is not None and not (shared and i > 0):
             root = "√" if plot.theory_sqrt else ""
             what = f"{root}{plot.theory.removeprefix('diagnostics.')}"
-            theory_label = f"{s.label}: theory ({what})" if plot.hue else f"theory ({what})"
+            own = plot.hue and not shared
+            theory_label = f"{s.label}: theory ({what})" if own else f"theory ({what})"
             ax.plot(
                 s.x,
                 s.theory,
                 linestyle="--" if numeric else "none",
                 marker="_",
                 markersize=14,
-                color=color,
+                color="0.35" if shared else color,
                 label=theory_label,
             )
     if plot.logx and numeric:

@@ -119,3 +119,14 @@ def test_hue_in_names_values_of_the_hue_column(tmp_path: Path) -> None:
     (tmp_path / "e.yaml").write_text(bad)
     with pytest.raises(ValueError, match=r"e\.yaml:9: plot 1: hue_in \['median'\]"):
         load_experiment(tmp_path / "e.yaml")
+
+
+def test_a_theory_every_line_shares_is_drawn_once(run_dir: Path) -> None:
+    manifest = read_manifest(run_dir)
+    rows = read_rows(run_dir / "trials.csv")
+    raw = dict(manifest["experiment"]["plots"][0]) | {"theory": "population.n"}
+    raw.pop("theory_sqrt")
+    fig, series = draw(rows, PlotSpec.model_validate(raw), manifest)
+    labels = [str(line.get_label()) for line in fig.axes[0].get_lines()]
+    assert len(series) == 2
+    assert [label for label in labels if "theory" in label] == ["theory (population.n)"]
