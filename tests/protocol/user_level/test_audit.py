@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedldp.protocol.catalogue import AUDITS, get_audit
-from fedldp.protocol.mechanisms.audit import run_audit
+from fedldp.protocol.mechanisms.audit import AuditCase, run_audit
 from fedldp.protocol.user_level.audit import AUDITS as USER_LEVEL
 
 DRAWS = 100_000
@@ -20,7 +20,7 @@ def test_every_user_level_case_is_in_the_catalogue() -> None:
 
 
 @pytest.mark.parametrize("case", USER_LEVEL, ids=lambda c: c.name)
-def test_a_case_is_epsilon_ldp_and_tight(case) -> None:  # type: ignore[no-untyped-def]
+def test_a_case_is_epsilon_ldp_and_tight(case: AuditCase) -> None:
     # each audit's lower bound exceeds a true ε with probability <= 0.001 (joint confidence)
     audit = run_audit(case, 1.0, draws=DRAWS, rng=np.random.default_rng(3))
     assert audit.lower <= 1.0
@@ -29,6 +29,6 @@ def test_a_case_is_epsilon_ldp_and_tight(case) -> None:  # type: ignore[no-untyp
 
 
 @pytest.mark.parametrize("case", [c for c in USER_LEVEL if c.tight], ids=lambda c: c.name)
-def test_half_the_noise_is_caught(case) -> None:  # type: ignore[no-untyped-def]
+def test_half_the_noise_is_caught(case: AuditCase) -> None:
     audit = run_audit(case, 1.0, draws=DRAWS, rng=np.random.default_rng(4), noise=0.5)
     assert audit.lower > 1.0
