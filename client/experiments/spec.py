@@ -126,8 +126,11 @@ class CheckSpec(BaseModel):
 
     ``slope``: the log-log slope of ``stat(y)`` against ``x`` (over the x values ``x_in`` when
     given) is in [min, max]. ``ratio``:
-    numerator / denominator is in [min, max]. ``bound``: ``stat(y)`` is in [min, max]. The claim
-    holds when every group passes, partly when some do, fails when none does.
+    numerator / denominator is in [min, max]. ``bound``: ``stat(y)`` is in [min, max]. With
+    ``minus`` (slope and bound), the statistic is ``stat(y) − minus(y)`` over the same seeds,
+    e.g. ``stat: q99, minus: median``: how far the tail lies beyond the typical value
+    (heterogeneous-ldp.md §5 E5). The claim holds when every group passes, partly when some do,
+    fails when none does.
     """
 
     model_config = _FROZEN
@@ -138,6 +141,9 @@ class CheckSpec(BaseModel):
     kind: Literal["slope", "ratio", "bound"]
     y: str = "error"
     stat: Stat = "mean"
+    minus: Stat | None = Field(
+        None, description="slope, bound: the statistic is stat(y) - minus(y) over the same seeds"
+    )
     x: str | None = None
     x_in: tuple[float, ...] | None = Field(
         None, description="slope: fit over these x values only (one regime of a wider sweep)"
@@ -159,6 +165,10 @@ class CheckSpec(BaseModel):
             raise ValueError("x_in belongs to a slope check and needs two x values or more")
         if self.kind == "ratio" and (self.numerator is None or self.denominator is None):
             raise ValueError("a ratio check needs numerator and denominator")
+        if self.minus is not None and (self.kind == "ratio" or self.minus == self.stat):
+            raise ValueError(
+                "minus belongs to slope and bound checks and names another statistic than stat"
+            )
         return self
 
 

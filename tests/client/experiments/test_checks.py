@@ -120,3 +120,34 @@ def test_a_tuned_minimum_over_several_grid_columns() -> None:
     assert evaluate(check, rows, []).measured[0][1] == pytest.approx(5.0)
     with pytest.raises(ValidationError, match="among"):
         Quantity.model_validate({"best_of": ["params.bins", "params.depth"], "among": [1]})
+
+
+def test_minus_takes_the_difference_of_two_statistics_over_the_same_seeds() -> None:
+    # at x the errors are x·(1, …, 100)/100 + x²: the median grows like x², the q90 − median
+    # gap (0.396·x) only linearly, so the slope of the gap is exactly 1 and that of q90 is not
+    grid = np.arange(1, 101) / 100
+    rows = _rows({x: (x * grid + x * x).tolist() for x in (1.0, 2.0, 4.0)})
+    spec = {"claim": "c", "kind": "slope", "x": "epsilon", "stat": "q90", "min": 0.99, "max": 1.01}
+    gap = evaluate(CheckSpec.model_validate({**spec, "minus": "median"}), rows, [])
+    assert gap.measured[0][1] == pytest.approx(1.0)
+    assert gap.verdict == "holds"
+    assert evaluate(CheckSpec.model_validate(spec), rows, []).verdict == "fails"
+    # a bound check: one value per x, q90 − median = (0.901 − 0.505)·x (np.quantile interpolates)
+    bound = CheckSpec.model_validate(
+        {"claim": "c", "kind": "bound", "stat": "q90", "minus": "median", "max": 1.0}
+    )
+    measured = evaluate(bound, rows, ["protocol", "epsilon"]).measured
+    assert [v for _, v, _ in measured] == pytest.approx([0.396, 0.792, 1.584])
+    assert [ok for _, _, ok in measured] == [True, True, False]
+
+
+def test_minus_belongs_to_slopes_and_bounds_and_names_another_statistic() -> None:
+    ratio = {"claim": "c", "kind": "ratio", "numerator": {}, "denominator": {}, "max": 1}
+    with pytest.raises(ValidationError, match="minus"):
+        CheckSpec.model_validate({**ratio, "minus": "median"})
+    with pytest.raises(ValidationError, match="minus"):
+        CheckSpec.model_validate(
+            {"claim": "c", "kind": "bound", "stat": "median", "minus": "median", "max": 1}
+        )
+    with pytest.raises(ValidationError):
+        CheckSpec.model_validate({"claim": "c", "kind": "bound", "minus": "q", "max": 1})
