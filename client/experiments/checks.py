@@ -6,9 +6,7 @@ x values ``x_in`` only, when given: one regime of a wider sweep); ``ratio``
 divides the numerator's aggregate by the denominator's (each ``stat`` of a column over the rows
 of the group matching its own ``where``, or the smallest over the values of its ``best_of``
 column: a tuned minimum); ``bound`` takes ``stat(y)`` at every configuration of
-the group (every distinct value of the grid columns the check does not fix). A slope's or a
-bound's ``minus`` subtracts a second statistic of the same values (``q99`` − ``median``: the
-tail's distance from the typical error). A group passes when
+the group (every distinct value of the grid columns the check does not fix). A group passes when
 its value is in [min, max]. Verdict: ``holds`` (every group passes), ``partly`` (some),
 ``fails`` (none), ``no data`` (no group could be measured).
 """
@@ -93,7 +91,7 @@ def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> C
             xs = sorted({v for v in (number(r.get(check.x, "")) for r in members) if v is not None})
             if check.x_in is not None:
                 xs = [x for x in xs if x in check.x_in]
-            ys = [_statistic(values(_at(members, check.x, x), check.y), check) for x in xs]
+            ys = [stat_band(values(_at(members, check.x, x), check.y), check.stat)[0] for x in xs]
             slope = loglog_slope(xs, ys)
             v = math.nan if slope is None else slope
             measured.append((group, v, _in_range(v, check)))
@@ -107,16 +105,10 @@ def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> C
             fixed = {*check.where, *check.per}
             free = _configurations(members, fixed, columns)
             for sub, at in _groups(members, free):
-                v = _statistic(values(at, check.y), check)
+                v = stat_band(values(at, check.y), check.stat)[0]
                 name = ", ".join(x for x in (group, sub) if x)
                 measured.append((name, v, _in_range(v, check)))
     return CheckOutcome(check, measured)
-
-
-def _statistic(xs: Sequence[float], check: CheckSpec) -> float:
-    """``check.stat`` of ``xs``, less ``check.minus`` of them when given (NaN without values)."""
-    value = stat_band(xs, check.stat)[0]
-    return value if check.minus is None else value - stat_band(xs, check.minus)[0]
 
 
 def _quantity(q: Quantity, rows: Sequence[Row], check: CheckSpec) -> float:

@@ -50,10 +50,15 @@ __all__ = [
     "population_key",
 ]
 
-Stat = Annotated[str, Field(pattern=r"^(mean|median|mse|rmse|q[0-9]{1,4})$")]
+_ONE_STAT = r"(mean|median|mse|rmse|q[0-9]{1,4})"
+Stat = Annotated[str, Field(pattern=rf"^{_ONE_STAT}$")]
 """A statistic over seeds: mean, median, mse, rmse, or ``qDIGITS``, the quantile at level
 0.DIGITS (``q95``: the 0.95 quantile, ``q999``: the 0.999 quantile), e.g. of |error| for the
 tail bounds of heterogeneous-ldp.md §5 E5."""
+CheckStat = Annotated[str, Field(pattern=rf"^{_ONE_STAT}( - {_ONE_STAT})?$")]
+"""A claim's statistic: a ``Stat``, or the difference of two over the same seeds, ``"A - B"``
+(``"q99 - median"``: how far the tail lies beyond the typical error, heterogeneous-ldp.md §5
+E5's second part)."""
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -100,7 +105,7 @@ class Quantity(BaseModel):
     model_config = _FROZEN
 
     y: str | None = None
-    stat: Stat | None = None
+    stat: CheckStat | None = None
     where: dict[str, Any] = Field(default_factory=dict)
     best_of: str | tuple[str, ...] | None = None
     among: list[Any] | None = None
@@ -126,11 +131,8 @@ class CheckSpec(BaseModel):
 
     ``slope``: the log-log slope of ``stat(y)`` against ``x`` (over the x values ``x_in`` when
     given) is in [min, max]. ``ratio``:
-    numerator / denominator is in [min, max]. ``bound``: ``stat(y)`` is in [min, max]. With
-    ``minus`` (slope and bound), the statistic is ``stat(y) − minus(y)`` over the same seeds,
-    e.g. ``stat: q99, minus: median``: how far the tail lies beyond the typical value
-    (heterogeneous-ldp.md §5 E5). The claim holds when every group passes, partly when some do,
-    fails when none does.
+    numerator / denominator is in [min, max]. ``bound``: ``stat(y)`` is in [min, max]. The claim
+    holds when every group passes, partly when some do, fails when none does.
     """
 
     model_config = _FROZEN
@@ -140,10 +142,7 @@ class CheckSpec(BaseModel):
     tag: str = Field("", description="e.g. MUST or PAPER-CLAIM (huber-user-level-dp.md §7.0)")
     kind: Literal["slope", "ratio", "bound"]
     y: str = "error"
-    stat: Stat = "mean"
-    minus: Stat | None = Field(
-        None, description="slope, bound: the statistic is stat(y) - minus(y) over the same seeds"
-    )
+    stat: CheckStat = "mean"
     x: str | None = None
     x_in: tuple[float, ...] | None = Field(
         None, description="slope: fit over these x values only (one regime of a wider sweep)"
@@ -165,10 +164,6 @@ class CheckSpec(BaseModel):
             raise ValueError("x_in belongs to a slope check and needs two x values or more")
         if self.kind == "ratio" and (self.numerator is None or self.denominator is None):
             raise ValueError("a ratio check needs numerator and denominator")
-        if self.minus is not None and (self.kind == "ratio" or self.minus == self.stat):
-            raise ValueError(
-                "minus belongs to slope and bound checks and names another statistic than stat"
-            )
         return self
 
 
