@@ -122,7 +122,6 @@ def test_a_tuned_minimum_over_several_grid_columns() -> None:
         Quantity.model_validate({"best_of": ["params.bins", "params.depth"], "among": [1]})
 
 
-
 def test_a_difference_of_two_statistics_over_the_same_seeds() -> None:
     # at x the errors are x·(1, …, 100)/100 + x²: the median grows like x², the q90 − median
     # gap ((0.901 − 0.505)·x, np.quantile interpolates) only linearly: its slope is exactly 1
