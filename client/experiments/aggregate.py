@@ -29,6 +29,7 @@ __all__ = [
     "loglog_slope",
     "matches",
     "number",
+    "one_of",
     "plot_series",
     "quantile_level",
     "stat_band",
@@ -50,8 +51,17 @@ def number(text: str) -> float | None:
 
 
 def matches(row: Row, where: Mapping[str, Any]) -> bool:
-    """Whether ``row`` holds every value of ``where`` (compared as CSV cells)."""
-    return all(row.get(k) == cell(v) for k, v in where.items())
+    """Whether ``row`` holds every value of ``where`` (compared as CSV cells); a value
+    ``{in: [a, b, ...]}`` matches any of the listed values."""
+    return all(
+        row.get(k) in {cell(x) for x in v["in"]} if one_of(v) else row.get(k) == cell(v)
+        for k, v in where.items()
+    )
+
+
+def one_of(value: Any) -> bool:
+    """Whether a ``where`` value is ``{in: [...]}`` (any of several values)."""
+    return isinstance(value, Mapping) and set(value) == {"in"} and isinstance(value["in"], list)
 
 
 def values(rows: Iterable[Row], column: str) -> list[float]:

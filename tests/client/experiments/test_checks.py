@@ -168,3 +168,46 @@ def test_differences_are_for_claims_and_name_two_statistics() -> None:
             CheckSpec.model_validate({"claim": "c", "kind": "bound", "stat": bad, "max": 1})
     with pytest.raises(ValidationError):
         PlotSpec.model_validate({"x": "epsilon", "stat": "q90 - median"})
+
+
+def test_a_slope_minus_another_series_slope() -> None:
+    # protocol a falls like x^-1, b like x^-1.5, and a theory column like x^-1 on a's rows:
+    # a minus b is +0.5; a minus its theory column is 0
+    rows = [
+        {"protocol": p, "users": f"{x:g}", "seed": "0", "error": repr(x**k), "theory": repr(t)}
+        for p, k in (("a", -0.5), ("b", -0.75))
+        for x in (1.0, 4.0, 16.0)
+        for t in [x**-1.0]
+    ]
+    base = {"claim": "c", "kind": "slope", "x": "users", "stat": "mse", "min": 0.49, "max": 0.51}
+    versus_b = CheckSpec.model_validate(
+        {**base, "where": {"protocol": "a"}, "minus": {"where": {"protocol": "b"}}}
+    )
+    outcome = evaluate(versus_b, rows, ["protocol", "users"])
+    assert outcome.measured[0][1] == pytest.approx(0.5)
+    assert outcome.verdict == "holds"
+    theory = CheckSpec.model_validate(
+        {
+            **base,
+            "where": {"protocol": "a"},
+            "minus": {"y": "theory", "stat": "mean", "where": {"protocol": "a"}},
+            "min": -0.01,
+            "max": 0.01,
+        }
+    )
+    assert evaluate(theory, rows, ["protocol", "users"]).measured[0][1] == pytest.approx(0.0)
+    with pytest.raises(ValidationError, match="minus"):
+        CheckSpec.model_validate({**base, "kind": "bound", "minus": {"y": "theory"}})
+
+
+def test_a_where_value_may_list_several_and_each_is_its_own_group() -> None:
+    rows = [
+        {"protocol": p, "epsilon": "1", "seed": "0", "error": repr(v)}
+        for p, v in (("a", 0.5), ("b", 2.0), ("c", 9.0))
+    ]
+    check = CheckSpec.model_validate(
+        {"claim": "c", "kind": "bound", "where": {"protocol": {"in": ["a", "b"]}}, "max": 1}
+    )
+    outcome = evaluate(check, rows, ["protocol", "epsilon"])
+    assert [(g, v) for g, v, _ in outcome.measured] == [("protocol=a", 0.5), ("protocol=b", 2.0)]
+    assert outcome.verdict == "partly"
