@@ -6,6 +6,7 @@ from typing import Any
 
 from fedldp.protocol.central import protocols as central
 from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.heterogeneous import audit as hetero_audit
 from fedldp.protocol.heterogeneous import frequency as hetero_frequency
 from fedldp.protocol.heterogeneous import means as hetero_means
 from fedldp.protocol.mechanisms.audit import AuditCase
@@ -44,7 +45,7 @@ def get_protocol(name: str) -> Protocol[Any]:
         raise ValueError(f"unknown protocol {name!r}; known protocols: {known}") from None
 
 
-AUDITS: dict[str, AuditCase] = {c.name: c for c in (*user_level_audit.AUDITS,)}
+AUDITS: dict[str, AuditCase] = {c.name: c for c in (*user_level_audit.AUDITS, *hetero_audit.AUDITS)}
 """Every randomizer with an empirical privacy audit (``fedldp.protocol.mechanisms.audit``), by
 name: a family adds its cases (a module's ``AUDITS`` tuple) here."""
 

@@ -58,10 +58,15 @@ __all__ = [
     "population_key",
 ]
 
-Stat = Annotated[str, Field(pattern=r"^(mean|median|mse|rmse|q[0-9]{1,4})$")]
+_ONE_STAT = r"(mean|median|mse|rmse|q[0-9]{1,4})"
+Stat = Annotated[str, Field(pattern=rf"^{_ONE_STAT}$")]
 """A statistic over seeds: mean, median, mse, rmse, or ``qDIGITS``, the quantile at level
 0.DIGITS (``q95``: the 0.95 quantile, ``q999``: the 0.999 quantile), e.g. of |error| for the
 tail bounds of heterogeneous-ldp.md §5 E5."""
+CheckStat = Annotated[str, Field(pattern=rf"^{_ONE_STAT}( - {_ONE_STAT})?$")]
+"""A claim's statistic: a ``Stat``, or the difference of two over the same seeds, ``"A - B"``
+(``"q99 - median"``: how far the tail lies beyond the typical error, heterogeneous-ldp.md §5
+E5's second part)."""
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -114,7 +119,7 @@ class Quantity(BaseModel):
     model_config = _FROZEN
 
     y: str | None = None
-    stat: Stat | None = None
+    stat: CheckStat | None = None
     where: dict[str, Any] = Field(default_factory=dict)
     best_of: str | tuple[str, ...] | None = None
     among: list[Any] | None = None
@@ -153,7 +158,7 @@ class CheckSpec(BaseModel):
     tag: str = Field("", description="e.g. MUST or PAPER-CLAIM (huber-user-level-dp.md §7.0)")
     kind: Literal["slope", "ratio", "bound"]
     y: str = "error"
-    stat: Stat = "mean"
+    stat: CheckStat = "mean"
     x: str | None = None
     x_in: tuple[float, ...] | None = Field(
         None, description="slope: fit over these x values only (one regime of a wider sweep)"
