@@ -130,3 +130,18 @@ def test_a_theory_every_line_shares_is_drawn_once(run_dir: Path) -> None:
     labels = [str(line.get_label()) for line in fig.axes[0].get_lines()]
     assert len(series) == 2
     assert [label for label in labels if "theory" in label] == ["theory (population.n)"]
+
+
+def test_the_legend_names_the_seeds_behind_the_bands_and_only_when_there_are_bands(
+    run_dir: Path,
+) -> None:
+    manifest = read_manifest(run_dir)
+    rows = read_rows(run_dir / "trials.csv")
+    plot = PlotSpec.model_validate(manifest["experiment"]["plots"][0])
+    fig, _ = draw(rows, plot, manifest)
+    labels = [str(t.get_text()) for t in fig.axes[0].get_legend().get_texts()]
+    assert "bands: 95% CI over 4 seeds" in labels
+    one_seed = [r for r in rows if r["seed"] == rows[0]["seed"]]
+    fig, _ = draw(one_seed, plot, manifest)
+    labels = [str(t.get_text()) for t in fig.axes[0].get_legend().get_texts()]
+    assert not [label for label in labels if label.startswith("bands")]
