@@ -45,6 +45,7 @@ _COLUMN_TEXT = {
     "private": "private features s*",
     "protocol": "protocol",
     "shape": "Lomax shape a",
+    "rate": "exponential rate λ",
     "failed": "fraction of trials the protocol refused",
     "behaviour.dropout": "dropout: probability P that a user leaves before each round",
     "behaviour.attackers": "fraction of fake users (attackers) β",

@@ -16,6 +16,8 @@ The laws are the ones the specs' experiments use:
   heterogeneous-ldp.md §1.2 Alg 2 with D = 1), i.i.d. per coordinate in d dimensions;
 * Lomax(a), numpy's ``pareto(a)`` law, by inversion (1 − u)^(−1/a) − 1 (huber-user-level-dp.md
   §6.2: a = 4, mean 1/3, variance 2/9);
+* Exponential(λ) by inversion −log(1 − u)/λ (huber-user-level-dp.md §6.3, Fig. 2(c):
+  Exponential(1), mean 1, variance 1);
 * Bernoulli(p) on {0, 1};
 * categorical over k items 0..k−1, uniform or Zipf p(v) ∝ 1/v^s for the 1-based item v
   (heterogeneous-ldp.md §4 E-Alg5: p(v) ∝ 1/v).
@@ -38,6 +40,7 @@ __all__ = [
     "Bernoulli",
     "Categorical",
     "Distribution",
+    "Exponential",
     "Gaussian",
     "Lomax",
     "TwoPoint",
@@ -251,6 +254,35 @@ class Lomax(Distribution):
     def variance(self) -> float:
         a = self.shape
         return math.inf if a <= 2 else a / ((a - 1.0) ** 2 * (a - 2.0))
+
+
+@dataclass(frozen=True)
+class Exponential(Distribution):
+    """Exponential of rate λ: pdf λe^(−λx) on x >= 0, mean 1/λ, variance 1/λ² (i.i.d. coordinates
+    for vectors).
+
+    Inversion: X = −log(1 − u)/λ, computed as −log1p(−u)/λ (one uniform per coordinate; u < 1
+    strictly, so X is finite). Huber et al. Fig. 2(c) uses Exponential(1) (spec §6.3).
+    """
+
+    rate: float = 1.0
+    dimension: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.rate) and self.rate > 0):
+            raise ValueError(f"exponential needs a finite rate λ > 0, got {self.rate}")
+
+    def sample(self, streams: UserStreams, m: int) -> FloatArray:
+        u = streams.random(self._shape(streams, m))
+        x = -np.log1p(-u)
+        x /= self.rate
+        return x
+
+    def mean(self) -> float | FloatArray:
+        return self._broadcast_mean(1.0 / self.rate)
+
+    def variance(self) -> float:
+        return 1.0 / self.rate**2
 
 
 @dataclass(frozen=True)

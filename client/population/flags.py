@@ -57,13 +57,19 @@ _HELP: dict[str, tuple[type, str, str]] = {
         "two-point D (values ±D); uniform on [-D, D]; l2-ball radius (default 1)",
     ),
     "shape": (float, "A", "lomax shape a > 1: numpy's pareto(a), mean 1/(a-1) (default 4)"),
+    "rate": (
+        float,
+        "LAMBDA",
+        "exponential rate λ > 0: pdf λe^(-λx) on x >= 0, mean 1/λ, variance 1/λ² (default 1)",
+    ),
     "p": (float, "P", "bernoulli P(X = 1) (default 0.5)"),
     "items": (int, "K", "categorical: number of items k (values 0..k-1)"),
     "zipf": (float, "S", "categorical: p(v) ∝ 1/v^s over v = 1..k (default 0: uniform)"),
     "dimension": (
         int,
         "d",
-        "vector data in R^d (uniform, gaussian, two-point, lomax: i.i.d. coordinates); "
+        "vector data in R^d (uniform, gaussian, two-point, lomax, exponential: i.i.d. "
+        "coordinates); "
         "features in R^d of the labeled laws (default 2 for sparse-*, or the length of "
         "--theta; 1 for binned-*)",
     ),

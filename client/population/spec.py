@@ -22,6 +22,7 @@ from fedldp.client.population.distributions import (
     Bernoulli,
     Categorical,
     Distribution,
+    Exponential,
     Gaussian,
     Lomax,
     TwoPoint,
@@ -53,6 +54,7 @@ DistributionName = Literal[
     "gaussian",
     "two-point",
     "lomax",
+    "exponential",
     "bernoulli",
     "categorical",
     "sparse-linear",
@@ -77,6 +79,7 @@ _LAW_OPTIONS: dict[str, set[str]] = {
     "gaussian": {"mean", "sd", "dimension"},
     "two-point": {"mean", "bound", "dimension"},
     "lomax": {"shape", "dimension"},
+    "exponential": {"rate", "dimension"},
     "bernoulli": {"p"},
     "categorical": {"items", "zipf"},
     "sparse-linear": {"dimension", "theta", "noise"},
@@ -129,6 +132,7 @@ class PopulationSpec(BaseModel):
     sd: float = Field(1.0, gt=0)
     bound: float = Field(1.0, gt=0)
     shape: float = Field(4.0, gt=1)
+    rate: float = Field(1.0, gt=0)
     p: float = Field(0.5, ge=0, le=1)
     items: int | None = Field(None, ge=1)
     zipf: float = Field(0.0, ge=0)
@@ -294,6 +298,8 @@ class PopulationSpec(BaseModel):
             return TwoPoint(self.bound, self.mean, d)
         if name == "lomax":
             return Lomax(self.shape, d)
+        if name == "exponential":
+            return Exponential(self.rate, d)
         if name == "bernoulli":
             return Bernoulli(self.p)
         assert self.items is not None

@@ -23,7 +23,12 @@ from fedldp.client.population.build import (
     mixture_counts,
     population_spec_from_args,
 )
-from fedldp.client.population.distributions import Lomax, UniformL2Ball, zipf_probabilities
+from fedldp.client.population.distributions import (
+    Exponential,
+    Lomax,
+    UniformL2Ball,
+    zipf_probabilities,
+)
 from fedldp.client.population.labeled import (
     BinnedLaw,
     BinnedRegression,
@@ -93,6 +98,45 @@ def test_lomax_matches_its_law() -> None:
     ecdf = np.arange(1, xs.size + 1) / xs.size
     # DKW: P(sup |F_n − F| > t) <= 2 exp(−2 N t²) = 2e-7 at t = sqrt(ln(1e7)/(2N)).
     assert np.max(np.abs(ecdf - cdf)) <= math.sqrt(math.log(1e7) / (2 * xs.size)) + 1 / xs.size
+
+
+def test_exponential_matches_its_law() -> None:
+    # λ = 2: mean 1/λ, variance 1/λ², central fourth moment 9/λ⁴ (the exponential's kurtosis is 9),
+    # so both moments are checked against theory, and the CDF 1 − e^(−λx) by DKW as for Lomax.
+    spec = PopulationSpec(users=2000, samples=100, distribution="exponential", rate=2)
+    pop, x = sample(spec)
+    assert pop.truth == 0.5
+    assert Exponential(2.0).variance() == 0.25
+    assert x.min() > 0
+    check_mean_and_variance(x, 0.5, 0.25, 9 / 2.0**4)
+    xs = np.sort(x)
+    ecdf = np.arange(1, xs.size + 1) / xs.size
+    # DKW: P(sup |F_n − F| > t) <= 2 exp(−2 N t²) = 2e-7 at t = sqrt(ln(1e7)/(2N)).
+    dkw = math.sqrt(math.log(1e7) / (2 * xs.size)) + 1 / xs.size
+    assert np.max(np.abs(ecdf - (1 - np.exp(-2.0 * xs)))) <= dkw
+
+
+def test_exponential_default_is_the_huber_figure_2_law() -> None:
+    """Exponential(1) (huber-user-level-dp.md §6.3 Fig. 2(c)): mean 1, variance 1, i.i.d.
+    coordinates in R^d with truth (1, ..., 1)."""
+    spec = PopulationSpec(users=1000, samples=50, distribution="exponential", dimension=3)
+    pop, x = sample(spec)
+    assert pop.data_kind == "vector"
+    assert pop.l2_radius is None  # unbounded support: no public radius
+    assert x.shape == (50_000, 3)
+    np.testing.assert_array_equal(pop.truth, np.ones(3))
+    for j in range(3):
+        check_mean_and_variance(x[:, j], 1.0, 1.0, 9.0)
+    # independent coordinates: each off-diagonal sample correlation is within K/sqrt(N) of 0
+    corr = np.corrcoef(x, rowvar=False)
+    assert np.all(np.abs(corr[np.triu_indices(3, 1)]) <= K / math.sqrt(x.shape[0]))
+    assert pop.describe()["distribution"] == {"name": "exponential", "rate": 1.0, "dimension": 3}
+
+
+@pytest.mark.parametrize("rate", [0.0, -1.0, math.inf, math.nan])
+def test_exponential_law_refuses_a_bad_rate(rate: float) -> None:
+    with pytest.raises(ValueError, match="finite rate λ > 0"):
+        Exponential(rate)
 
 
 def test_bernoulli_moments() -> None:
@@ -371,6 +415,11 @@ def test_epsilon_uniform_and_lognormal() -> None:
         ({"users": 5, "samples": 3, "imbalance": 2, "total_samples": 50}, "exclude"),
         ({"samples": 3}, "--users is required"),
         ({"users": 5, "shape": 1}, "greater than 1"),
+        ({"users": 5, "distribution": "exponential", "rate": 0}, "greater than 0"),
+        ({"users": 5, "distribution": "exponential", "rate": -1}, "greater than 0"),
+        ({"users": 5, "distribution": "exponential", "rate": math.inf}, "finite number"),
+        ({"users": 5, "distribution": "exponential", "mean": 1}, "--mean does not apply"),
+        ({"users": 5, "distribution": "lomax", "rate": 2}, "--rate does not apply"),
         ({"users": 5, "colour": "red"}, "Extra inputs"),
         ({"users": 5, "distribution": "gaussian", "theta": "1,2"}, "--theta does not apply"),
         ({"users": 5, "distribution": "sparse-logistic", "noise": 0.2}, "--noise does not apply"),
@@ -478,6 +527,7 @@ def test_csv_rejects_synthetic_options(tmp_path: Path) -> None:
 SPECS = [
     PopulationSpec(users=300, samples=7, distribution="gaussian"),
     PopulationSpec(users=300, imbalance=1.5, total_samples=3000, distribution="lomax"),
+    PopulationSpec(users=300, imbalance=2, total_samples=2000, distribution="exponential"),
     PopulationSpec(users=300, samples=3, dimension=3, ball="l2"),
     PopulationSpec(
         users=300, imbalance=2, total_samples=2000, distribution="two-point", dimension=2
