@@ -26,6 +26,7 @@ of the data's, so ε is independent of the data (heterogeneous-ldp.md §1.1).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,7 +50,7 @@ from fedldp.client.population.spec import SEMI_FEATURE_DISTRIBUTIONS, Population
 from fedldp.client.population.table import read_table
 from fedldp.client.seeds import data_key, derive_seeds
 from fedldp.protocol.core.base.records import JSON, DataKind, FloatArray, IntArray, UserData
-from fedldp.protocol.core.streams import MAX_DRAWS, UserStreams
+from fedldp.protocol.core.streams import MAX_DRAWS, StreamKey, UserStreams
 
 __all__ = [
     "EPSILON_PURPOSE",
@@ -146,6 +147,8 @@ class _Synthetic:
         out = np.empty((total, *self.law.item_shape), dtype=dtype)
         labels = np.empty(total, dtype=np.float64) if isinstance(self.law, LabeledLaw) else None
         per_sample = self.law.draws_per_sample
+        if isinstance(self.law, Distribution) and self._draw_ragged(key, slots, counts, out):
+            return out, labels
         for m in np.unique(counts).tolist():
             pos = np.flatnonzero(counts == m)
             step = max(1, _BLOCK_DRAWS // (m * per_sample))
@@ -168,6 +171,25 @@ class _Synthetic:
                 if labels is not None and y is not None:
                     labels[rows] = y.reshape(-1)
         return out, labels
+
+    def _draw_ragged(
+        self, key: StreamKey, slots: IntArray, counts: IntArray, out: NDArray[Any]
+    ) -> bool:
+        """Fill ``out`` in chunks of about ``_BLOCK_DRAWS`` draws of consecutive users, whatever
+        their sample counts (``Distribution.sample_ragged``: the same numbers as one block per
+        count, in a few passes instead of one per distinct count); False if the law cannot."""
+        assert isinstance(self.law, Distribution)
+        draws = counts * self.law.draws_per_sample
+        starts = np.cumsum(draws) - draws
+        chunk = starts // _BLOCK_DRAWS
+        edges = [0, *(np.flatnonzero(np.diff(chunk)) + 1).tolist(), int(counts.size)]
+        offsets = np.concatenate(([0], np.cumsum(counts)))
+        for a, b in itertools.pairwise(edges):
+            x = self.law.sample_ragged(key, slots[a:b], counts[a:b])
+            if x is None:
+                return False
+            out[offsets[a] : offsets[b]] = x
+        return True
 
 
 @dataclass

@@ -2,7 +2,10 @@
 
 Every law draws a FIXED number of values from the user's stream per sample (``draws_per_sample``),
 so a user's samples depend only on its stream and its sample count, never on the other users of
-the block it is drawn with (STYLE rule 9, ``fedldp.protocol.core.streams``). Each law also knows its
+the block it is drawn with (STYLE rule 9, ``fedldp.protocol.core.streams``). Laws whose samples
+are elementwise functions of the stream's first uniforms also draw users of different sample
+counts in one pass (``sample_ragged``, the same numbers: imbalanced users, huber spec §6.3, would
+otherwise be drawn one sample count at a time). Each law also knows its
 truth analytically: ``mean`` (E[X], or the probability vector p of a categorical law) and
 ``variance`` (per coordinate; the tests compare sample moments with both).
 
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedldp.protocol.core.base.records import FloatArray, IntArray
-from fedldp.protocol.core.streams import UserStreams
+from fedldp.protocol.core.streams import StreamKey, UserStreams, ragged_random
 
 __all__ = [
     "Bernoulli",
@@ -89,6 +92,22 @@ class Distribution(ABC):
     def variance(self) -> float:
         """The exact variance of one coordinate of one sample (of the item index if categorical)."""
 
+    def sample_ragged(
+        self, key: StreamKey, participants: IntArray, counts: IntArray
+    ) -> FloatArray | IntArray | None:
+        """User ``participants[r]``'s ``counts[r]`` samples, user after user: shape
+        ``(Σ counts, *item_shape)``, bit for bit the rows ``sample`` gives each user under
+        ``UserStreams(key, ...)``. None when the law has no such path (e.g. its draws depend on m
+        in another way than a prefix); the caller then draws one sample count at a time."""
+        return None
+
+    def _ragged_uniforms(
+        self, key: StreamKey, participants: IntArray, counts: IntArray, per_coordinate: int = 1
+    ) -> FloatArray:
+        """The stream's first ``per_coordinate``·m·d uniforms of every user, flat."""
+        draws = np.asarray(counts, dtype=np.int64) * (self.coordinates * per_coordinate)
+        return ragged_random(key, participants, draws)
+
     def _shape(self, streams: UserStreams, m: int) -> tuple[int, ...]:
         return (streams.n, m, *self.item_shape)
 
@@ -111,7 +130,13 @@ class Uniform(Distribution):
             raise ValueError(f"uniform needs finite low < high, got [{self.low}, {self.high}]")
 
     def sample(self, streams: UserStreams, m: int) -> FloatArray:
-        u = streams.random(self._shape(streams, m))
+        return self._from_uniforms(streams.random(self._shape(streams, m)))
+
+    def sample_ragged(self, key: StreamKey, participants: IntArray, counts: IntArray) -> FloatArray:
+        u = self._ragged_uniforms(key, participants, counts)
+        return self._from_uniforms(u.reshape(-1, *self.item_shape))
+
+    def _from_uniforms(self, u: FloatArray) -> FloatArray:
         u *= self.high - self.low
         u += self.low
         return u
@@ -183,7 +208,21 @@ class Gaussian(Distribution):
             raise ValueError(f"gaussian needs a finite mean and sd > 0, got {self.mu}, {self.sd}")
 
     def sample(self, streams: UserStreams, m: int) -> FloatArray:
-        z = streams.standard_normal(self._shape(streams, m))
+        return self._scaled(streams.standard_normal(self._shape(streams, m)))
+
+    def sample_ragged(self, key: StreamKey, participants: IntArray, counts: IntArray) -> FloatArray:
+        # standard_normal((n, m, ...)) draws random((n, 2, m, ...)): a user's first m·d uniforms
+        # are the Box–Muller radii, the next m·d the angles.
+        u = self._ragged_uniforms(key, participants, counts, per_coordinate=2)
+        size = np.asarray(counts, dtype=np.int64) * self.coordinates
+        starts = np.cumsum(size) - size
+        first = np.arange(int(size.sum()), dtype=np.int64) + np.repeat(starts, size)
+        z = np.sqrt(-2.0 * np.log(u[first])) * np.cos(
+            2.0 * np.pi * u[first + np.repeat(size, size)]
+        )
+        return self._scaled(z.reshape(-1, *self.item_shape))
+
+    def _scaled(self, z: FloatArray) -> FloatArray:
         z *= self.sd
         z += self.mu
         return z
@@ -216,7 +255,13 @@ class TwoPoint(Distribution):
         return (1.0 + self.mu / self.bound) / 2.0
 
     def sample(self, streams: UserStreams, m: int) -> FloatArray:
-        u = streams.random(self._shape(streams, m))
+        return self._from_uniforms(streams.random(self._shape(streams, m)))
+
+    def sample_ragged(self, key: StreamKey, participants: IntArray, counts: IntArray) -> FloatArray:
+        u = self._ragged_uniforms(key, participants, counts)
+        return self._from_uniforms(u.reshape(-1, *self.item_shape))
+
+    def _from_uniforms(self, u: FloatArray) -> FloatArray:
         return np.where(u < self.p_plus, self.bound, -self.bound)
 
     def mean(self) -> float | FloatArray:
@@ -245,7 +290,13 @@ class Lomax(Distribution):
             raise ValueError(f"lomax needs shape a > 1 (else it has no mean), got {self.shape}")
 
     def sample(self, streams: UserStreams, m: int) -> FloatArray:
-        u = streams.random(self._shape(streams, m))
+        return self._from_uniforms(streams.random(self._shape(streams, m)))
+
+    def sample_ragged(self, key: StreamKey, participants: IntArray, counts: IntArray) -> FloatArray:
+        u = self._ragged_uniforms(key, participants, counts)
+        return self._from_uniforms(u.reshape(-1, *self.item_shape))
+
+    def _from_uniforms(self, u: FloatArray) -> FloatArray:
         return np.expm1(-np.log1p(-u) / self.shape)
 
     def mean(self) -> float | FloatArray:
@@ -273,7 +324,13 @@ class Exponential(Distribution):
             raise ValueError(f"exponential needs a finite rate λ > 0, got {self.rate}")
 
     def sample(self, streams: UserStreams, m: int) -> FloatArray:
-        u = streams.random(self._shape(streams, m))
+        return self._from_uniforms(streams.random(self._shape(streams, m)))
+
+    def sample_ragged(self, key: StreamKey, participants: IntArray, counts: IntArray) -> FloatArray:
+        u = self._ragged_uniforms(key, participants, counts)
+        return self._from_uniforms(u.reshape(-1, *self.item_shape))
+
+    def _from_uniforms(self, u: FloatArray) -> FloatArray:
         x = -np.log1p(-u)
         x /= self.rate
         return x
@@ -299,8 +356,10 @@ class Bernoulli(Distribution):
             raise ValueError("bernoulli data is scalar (no --dimension)")
 
     def sample(self, streams: UserStreams, m: int) -> FloatArray:
-        u = streams.random(self._shape(streams, m))
-        return (u < self.p).astype(np.float64)
+        return (streams.random(self._shape(streams, m)) < self.p).astype(np.float64)
+
+    def sample_ragged(self, key: StreamKey, participants: IntArray, counts: IntArray) -> FloatArray:
+        return (self._ragged_uniforms(key, participants, counts) < self.p).astype(np.float64)
 
     def mean(self) -> float:
         return self.p
@@ -344,8 +403,13 @@ class Categorical(Distribution):
         return len(self.probs)
 
     def sample(self, streams: UserStreams, m: int) -> IntArray:
+        return self._from_uniforms(streams.random(self._shape(streams, m)))
+
+    def sample_ragged(self, key: StreamKey, participants: IntArray, counts: IntArray) -> IntArray:
+        return self._from_uniforms(self._ragged_uniforms(key, participants, counts))
+
+    def _from_uniforms(self, u: FloatArray) -> IntArray:
         cdf = np.cumsum(np.asarray(self.probs, dtype=np.float64))
-        u = streams.random(self._shape(streams, m))
         idx = np.searchsorted(cdf, u, side="right")
         # cdf[-1] may fall a rounding error short of 1; such u belong to the last item.
         return np.minimum(idx, self.k - 1).astype(np.int64)

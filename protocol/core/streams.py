@@ -27,7 +27,7 @@ from typing import TypeAlias
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["RandomSource", "StreamKey", "UserStreams", "stream_key"]
+__all__ = ["RandomSource", "StreamKey", "UserStreams", "ragged_random", "stream_key"]
 
 _INDEX_BITS = 40
 _COUNTER_BITS = 24
@@ -47,6 +47,19 @@ def _mix(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
     z *= _M2
     z ^= z >> np.uint64(31)
     return z
+
+
+def _hash(z: NDArray[np.uint64], key: StreamKey) -> NDArray[np.uint64]:
+    """H(key, word) in place: the packed (participant, counter) words to random words."""
+    z ^= key.k1
+    z = _mix(z)
+    z ^= key.k2
+    return _mix(z)
+
+
+def _unit(words: NDArray[np.uint64]) -> NDArray[np.float64]:
+    """(k + 1/2)·2^-52 for the top 52 bits k of each word: strictly inside (0, 1)."""
+    return ((words >> np.uint64(12)).astype(np.float64) + 0.5) * _TWO_POW_M52
 
 
 class StreamKey:
@@ -109,10 +122,7 @@ class UserStreams:
             raise ValueError(f"a stream holds at most 2**{_COUNTER_BITS} draws")
         self._next = start + per_user
         counters = np.arange(start, start + per_user, dtype=np.uint64)[None, :]
-        z = (self._base | counters) ^ self._key.k1
-        z = _mix(z)
-        z ^= self._key.k2
-        return _mix(z)
+        return _hash(self._base | counters, self._key)
 
     def _per_user(self, size: int | Sequence[int] | None) -> tuple[int, ...]:
         shape = (size,) if isinstance(size, int) else tuple(size or ())
@@ -130,9 +140,7 @@ class UserStreams:
         """
         shape = self._per_user(size)
         k = int(np.prod(shape[1:], dtype=np.int64))
-        words = self._words(k)
-        u = ((words >> np.uint64(12)).astype(np.float64) + 0.5) * _TWO_POW_M52
-        return u.reshape(shape)
+        return _unit(self._words(k)).reshape(shape)
 
     def standard_normal(self, size: int | Sequence[int] | None = None) -> NDArray[np.float64]:
         """Standard normal draws by Box–Muller (two uniforms per normal, cosine branch)."""
@@ -173,6 +181,28 @@ class UserStreams:
             lo = lo.reshape((self.n,) + (1,) * (len(shape) - 1)) if lo.ndim == 1 else lo
         out = lo + np.minimum(np.floor(u * span).astype(np.int64), span - 1)
         return np.asarray(out, dtype=np.int64)
+
+
+def ragged_random(
+    key: StreamKey, participants: ArrayLike, counts: ArrayLike
+) -> NDArray[np.float64]:
+    """The first ``counts[r]`` uniforms of participant ``participants[r]``'s stream, participant
+    after participant in one flat array: bit for bit ``UserStreams(key, [p]).random((1, c))`` as
+    the stream's first draw, for participants of different draw counts in one vectorised pass
+    (a block of ``UserStreams`` draws the same count from every participant)."""
+    idx = np.asarray(participants, dtype=np.int64).reshape(-1)
+    c = np.asarray(counts, dtype=np.int64).reshape(-1)
+    if idx.shape != c.shape:
+        raise ValueError(f"one count per participant: {idx.size} participants, {c.size} counts")
+    if idx.size and (idx.min() < 0 or idx.max() >= MAX_PARTICIPANTS):
+        raise ValueError(f"participant indices must lie in [0, 2**{_INDEX_BITS})")
+    if c.size and (c.min() < 0 or c.max() > MAX_DRAWS):
+        raise ValueError(f"a stream holds 0 to 2**{_COUNTER_BITS} draws per participant")
+    total = int(c.sum())
+    starts = np.cumsum(c) - c
+    counters = np.arange(total, dtype=np.uint64) - np.repeat(starts, c).astype(np.uint64)
+    base = np.repeat(idx.astype(np.uint64) << np.uint64(_COUNTER_BITS), c)
+    return _unit(_hash(base | counters, key))
 
 
 RandomSource: TypeAlias = np.random.Generator | UserStreams

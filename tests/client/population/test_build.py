@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from fedldp.client.population.build import (
     AnyPopulation,
+    Population,
     PopulationSpec,
     add_population_arguments,
     build_population,
@@ -24,8 +25,14 @@ from fedldp.client.population.build import (
     population_spec_from_args,
 )
 from fedldp.client.population.distributions import (
+    Bernoulli,
+    Categorical,
+    Distribution,
     Exponential,
+    Gaussian,
     Lomax,
+    TwoPoint,
+    Uniform,
     UniformL2Ball,
     zipf_probabilities,
 )
@@ -35,6 +42,8 @@ from fedldp.client.population.labeled import (
     SparseLinear,
     SparseLogistic,
 )
+from fedldp.client.seeds import data_key
+from fedldp.protocol.core.streams import UserStreams, stream_key
 
 K = 5.0  # k·σ tolerances: a two-sided normal tail beyond 5σ has probability 5.7e-7 per check
 
@@ -563,6 +572,58 @@ def test_user_data_identical_alone_or_in_any_block(spec: PopulationSpec) -> None
             labels = got.labels[got.offsets[r] : got.offsets[r + 1]]
             np.testing.assert_array_equal(labels, everyone.labels[offsets[i] : offsets[i + 1]])
             np.testing.assert_array_equal(labels, alone.labels)
+
+
+RAGGED_LAWS: list[Distribution] = [
+    Uniform(-2.0, 5.0),
+    Uniform(-1.0, 1.0, 3),
+    Gaussian(0.7, 2.0),
+    Gaussian(0.0, 1.0, 2),
+    TwoPoint(2.0, 0.3, 2),
+    Lomax(4.0, 3),
+    Exponential(2.0),
+    Exponential(1.0, 2),
+    Bernoulli(0.2),
+    Categorical((0.1, 0.2, 0.7)),
+]
+
+
+@pytest.mark.parametrize("law", RAGGED_LAWS, ids=repr)
+def test_ragged_draw_equals_one_sample_count_at_a_time(law: Distribution) -> None:
+    """sample_ragged gives each user exactly what ``sample`` gives it alone, whatever the other
+    users' sample counts (0 included) and their order."""
+    key = stream_key(4, 2)
+    slots = np.array([17, 3, 900, 4, 5, 250_000, 8], dtype=np.int64)
+    counts = np.array([5, 1, 0, 12, 5, 3, 7], dtype=np.int64)
+    got = law.sample_ragged(key, slots, counts)
+    assert got is not None
+    assert got.shape == (int(counts.sum()), *law.item_shape)
+    want = [law.sample(UserStreams(key, [i]), m)[0] for i, m in zip(slots, counts, strict=True)]
+    np.testing.assert_array_equal(got, np.concatenate(want))
+
+
+def test_laws_without_a_ragged_path_say_so() -> None:
+    # the ball's radius draw follows its m·2d normals' uniforms, so its draws are not a prefix
+    key = stream_key(0)
+    assert UniformL2Ball(1.0, 2).sample_ragged(key, np.arange(2), np.array([1, 2])) is None
+
+
+@pytest.mark.parametrize("dimension", [None, 2])
+def test_imbalanced_data_is_each_users_own_sample(dimension: int | None) -> None:
+    """The population's imbalanced draw (ragged chunks) equals each user's ``sample`` alone."""
+    spec = PopulationSpec(
+        users=400, imbalance=3, total_samples=40_000, distribution="gaussian", dimension=dimension
+    )
+    pop = build_population(spec, 12)
+    assert isinstance(pop, Population)
+    law = spec.law()
+    assert isinstance(law, Distribution)
+    got = pop.data(np.arange(pop.n))
+    key = data_key(pop.population_seed)
+    for i in (0, 1, 57, pop.n // 2, pop.n - 1):
+        m = int(pop.metadata["samples"][i])
+        mine = got.values[got.offsets[i] : got.offsets[i + 1]]
+        np.testing.assert_array_equal(mine, law.sample(UserStreams(key, [i]), m)[0])
 
 
 @settings(max_examples=30, deadline=None)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from fedldp.protocol.core.streams import MAX_PARTICIPANTS, UserStreams, stream_key
+from fedldp.protocol.core.streams import MAX_PARTICIPANTS, UserStreams, ragged_random, stream_key
 
 KEY = stream_key(2024, 1, 3)
 
@@ -109,3 +109,32 @@ def test_bad_arguments_are_refused() -> None:
         UserStreams(KEY, [0, 1]).random((3,))
     with pytest.raises(ValueError, match="seed"):
         stream_key(-1)
+
+
+def test_ragged_random_is_each_stream_prefix() -> None:
+    key = stream_key(9, 1)
+    participants = np.array([5, 0, 2**40 - 1, 77], dtype=np.int64)
+    counts = np.array([3, 0, 6, 1], dtype=np.int64)
+    got = ragged_random(key, participants, counts)
+    want = [
+        UserStreams(key, [p]).random((1, int(c)))[0]
+        for p, c in zip(participants, counts, strict=True)
+    ]
+    np.testing.assert_array_equal(got, np.concatenate(want))
+    assert np.all((got > 0) & (got < 1))
+
+
+@pytest.mark.parametrize(
+    ("participants", "counts", "message"),
+    [
+        ([1, 2], [3], "one count per participant"),
+        ([-1], [3], "participant indices"),
+        ([1], [-1], "0 to 2"),
+        ([1], [2**24 + 1], "0 to 2"),
+    ],
+)
+def test_ragged_random_refuses_bad_arguments(
+    participants: list[int], counts: list[int], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        ragged_random(stream_key(0), participants, counts)
