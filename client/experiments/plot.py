@@ -118,7 +118,7 @@ def _title(manifest: Mapping[str, Any], plot: PlotSpec, rows: Sequence[Mapping[s
     if len(shown) > _NAMED_PROTOCOLS:
         # e.g. one protocol entry per tuning: the legend names them
         protocols = f"{len(shown)} protocol entries ({shown[0]} … {shown[-1]})"
-    swept = set(exp.get("grid", {}))
+    swept = set(exp.get("grid", {})) | {k for g in exp.get("zip", []) for k in g}
     fixed = {k: v for k, v in exp.get("population", {}).items() if k not in swept}
     fixed = {k: v for k, v in fixed.items() if k.replace("_", "-") not in swept}
     lines = [head, *textwrap.wrap(f"{protocols} · {population_text({'population': fixed})}", 80)]
