@@ -151,14 +151,16 @@ def _x_axis(rows: Sequence[Row], column: str) -> tuple[list[str], bool]:
 
 
 def x_is_numeric(rows: Sequence[Row], plot: PlotSpec) -> bool:
-    return _x_axis([r for r in rows if matches(r, plot.where)], plot.x)[1]
+    return _x_axis([r for r in rows if plot.shows(r)], plot.x)[1]
 
 
 def plot_series(rows: Sequence[Row], plot: PlotSpec) -> list[Series]:
     """The lines of ``plot`` drawn from ``rows``: per hue value, stat(y) over seeds at each x."""
-    kept = [r for r in rows if matches(r, plot.where)]
+    kept = [r for r in rows if plot.shows(r)]
     xs, numeric = _x_axis(kept, plot.x)
     hues = list(dict.fromkeys(r.get(plot.hue, "") for r in kept)) if plot.hue else [""]
+    if plot.hue_in is not None:
+        hues = [h for h in (cell(v) for v in plot.hue_in) if h in hues]
     out = []
     for hue in hues:
         mine = [r for r in kept if plot.hue is None or r.get(plot.hue) == hue]

@@ -7,7 +7,8 @@ when given (a theory column's, or another protocol's rows'); ``ratio``
 divides the numerator's aggregate by the denominator's (each ``stat`` of a column over the rows
 of the group matching its own ``where``, or the smallest over the values of its ``best_of``
 column: a tuned minimum); ``bound`` takes ``stat(y)`` at every configuration of
-the group (every distinct value of the grid columns the check does not fix). A group passes when
+the group (every distinct value of the grid columns the check does not fix). A slope's points
+and a bound's values are tuned minima when the check has ``best_of``. A group passes when
 its value is in [min, max]. Verdict: ``holds`` (every group passes), ``partly`` (some),
 ``fails`` (none), ``no data`` (no group could be measured).
 """
@@ -91,11 +92,13 @@ def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> C
             members = [r for r in everyone if matches(r, check.where)]
             if not members:
                 continue
-            v = _slope(members, check.y, check.stat, check)
+            v = _slope(members, check.y, check.stat, check, check.tuning())
             if check.minus is not None:
                 q = check.minus
                 mine = [r for r in everyone if matches(r, q.where)]
-                v -= _slope(mine, q.y or check.y, q.stat or check.stat, check)
+                v -= _slope(
+                    mine, q.y or check.y, q.stat or check.stat, check, q if q.tuned else None
+                )
             measured.append((group, v, _in_range(v, check)))
         return CheckOutcome(check, measured)
     kept = [r for r in rows if matches(r, check.where)]
@@ -107,25 +110,40 @@ def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> C
             v = sides[0] / sides[1] if sides[1] else math.nan
             measured.append((group, v, _in_range(v, check)))
         else:
-            # a where key listing several values ({in: [...]}) still varies: one group each
+            # a where key listing several values ({in: [...]}) still varies: one group each;
+            # a tuned bound's best_of column does not (its minimum is taken over it)
+            tuning = check.tuning()
             fixed = {*(k for k, v in check.where.items() if not one_of(v)), *check.per}
+            fixed |= set(tuning.tuned if tuning else ())
             free = _configurations(members, fixed, columns)
             for sub, at in _groups(members, free):
-                v = stat_band(values(at, check.y), check.stat)[0]
+                v = _value(at, check.y, check.stat, tuning, check)
                 name = ", ".join(x for x in (group, sub) if x)
                 measured.append((name, v, _in_range(v, check)))
     return CheckOutcome(check, measured)
 
 
-def _slope(rows: Sequence[Row], y: str, stat: str, check: CheckSpec) -> float:
-    """The log-log slope of ``stat(y)`` against the check's x (over ``x_in``); NaN if none."""
+def _slope(
+    rows: Sequence[Row], y: str, stat: str, check: CheckSpec, tuning: Quantity | None
+) -> float:
+    """The log-log slope of ``stat(y)`` (or its tuned minimum) against the check's x (over
+    ``x_in``); NaN if none."""
     assert check.x is not None
     xs = sorted({v for v in (number(r.get(check.x, "")) for r in rows) if v is not None})
     if check.x_in is not None:
         xs = [x for x in xs if x in check.x_in]
-    ys = [stat_band(values(_at(rows, check.x, x), y), stat)[0] for x in xs]
+    ys = [_value(_at(rows, check.x, x), y, stat, tuning, check) for x in xs]
     slope = loglog_slope(xs, ys)
     return math.nan if slope is None else slope
+
+
+def _value(
+    rows: Sequence[Row], y: str, stat: str, tuning: Quantity | None, check: CheckSpec
+) -> float:
+    """``stat(y)`` over ``rows``, or its tuned minimum (``CheckSpec.tuning``)."""
+    if tuning is None:
+        return stat_band(values(rows, y), stat)[0]
+    return _quantity(tuning, rows, check)
 
 
 def _quantity(q: Quantity, rows: Sequence[Row], check: CheckSpec) -> float:

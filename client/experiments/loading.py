@@ -187,8 +187,18 @@ def _check_references(experiment: Experiment, source: str, lines: Lines) -> None
                     locate(lines, ("plots", i, "hue" if key == plot.hue else "where")),
                     f"plot {i + 1}: {key!r} is not a grid key ({', '.join(sorted(columns))})",
                 )
+        if plot.hue_in is not None and plot.hue in experiment.axes:
+            known = {cell(v) for v in experiment.axes[plot.hue]}
+            unknown = [v for v in plot.hue_in if cell(v) not in known]
+            if unknown:
+                raise MarkedError(
+                    source,
+                    locate(lines, ("plots", i, "hue_in")),
+                    f"plot {i + 1}: hue_in {unknown!r} are not values of {plot.hue!r}",
+                )
     for i, check in enumerate(spec.checks):
-        used = [*check.per, *check.where]
+        tuning = check.tuning()
+        used = [*check.per, *check.where, *(tuning.tuned if tuning else ())]
         for q in (check.numerator, check.denominator, check.minus):
             used += [*q.where, *q.tuned] if q is not None else []
         for key in used:

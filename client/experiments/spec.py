@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -95,6 +96,9 @@ class PlotSpec(BaseModel):
     x: str
     y: str = "error"
     hue: str | None = None
+    hue_in: list[Any] | None = Field(
+        None, description="draw only these values of the hue column, in this order"
+    )
     stat: Stat = "mean"
     where: dict[str, Any] = Field(default_factory=dict, description="keep rows with these values")
     logx: bool = False
@@ -105,6 +109,20 @@ class PlotSpec(BaseModel):
     title: str | None = None
     xlabel: str | None = None
     ylabel: str | None = None
+
+    @model_validator(mode="after")
+    def _hue_in_needs_hue(self) -> PlotSpec:
+        if self.hue_in is not None and (self.hue is None or not self.hue_in):
+            raise ValueError("hue_in lists values (one or more) of the hue column")
+        return self
+
+    def shows(self, row: Mapping[str, str]) -> bool:
+        """Whether ``row`` is drawn: it matches ``where`` and its hue is one of ``hue_in``."""
+        if any(row.get(k) != cell(v) for k, v in self.where.items()):
+            return False
+        if self.hue is None or self.hue_in is None:
+            return True
+        return row.get(self.hue) in {cell(v) for v in self.hue_in}
 
 
 class Quantity(BaseModel):
@@ -148,7 +166,9 @@ class CheckSpec(BaseModel):
     same x (a theory column's, e.g. the §5.3 formula's, or another protocol's: "equal slopes
     within ±t"), its ``where`` applied to the group's rows before the check's own. ``ratio``:
     numerator / denominator is in [min, max]. ``bound``: ``stat(y)`` is in [min, max]. The claim
-    holds when every group passes, partly when some do, fails when none does.
+    holds when every group passes, partly when some do, fails when none does. A slope or bound
+    with ``best_of`` (and ``among``) takes, at each x or configuration, the smallest ``stat(y)``
+    over that column's values, as a ratio's ``Quantity`` does: a tuned method's curve.
     """
 
     model_config = _FROZEN
@@ -165,22 +185,35 @@ class CheckSpec(BaseModel):
     )
     where: dict[str, Any] = Field(default_factory=dict)
     per: tuple[str, ...] = ()
-    minus: Quantity | None = Field(None, description="slope: subtract this quantity's slope")
+    minus: Quantity | None = Field(
+        None, description="slope: subtract this quantity's slope (a tuned one with best_of)"
+    )
     numerator: Quantity | None = None
     denominator: Quantity | None = None
     min: float | None = None
     max: float | None = None
+    best_of: str | tuple[str, ...] | None = None
+    among: list[Any] | None = None
+
+    def tuning(self) -> Quantity | None:
+        """A slope's or bound's tuned minimum (``best_of``) as a Quantity, None without one."""
+        if self.best_of is None and self.among is None:
+            return None
+        return Quantity(best_of=self.best_of, among=self.among)
 
     @model_validator(mode="after")
     def _complete(self) -> CheckSpec:
+        if self.kind == "ratio" and (self.best_of is not None or self.among is not None):
+            raise ValueError("a ratio takes best_of in its numerator or denominator")
+        self.tuning()  # among needs one best_of column
         if self.min is None and self.max is None:
             raise ValueError("a check needs min, max or both")
         if self.kind == "slope" and self.x is None:
             raise ValueError("a slope check needs x")
         if self.x_in is not None and (self.kind != "slope" or len(set(self.x_in)) < 2):
             raise ValueError("x_in belongs to a slope check and needs two x values or more")
-        if self.minus is not None and (self.kind != "slope" or self.minus.tuned):
-            raise ValueError("minus belongs to a slope check (without best_of)")
+        if self.minus is not None and self.kind != "slope":
+            raise ValueError("minus belongs to a slope check")
         if self.kind == "ratio" and (self.numerator is None or self.denominator is None):
             raise ValueError("a ratio check needs numerator and denominator")
         return self

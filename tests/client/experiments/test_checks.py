@@ -122,6 +122,49 @@ def test_a_tuned_minimum_over_several_grid_columns() -> None:
         Quantity.model_validate({"best_of": ["params.bins", "params.depth"], "among": [1]})
 
 
+def test_a_slope_and_a_bound_of_a_tuned_method() -> None:
+    # MSE of tuning t at m: (t·m − 1)²/m² + 1/m; the best t at each m is 1/m (MSE 1/m, slope −1),
+    # while each fixed t flattens out (slope ≈ 0 for large m); `among` keeps t4 and t8 out
+    tunings = {"t1": 1.0, "t0.1": 0.1, "t0.01": 0.01, "t4": 4.0, "t8": 8.0}
+    rows = [
+        {"protocol": label, "samples": str(m), "seed": "0",
+         "error": repr(math.sqrt((t * m - 1) ** 2 / m**2 + 1 / m))}
+        for label, t in tunings.items()
+        for m in (1, 10, 100)
+    ]  # fmt: skip
+    among = ["t1", "t0.1", "t0.01"]
+    base = {"claim": "c", "stat": "mse", "best_of": "protocol", "among": among}
+    slope = CheckSpec.model_validate({**base, "kind": "slope", "x": "samples", "min": -1.01})
+    outcome = evaluate(slope, rows, ["protocol", "samples"])
+    assert outcome.measured[0][1] == pytest.approx(-1.0)
+    bound = CheckSpec.model_validate({**base, "kind": "bound", "max": 1.0})
+    outcome = evaluate(bound, rows, ["protocol", "samples"])
+    # one value per m (the protocol column is tuned over, not a configuration)
+    assert [v for _, v, _ in outcome.measured] == pytest.approx([1.0, 0.1, 0.01])
+    # tuned minus tuned: the same tuned curve, so the difference is 0; minus a fixed t4, −1 − 0
+    same = {"best_of": "protocol", "among": among}
+    twice = CheckSpec.model_validate(
+        {**base, "kind": "slope", "x": "samples", "min": -0.01, "max": 0.01, "minus": same}
+    )
+    assert evaluate(twice, rows, ["protocol", "samples"]).measured[0][1] == pytest.approx(0.0)
+    fixed = CheckSpec.model_validate(
+        {**base, "kind": "slope", "x": "samples", "max": 0, "minus": {"where": {"protocol": "t4"}}}
+    )
+    t4 = np.log([(4 * m - 1) ** 2 / m**2 + 1 / m for m in (1, 10, 100)])
+    t4_slope = np.polyfit(np.log([1, 10, 100]), t4, 1)[0]
+    got = evaluate(fixed, rows, ["protocol", "samples"]).measured[0][1]
+    assert got == pytest.approx(-1.0 - t4_slope)
+    untuned = CheckSpec.model_validate({**base, "kind": "bound", "max": 1.0, "among": None,
+                                        "best_of": None})  # fmt: skip
+    assert len(evaluate(untuned, rows, ["protocol", "samples"]).measured) == 15
+    with pytest.raises(ValidationError, match="numerator or denominator"):
+        CheckSpec.model_validate(
+            {**base, "kind": "ratio", "numerator": {}, "denominator": {}, "min": 0}
+        )
+    with pytest.raises(ValidationError, match="among"):
+        CheckSpec.model_validate({"claim": "c", "kind": "bound", "among": ["t1"], "max": 1})
+
+
 def test_a_difference_of_two_statistics_over_the_same_seeds() -> None:
     # at x the errors are x·(1, …, 100)/100 + x²: the median grows like x², the q90 − median
     # gap ((0.901 − 0.505)·x, np.quantile interpolates) only linearly: its slope is exactly 1
