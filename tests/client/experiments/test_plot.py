@@ -138,10 +138,10 @@ def test_the_legend_names_the_seeds_behind_the_bands_and_only_when_there_are_ban
     manifest = read_manifest(run_dir)
     rows = read_rows(run_dir / "trials.csv")
     plot = PlotSpec.model_validate(manifest["experiment"]["plots"][0])
-    fig, _ = draw(rows, plot, manifest)
-    labels = [str(t.get_text()) for t in fig.axes[0].get_legend().get_texts()]
-    assert "bands: 95% CI over 4 seeds" in labels
     one_seed = [r for r in rows if r["seed"] == rows[0]["seed"]]
-    fig, _ = draw(one_seed, plot, manifest)
-    labels = [str(t.get_text()) for t in fig.axes[0].get_legend().get_texts()]
-    assert not [label for label in labels if label.startswith("bands")]
+    for trials, bands in ((rows, ["bands: 95% CI over 4 seeds"]), (one_seed, [])):
+        fig, _ = draw(trials, plot, manifest)
+        legend = fig.axes[0].get_legend()
+        assert legend is not None
+        labels = [str(t.get_text()) for t in legend.get_texts()]
+        assert [label for label in labels if label.startswith("bands")] == bands
