@@ -79,7 +79,7 @@ def _int64_only(value: Any) -> None:
         except TypeError:  # not all numbers (nor all strings, nor all lists)
             low = high = None
         if type(low) in _NUMBERS and type(high) in _NUMBERS:
-            if -_INT64 <= low and high < _INT64:  # type: ignore[operator]
+            if low >= -_INT64 and high < _INT64:
                 return
             for item in value:  # a float beyond the range, or an integer
                 if type(item) is int and not -_INT64 <= item < _INT64:
