@@ -13,6 +13,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import repeat
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -297,11 +298,14 @@ def _ingest(
         report_rows.insert_contributions(session, study_id, k, fresh_ids, sealed)
     stored: dict[int, tuple[str, datetime]] = {}
     conflicts: list[tuple[int, str]] = []  # (position in the batch, digest)
-    for i, pid, digest in zip(accepted.tolist(), accepted_ids, digests, strict=True):
-        if pid in inserted:
-            stored[pid] = (digest, now)
-        else:
-            conflicts.append((i, digest))
+    if len(inserted) == len(accepted_ids):  # the usual case: built in C
+        stored = dict(zip(accepted_ids, zip(digests, repeat(now)), strict=True))
+    else:
+        for i, pid, digest in zip(accepted.tolist(), accepted_ids, digests, strict=True):
+            if pid in inserted:
+                stored[pid] = (digest, now)
+            else:
+                conflicts.append((i, digest))
     duplicates: set[int] = set()
     if conflicts:
         before = report_rows.existing_reports(session, study_id, k, [ids[i] for i, _ in conflicts])
@@ -399,11 +403,16 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
         raise closed
     if outcome.complete:
         advance(ctx, study_id, batch.round)
-    rejected = [
-        BatchItemStatus(participant_id=pid, status="rejected", code=e.code, detail=e.detail)
-        for pid, e in zip(batch.participant_ids, outcome.errors, strict=True)
-        if e is not None
-    ]
+    errors = outcome.errors
+    rejected = (
+        [
+            BatchItemStatus(participant_id=pid, status="rejected", code=e.code, detail=e.detail)
+            for pid, e in zip(batch.participant_ids, errors, strict=True)
+            if e is not None
+        ]
+        if errors.count(None) != len(errors)
+        else []
+    )
     return BatchReceipt(
         round=batch.round,
         accepted=len(outcome.stored) - len(outcome.duplicates),

@@ -11,6 +11,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -58,9 +59,10 @@ def metadata_arrays(rows: Sequence[Mapping[str, Any]]) -> dict[str, NDArray[Any]
     if not rows:
         return {}
     keys = set(rows[0])
-    for distinct in {id(r): r for r in rows}.values():  # participants often share one object
+    # participants often share one object; map and zip loop in C (10^6 participants)
+    for distinct in dict(zip(map(id, rows), rows, strict=True)).values():
         keys &= distinct.keys()
-    return {k: np.asarray([r[k] for r in rows]) for k in sorted(keys)}
+    return {k: np.asarray(list(map(itemgetter(k), rows))) for k in sorted(keys)}
 
 
 def build_plan(study: StudyRow, epsilon: FloatArray, metadata: list[dict[str, Any]]) -> StudyPlan:

@@ -13,6 +13,7 @@ import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -143,7 +144,11 @@ class Columns:
             value = self.same[name]
             return itertools.repeat(value if process is None else process(value), self.size)
         values = self.each[name]
-        return values if process is None else processed(values, process)
+        if process is None:
+            return values
+        if values and isinstance(values[0], dict):  # JSON: runs of one dict encoded once
+            return processed(values, process)
+        return map(process, values)
 
     def dicts(self, table: Table) -> list[dict[str, Any]]:
         """One dict per row, keyed by column name (for SQLAlchemy's ``executemany``)."""
@@ -151,14 +156,15 @@ class Columns:
         rows = zip(*(self._column(name, None) for name in names), strict=True)
         return [dict(zip(names, row, strict=True)) for row in rows]
 
-    def insert_sqlite(self, session: Session, table: Table, tail: str = "") -> list[Any]:
+    def insert_sqlite(self, session: Session, table: Table, tail: str = "") -> int:
         """Insert the rows on SQLite, at the driver: multi-row ``INSERT … VALUES`` statements
-        of up to ``SQLITE_VARIABLES`` values, each followed by ``tail`` (``ON CONFLICT``,
-        ``RETURNING``), in the session's transaction; the rows they return. Half the time of
-        SQLAlchemy's ``executemany`` on large batches (its per-row parameter handling): the
-        values are laid out column by column into one flat list, each through its column's own
-        bind processor (so that rows stored at the driver equal SQLAlchemy's; a value all rows
-        share is processed once)."""
+        of up to ``SQLITE_VARIABLES`` values, each followed by ``tail`` (``ON CONFLICT``), in
+        the session's transaction; how many rows were inserted. Half the time of SQLAlchemy's
+        ``executemany`` on large batches (its per-row parameter handling): the values are laid
+        out column by column into one flat list, each through its column's own bind processor
+        (so that rows stored at the driver equal SQLAlchemy's; a value all rows share is
+        processed once). No ``RETURNING``: it cost more than the insert itself (the callers
+        learn which keys were stored before from a read, under the write lock)."""
         connection = session.connection()
         dialect = connection.dialect
         width = len(table.columns)
@@ -173,16 +179,15 @@ class Columns:
         )
         marks = "(" + ", ".join("?" * width) + ")"
         step = SQLITE_VARIABLES // width
-        returned: list[Any] = []
+        inserted = 0
         for start in range(0, self.size, step):
             rows = min(step, self.size - start)
             sql = head + ", ".join([marks] * rows) + tail
             result = connection.exec_driver_sql(
                 sql, tuple(values[start * width : (start + rows) * width])
             )
-            if result.returns_rows:
-                returned += result.cursor.fetchall()  # plain tuples: no Row per returned row
-        return returned
+            inserted += result.rowcount
+        return inserted
 
 
 # --------------------------------------------------------------------------- studies
@@ -314,7 +319,8 @@ def declared_epsilons(session: Session, study_id: str) -> FloatArray:
     stmt = (
         select(table.c.epsilon).where(table.c.study_id == study_id).order_by(table.c.participant_id)
     )
-    return np.asarray([r[0] for r in raw_rows(session, stmt)], dtype=np.float64)
+    rows = raw_rows(session, stmt)
+    return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64, count=len(rows))
 
 
 def load_participants(session: Session, study_id: str) -> tuple[FloatArray, list[dict[str, Any]]]:
@@ -338,15 +344,17 @@ def load_participants(session: Session, study_id: str) -> tuple[FloatArray, list
     parsed: dict[str, Any] = {}
     try:
         while rows := result.cursor.fetchmany(LOAD_PAGE):
-            epsilons.append(np.fromiter((r[0] for r in rows), dtype=np.float64, count=len(rows)))
-            texts = [r[1] for r in rows]
+            epsilons.append(
+                np.fromiter(map(itemgetter(0), rows), dtype=np.float64, count=len(rows))
+            )
+            texts = list(map(itemgetter(1), rows))
             if texts and not isinstance(texts[0], str):
                 metadata += texts
                 continue
-            new = list(dict.fromkeys(t for t in texts if t not in parsed))
+            new = [t for t in dict.fromkeys(texts) if t not in parsed]
             if new:
                 parsed.update(zip(new, json.loads("[" + ",".join(new) + "]"), strict=True))
-            metadata += [parsed[t] for t in texts]
+            metadata += map(parsed.__getitem__, texts)
     finally:
         result.close()
     eps = np.concatenate(epsilons) if epsilons else np.zeros(0, dtype=np.float64)
