@@ -30,16 +30,19 @@ from fedldp.server.repository import (
     REPORTS,
     Columns,
     among,
+    among_sql,
     raw_rows,
 )
 from fedldp.server.tables import RoundRow, StudyRow
 
 __all__ = [
+    "count_reported",
     "ended_among",
     "existing_reports",
     "forget_contributions",
     "insert_contributions",
     "insert_reports",
+    "reported_now",
     "reported_pids",
     "reported_rounds",
     "rounds_reported",
@@ -153,6 +156,29 @@ def reported_pids(
         found += raw_rows(session, stmt)
     stored = np.fromiter(chain.from_iterable(found), dtype=np.int64, count=len(found))
     return participant_ids[np.isin(participant_ids, stored)]
+
+
+def reported_now(db: Database, study_id: str, index: int, participant_ids: IntArray) -> IntArray:
+    """``reported_pids`` outside any transaction of the process's (``Database.read``: on SQLite
+    a WAL read of the last commit, which waits for no writer), for the task endpoint: what it
+    reads may be outdated the moment it is answered anyway (a report sent twice is a
+    duplicate)."""
+    found: list[tuple[int]] = []
+    head = f"SELECT participant_id FROM {REPORTS.name} WHERE study_id = ? AND round = ? AND "
+    for condition, params in among_sql("participant_id", participant_ids.tolist()):
+        found += db.read(head + condition, (study_id, index, *params))
+    stored = np.fromiter(chain.from_iterable(found), dtype=np.int64, count=len(found))
+    return participant_ids[np.isin(participant_ids, stored)]
+
+
+def count_reported(db: Database, study_id: str, index: int, low: int, high: int) -> int:
+    """How many reports round ``index`` holds from participants ``low..high`` (counted along
+    the primary key, outside any transaction as ``reported_now``)."""
+    sql = (
+        f"SELECT count(*) FROM {REPORTS.name} WHERE study_id = ? AND round = ? "
+        "AND participant_id BETWEEN ? AND ?"
+    )
+    return int(db.read(sql, (study_id, index, low, high))[0][0])
 
 
 def rounds_reported(

@@ -50,6 +50,7 @@ __all__ = [
     "add_received",
     "add_refused",
     "among",
+    "among_sql",
     "close_round_if_open",
     "count_participants",
     "due_enrollments",
@@ -101,6 +102,19 @@ def among(column: ColumnElement[int], ids: Sequence[int]) -> Iterator[ColumnElem
         yield column.in_(list(ids[start : start + IN_CHUNK]))
 
 
+def among_sql(column: str, ids: Sequence[int]) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """``among`` as SQL text with ``?`` placeholders and its parameters (for ``Database.read``)."""
+    if not ids:
+        return
+    low, high = min(ids), max(ids)
+    if high - low < RANGE_SPAN * len(ids):
+        yield f"{column} BETWEEN ? AND ?", (low, high)
+        return
+    for start in range(0, len(ids), IN_CHUNK):
+        chunk = tuple(ids[start : start + IN_CHUNK])
+        yield f"{column} IN ({','.join('?' * len(chunk))})", chunk
+
+
 def raw_rows(session: Session, stmt: Select[Any]) -> list[Any]:
     """The rows of ``stmt`` as the driver returns them (tuples), for the reads of many rows. A
     Row object per row was most of their cost, and their columns (numbers, text, bytes) need no
@@ -121,12 +135,9 @@ def processed(values: Sequence[Any], process: Callable[[Any], Any]) -> list[Any]
     """Each value through ``process``, once for a run of the same object (participants of an
     enrollment batch share the dict of their equal metadata: one JSON encoding for them all)."""
     out: list[Any] = []
-    last: object = processed  # no value is this function
-    done: Any = None
-    for value in values:
-        if value is not last:
-            last, done = value, process(value)
-        out.append(done)
+    for _, run in itertools.groupby(values, key=id):  # runs of one object, found in C
+        same = list(run)
+        out += [process(same[0])] * len(same)
     return out
 
 
