@@ -373,7 +373,8 @@ def advance(ctx: Context, study_id: str, index: int) -> None:
 
 def sweep(ctx: Context) -> int:
     """One pass of the background sweeper: start studies whose enrollment deadline passed and
-    close rounds that are complete or late, then destroy the keys of ended studies. The number of
+    close rounds that are complete or late, then destroy the keys of ended studies and, on
+    SQLite, copy the WAL into the database file (``Database.checkpoint``). The number of
     transitions made."""
     now = utcnow()
     done = 0
@@ -398,4 +399,6 @@ def sweep(ctx: Context) -> int:
         except Exception:
             log.exception("sweep: closing round %d of study %s failed", index, study_id)
     shred_ended(ctx)
+    if ctx.db.is_sqlite:  # the WAL into the database file, off the requests' path
+        ctx.db.checkpoint(passive=True)
     return done
