@@ -8,7 +8,9 @@ and each round's privatization streams ``round_key(population_seed, k)``).
 
 Memory stays flat: for each round the cohort is walked in blocks of ``chunk_size`` participants in
 slot order; each block's data is generated, privatized and checked, and its reports are streamed
-to ``aggregate`` through a generator. No round ever holds all users' data.
+to ``aggregate`` through a generator. No round ever holds all users' data, but for a protocol with
+simulation-only diagnostics (``Protocol.internal``: a central release's data-dependent values),
+whose round reports are kept for that call (a central release holds them anyway).
 """
 
 from __future__ import annotations
@@ -118,8 +120,11 @@ def fill_from_population(
     """``raw`` with the parameters the population determines filled in where the protocol has
     them and they were not given: ``samples_per_user`` (the smallest per-user sample count: every
     user then holds at least m samples; those with more keep their first m), ``dimension`` (d of
-    vector data), ``domain_size`` (k of categorical data) and ``radius`` (of the ℓ2 ball holding
-    a synthetic vector law's support, e.g. √d·D for the box [-D, D]^d)."""
+    vector data), ``domain_size`` (k of categorical data), ``radius`` (of the ℓ2 ball holding
+    a synthetic vector law's support, e.g. √d·D for the box [-D, D]^d) and ``gamma`` (central
+    Huber's Assumption-3 constant: the γ >= 1 of imbalanced sample counts s_i = ⌈N (i/n)^γ⌉,
+    which satisfy it with that γ, huber-user-level-dp.md §6.3)."""
+    imbalance = getattr(population, "imbalance", None)
     known: dict[str, float | None] = {
         "samples_per_user": int(population.metadata["samples"].min()),
         "dimension": population.dimension,
@@ -127,6 +132,7 @@ def fill_from_population(
         "radius": population.l2_radius,
         "label_low": getattr(population, "label_low", None),
         "label_high": getattr(population, "label_high", None),
+        "gamma": imbalance if imbalance is not None and imbalance >= 1 else None,
     }
     out = dict(raw)
     fields = protocol.params_model.model_fields
@@ -232,6 +238,13 @@ def _round_chunks(
             yield ReportChunk(ids[ok], eps[ok], group[ok], payloads[ok])
 
 
+def _keeping(chunks: Iterator[ReportChunk], kept: list[ReportChunk]) -> Iterator[ReportChunk]:
+    """``chunks``, each also appended to ``kept`` (for ``Protocol.internal``)."""
+    for chunk in chunks:
+        kept.append(chunk)
+        yield chunk
+
+
 def _quorum_reason(count: RoundCount, quorum: float, received: int) -> str | None:
     """The server's failure reason when a round closed at its deadline misses the quorum."""
     needed = math.ceil(quorum * count.planned - 1e-9)
@@ -322,6 +335,7 @@ def simulate(
 
     outputs: list[JSON] = []
     counts: list[RoundCount] = []
+    internal: JSON = {}  # Protocol.internal over the rounds: simulation-only, never served
     for k, rp in enumerate(plan.rounds):
         count = RoundCount(k, rp.name, int(rp.cohort.size))
         counts.append(count)
@@ -330,10 +344,12 @@ def simulate(
             raise StudyFailed(reason)
         broadcast = protocol.broadcast(params, plan, k, outputs)
         task = RoundTask.of(rp, broadcast)
+        kept: list[ReportChunk] = []
+        chunks = _round_chunks(run, task, k, count, on_chunk)
+        if protocol.internal_diagnostics:
+            chunks = _keeping(chunks, kept)
         try:
-            output = protocol.aggregate(
-                params, plan, k, broadcast, _round_chunks(run, task, k, count, on_chunk)
-            )
+            output = protocol.aggregate(params, plan, k, broadcast, chunks)
         except _ClientSide as exc:
             raise exc.error from None
         except ValueError as exc:
@@ -344,11 +360,15 @@ def simulate(
         if reason is not None:  # refusals took it below the quorum
             raise StudyFailed(reason)
         outputs.append(output)
+        if protocol.internal_diagnostics:
+            internal |= protocol.internal(params, plan, k, kept)
     result = protocol.finalize(params, plan, outputs)
     participation: JSON = {"rounds": [c.as_json() for c in counts]}
     if roles is not None:
         participation["joined_late"] = int(population.n - members.size)
     diagnostics = {**result.diagnostics, "participation": participation}
+    if internal:
+        diagnostics["internal"] = internal
     return SimulationResult(
         protocol=protocol.name,
         params=params,

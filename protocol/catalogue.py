@@ -6,14 +6,17 @@ from typing import Any
 
 from fedldp.protocol.central import protocols as central
 from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.heterogeneous import audit as hetero_audit
 from fedldp.protocol.heterogeneous import frequency as hetero_frequency
 from fedldp.protocol.heterogeneous import means as hetero_means
+from fedldp.protocol.mechanisms.audit import AuditCase
 from fedldp.protocol.semi_feature import hist_ldp, histoftree, tree_baselines
+from fedldp.protocol.user_level import audit as user_level_audit
 from fedldp.protocol.user_level import baselines as user_level_baselines
 from fedldp.protocol.user_level import binned, multi_d, sgd
 from fedldp.protocol.user_level import means as user_level
 
-__all__ = ["CATALOGUE", "get_protocol"]
+__all__ = ["AUDITS", "CATALOGUE", "get_audit", "get_protocol"]
 
 CATALOGUE: dict[str, Protocol[Any]] = {
     p.name: p
@@ -40,3 +43,17 @@ def get_protocol(name: str) -> Protocol[Any]:
     except KeyError:
         known = ", ".join(sorted(CATALOGUE))
         raise ValueError(f"unknown protocol {name!r}; known protocols: {known}") from None
+
+
+AUDITS: dict[str, AuditCase] = {c.name: c for c in (*user_level_audit.AUDITS, *hetero_audit.AUDITS)}
+"""Every randomizer with an empirical privacy audit (``fedldp.protocol.mechanisms.audit``), by
+name: a family adds its cases (a module's ``AUDITS`` tuple) here."""
+
+
+def get_audit(name: str) -> AuditCase:
+    """The audit case called ``name``; ValueError naming the known ones otherwise."""
+    try:
+        return AUDITS[name]
+    except KeyError:
+        known = ", ".join(sorted(AUDITS))
+        raise ValueError(f"unknown audit case {name!r}; known audit cases: {known}") from None

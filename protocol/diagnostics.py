@@ -100,6 +100,9 @@ DIAGNOSTICS: dict[str, str] = {
     "connecting_point": "the Huber connecting point T (balanced users: A/√m)",
     "k_last_max": "largest index of the imbalanced weight schedule",
     "n_condition": "the users the paper's guarantee needs, and whether there are that many",
+    "internal": "simulation only, never in a server's result: data-dependent values the "
+    "guarantee does not cover (central Huber: S, the noise std S/α, Δ̃, Z, the case of G(D, 0), "
+    "the case-(c) term and its share of S)",
     # --- semi-feature LDP (Ma, Jia, Yang) and baselines
     "depth": "depth of the tree partition",
     "leaves": "leaves of the tree",

@@ -59,11 +59,11 @@ def _check(args: argparse.Namespace) -> int:
     from fedldp.client.experiments.derived import with_derived
     from fedldp.client.experiments.plot import read_manifest
     from fedldp.client.experiments.results import read_rows
-    from fedldp.client.experiments.spec import CheckSpec
+    from fedldp.client.experiments.spec import CheckSpec, manifest_columns
 
     manifest = read_manifest(args.directory)["experiment"]
     checks = [CheckSpec.model_validate(c) for c in manifest.get("checks", [])]
-    columns = ["protocol", *[k for k in manifest.get("grid", {}) if k != "protocol"]]
+    columns = manifest_columns(manifest)
     rows = with_derived(read_rows(args.directory / "trials.csv"), manifest.get("derived", {}))
     outcomes = evaluate_all(checks, rows, columns)
     for o in outcomes:

@@ -152,7 +152,8 @@ protocol parameters:
   --params-json sets several; --param wins over --params-json. Parameters the population
   determines are filled in when not given: samples_per_user (the smallest per-user sample
   count; users holding more keep their first m), dimension (--dimension), domain_size
-  (--items) and radius (the l2 ball holding a synthetic vector law: sqrt(d)*D for the box).
+  (--items), radius (the l2 ball holding a synthetic vector law: sqrt(d)*D for the box) and
+  gamma (central-huber: the --imbalance γ >= 1 of the sample counts).
 
 examples:
   fedldp simulate --protocol user-mean --users 100000 --samples 256 \\

@@ -6,7 +6,10 @@ of that (``rmse``). The band is the 95% normal confidence interval of the mean (
 of their squares for mse/rmse; the rmse band is the root of the mse band), ±1.96 standard errors;
 the median has the band of the mean. ``qDIGITS`` is the quantile at level 0.DIGITS (``q99``: 0.99)
 with the distribution-free band of order statistics: ranks Rq ± 1.96 √(Rq(1 − q)) over R
-values. A log-log slope is the least-squares fit of log stat on log x.
+values. ``"A - B"`` is the difference of two statistics of the same values (a claim's, e.g.
+``"q99 - median"``), with the conservative band [low A − high B, high A − low B] (each end
+holds with 95%, so the band with at least 90%). A log-log slope is the least-squares fit of log
+stat on log x.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ __all__ = [
     "loglog_slope",
     "matches",
     "number",
+    "one_of",
     "plot_series",
     "quantile_level",
     "stat_band",
@@ -47,8 +51,17 @@ def number(text: str) -> float | None:
 
 
 def matches(row: Row, where: Mapping[str, Any]) -> bool:
-    """Whether ``row`` holds every value of ``where`` (compared as CSV cells)."""
-    return all(row.get(k) == cell(v) for k, v in where.items())
+    """Whether ``row`` holds every value of ``where`` (compared as CSV cells); a value
+    ``{in: [a, b, ...]}`` matches any of the listed values."""
+    return all(
+        row.get(k) in {cell(x) for x in v["in"]} if one_of(v) else row.get(k) == cell(v)
+        for k, v in where.items()
+    )
+
+
+def one_of(value: Any) -> bool:
+    """Whether a ``where`` value is ``{in: [...]}`` (any of several values)."""
+    return isinstance(value, Mapping) and set(value) == {"in"} and isinstance(value["in"], list)
 
 
 def values(rows: Iterable[Row], column: str) -> list[float]:
@@ -81,6 +94,11 @@ def _quantile_band(a: np.ndarray[Any, Any], q: float) -> tuple[float, float, flo
 
 def stat_band(xs: Sequence[float], stat: str) -> tuple[float, float, float]:
     """(stat, band low, band high) of ``xs`` over seeds; NaN when there is no value."""
+    if " - " in stat:
+        first, second = stat.split(" - ")
+        v1, lo1, hi1 = stat_band(xs, first)
+        v2, lo2, hi2 = stat_band(xs, second)
+        return (v1 - v2, lo1 - hi2, hi1 - lo2)
     a = np.asarray(xs, dtype=np.float64)
     if a.size == 0:
         return (math.nan, math.nan, math.nan)
@@ -133,14 +151,16 @@ def _x_axis(rows: Sequence[Row], column: str) -> tuple[list[str], bool]:
 
 
 def x_is_numeric(rows: Sequence[Row], plot: PlotSpec) -> bool:
-    return _x_axis([r for r in rows if matches(r, plot.where)], plot.x)[1]
+    return _x_axis([r for r in rows if plot.shows(r)], plot.x)[1]
 
 
 def plot_series(rows: Sequence[Row], plot: PlotSpec) -> list[Series]:
     """The lines of ``plot`` drawn from ``rows``: per hue value, stat(y) over seeds at each x."""
-    kept = [r for r in rows if matches(r, plot.where)]
+    kept = [r for r in rows if plot.shows(r)]
     xs, numeric = _x_axis(kept, plot.x)
     hues = list(dict.fromkeys(r.get(plot.hue, "") for r in kept)) if plot.hue else [""]
+    if plot.hue_in is not None:
+        hues = [h for h in (cell(v) for v in plot.hue_in) if h in hues]
     out = []
     for hue in hues:
         mine = [r for r in kept if plot.hue is None or r.get(plot.hue) == hue]

@@ -2,11 +2,13 @@
 
 A check (``CheckSpec``) is evaluated once per group of its ``per`` values (after keeping the rows
 matching its ``where``): ``slope`` fits the log-log slope of ``stat(y)`` against ``x`` (over the
-x values ``x_in`` only, when given: one regime of a wider sweep); ``ratio``
+x values ``x_in`` only, when given: one regime of a wider sweep), less the slope of ``minus``
+when given (a theory column's, or another protocol's rows'); ``ratio``
 divides the numerator's aggregate by the denominator's (each ``stat`` of a column over the rows
 of the group matching its own ``where``, or the smallest over the values of its ``best_of``
 column: a tuned minimum); ``bound`` takes ``stat(y)`` at every configuration of
-the group (every distinct value of the grid columns the check does not fix). A group passes when
+the group (every distinct value of the grid columns the check does not fix). A slope's points
+and a bound's values are tuned minima when the check has ``best_of``. A group passes when
 its value is in [min, max]. Verdict: ``holds`` (every group passes), ``partly`` (some),
 ``fails`` (none), ``no data`` (no group could be measured).
 """
@@ -21,6 +23,7 @@ from fedldp.client.experiments.aggregate import (
     loglog_slope,
     matches,
     number,
+    one_of,
     stat_band,
     values,
 )
@@ -83,32 +86,64 @@ def _configurations(rows: Sequence[Row], fixed: set[str], columns: Sequence[str]
 
 def evaluate(check: CheckSpec, rows: Sequence[Row], columns: Sequence[str]) -> CheckOutcome:
     """``check`` on ``rows``; ``columns`` are the experiment's configuration columns."""
-    kept = [r for r in rows if matches(r, check.where)]
     measured: list[tuple[str, float, bool]] = []
-    for group, members in _groups(kept, check.per):
-        if check.kind == "slope":
-            assert check.x is not None
-            xs = sorted({v for v in (number(r.get(check.x, "")) for r in members) if v is not None})
-            if check.x_in is not None:
-                xs = [x for x in xs if x in check.x_in]
-            ys = [stat_band(values(_at(members, check.x, x), check.y), check.stat)[0] for x in xs]
-            slope = loglog_slope(xs, ys)
-            v = math.nan if slope is None else slope
+    if check.kind == "slope":
+        for group, everyone in _groups(rows, check.per):
+            members = [r for r in everyone if matches(r, check.where)]
+            if not members:
+                continue
+            v = _slope(members, check.y, check.stat, check, check.tuning())
+            if check.minus is not None:
+                q = check.minus
+                mine = [r for r in everyone if matches(r, q.where)]
+                v -= _slope(
+                    mine, q.y or check.y, q.stat or check.stat, check, q if q.tuned else None
+                )
             measured.append((group, v, _in_range(v, check)))
-        elif check.kind == "ratio":
+        return CheckOutcome(check, measured)
+    kept = [r for r in rows if matches(r, check.where)]
+    for group, members in _groups(kept, check.per):
+        if check.kind == "ratio":
             assert check.numerator is not None
             assert check.denominator is not None
             sides = [_quantity(q, members, check) for q in (check.numerator, check.denominator)]
             v = sides[0] / sides[1] if sides[1] else math.nan
             measured.append((group, v, _in_range(v, check)))
         else:
-            fixed = {*check.where, *check.per}
+            # a where key listing several values ({in: [...]}) still varies: one group each;
+            # a tuned bound's best_of column does not (its minimum is taken over it)
+            tuning = check.tuning()
+            fixed = {*(k for k, v in check.where.items() if not one_of(v)), *check.per}
+            fixed |= set(tuning.tuned if tuning else ())
             free = _configurations(members, fixed, columns)
             for sub, at in _groups(members, free):
-                v = stat_band(values(at, check.y), check.stat)[0]
+                v = _value(at, check.y, check.stat, tuning, check)
                 name = ", ".join(x for x in (group, sub) if x)
                 measured.append((name, v, _in_range(v, check)))
     return CheckOutcome(check, measured)
+
+
+def _slope(
+    rows: Sequence[Row], y: str, stat: str, check: CheckSpec, tuning: Quantity | None
+) -> float:
+    """The log-log slope of ``stat(y)`` (or its tuned minimum) against the check's x (over
+    ``x_in``); NaN if none."""
+    assert check.x is not None
+    xs = sorted({v for v in (number(r.get(check.x, "")) for r in rows) if v is not None})
+    if check.x_in is not None:
+        xs = [x for x in xs if x in check.x_in]
+    ys = [_value(_at(rows, check.x, x), y, stat, tuning, check) for x in xs]
+    slope = loglog_slope(xs, ys)
+    return math.nan if slope is None else slope
+
+
+def _value(
+    rows: Sequence[Row], y: str, stat: str, tuning: Quantity | None, check: CheckSpec
+) -> float:
+    """``stat(y)`` over ``rows``, or its tuned minimum (``CheckSpec.tuning``)."""
+    if tuning is None:
+        return stat_band(values(rows, y), stat)[0]
+    return _quantity(tuning, rows, check)
 
 
 def _quantity(q: Quantity, rows: Sequence[Row], check: CheckSpec) -> float:

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fedldp.client.experiments.audit import AuditParams
 from fedldp.client.experiments.conduct import BehaviourKeyError, conduct_of
 from fedldp.client.experiments.spec import (
     Experiment,
@@ -29,7 +30,7 @@ from fedldp.client.experiments.yamlmarks import (
 from fedldp.client.population.build import build_population
 from fedldp.client.population.spec import PopulationSpec
 from fedldp.client.simulate import fill_from_population
-from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.catalogue import get_audit, get_protocol
 
 __all__ = ["load_experiment", "parse_experiment"]
 
@@ -40,20 +41,25 @@ def _scaled(spec: ExperimentSpec, scale: str, source: Path | None) -> Experiment
     params = dict(spec.params)
     behaviour = {population_key(k): v for k, v in spec.behaviour.items()}
     grid = dict(spec.grid)
+    zipped = [dict(g) for g in spec.zip]
     seeds: int | list[int] = spec.seeds
     if over is not None:
         population.update({population_key(k): v for k, v in over.population.items()})
         params.update(over.params)
         behaviour.update({population_key(k): v for k, v in over.behaviour.items()})
         grid.update(over.grid)
+        zipped = [dict(g) for g in over.zip] if over.zip is not None else zipped
         seeds = over.seeds if over.seeds is not None else seeds
     csv = population.get("csv")
     if isinstance(csv, str) and source is not None and not Path(csv).is_absolute():
         population["csv"] = str(source.parent / population["csv"])
     grid.pop("protocol", None)
-    axes: dict[str, list[Any]] = {"protocol": list(spec.entries()), **grid}
+    in_zip = any("protocol" in g for g in zipped)
+    axes: dict[str, list[Any]] = {**({} if in_zip else {"protocol": list(spec.entries())}), **grid}
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    return Experiment(spec, scale, source, axes, seed_list, population, params, behaviour)
+    return Experiment(
+        spec, scale, source, axes, seed_list, population, params, behaviour, zipped=zipped
+    )
 
 
 def _scaled_path(lines: Lines, scale: str, path: tuple[str | int, ...]) -> tuple[str | int, ...]:
@@ -97,6 +103,9 @@ def _validate_trials(experiment: Experiment, source: str, lines: Lines) -> None:
                     return lines[path]
             return locate(lines, _scaled_path(lines, scale, (kind,)))
 
+        if trial.kind == "audit":
+            _validate_audit(trial, source, lines, where)
+            continue
         try:
             conduct_of(trial.behaviour)
         except BehaviourKeyError as e:
@@ -140,11 +149,36 @@ def _validate_trials(experiment: Experiment, source: str, lines: Lines) -> None:
             raise MarkedError(source, where("params", None), f"params: {e}") from None
 
 
+def _validate_audit(trial: Trial, source: str, lines: Lines, where: Any) -> None:
+    """An audit trial: a known audit case, valid ``AuditParams``, no population."""
+    try:
+        get_audit(trial.protocol)
+    except ValueError as e:
+        line = where("protocol", None)
+        for path in (("protocol",), ("protocols",), ("grid", "protocol")):
+            line = lines.get(path, line)
+        raise MarkedError(source, line, str(e)) from None
+    if trial.population or trial.behaviour:
+        raise MarkedError(
+            source,
+            where("population", None),
+            "an audit takes no population or behaviour: its settings are params",
+        )
+    try:
+        AuditParams.model_validate(trial.params)
+    except ValidationError as e:
+        loc, msg = validation_message(e)[0]
+        key = str(loc[0]) if loc else None
+        raise MarkedError(
+            source, where("params", key), f"params of an audit: {key}: {msg}"
+        ) from None
+
+
 def _check_references(experiment: Experiment, source: str, lines: Lines) -> None:
     """Plot and check keys must name a configuration column or a result column (checked at
     run time, when the results exist); here: ``where``/``per``/``hue`` keys are grid columns."""
-    columns = set(experiment.columns) | {"seed"}
     spec = experiment.spec
+    columns = set(experiment.columns) | {"seed"} | set(spec.derived)
     for i, plot in enumerate(spec.plots):
         for key in (plot.hue, *plot.where):
             if key is not None and key not in columns:
@@ -153,9 +187,19 @@ def _check_references(experiment: Experiment, source: str, lines: Lines) -> None
                     locate(lines, ("plots", i, "hue" if key == plot.hue else "where")),
                     f"plot {i + 1}: {key!r} is not a grid key ({', '.join(sorted(columns))})",
                 )
+        if plot.hue_in is not None and plot.hue in experiment.axes:
+            known = {cell(v) for v in experiment.axes[plot.hue]}
+            unknown = [v for v in plot.hue_in if cell(v) not in known]
+            if unknown:
+                raise MarkedError(
+                    source,
+                    locate(lines, ("plots", i, "hue_in")),
+                    f"plot {i + 1}: hue_in {unknown!r} are not values of {plot.hue!r}",
+                )
     for i, check in enumerate(spec.checks):
-        used = [*check.per, *check.where]
-        for q in (check.numerator, check.denominator):
+        tuning = check.tuning()
+        used = [*check.per, *check.where, *(tuning.tuned if tuning else ())]
+        for q in (check.numerator, check.denominator, check.minus):
             used += [*q.where, *q.tuned] if q is not None else []
         for key in used:
             if key not in columns:

@@ -19,7 +19,6 @@ import yaml
 from fedldp.client.experiments.aggregate import (
     Series,
     describe_where,
-    matches,
     plot_series,
     population_text,
     quantile_level,
@@ -113,12 +112,12 @@ _NAMED_PROTOCOLS = 4
 def _title(manifest: Mapping[str, Any], plot: PlotSpec, rows: Sequence[Mapping[str, str]]) -> str:
     exp = manifest["experiment"]
     head = plot.title or (exp.get("title") or exp["name"])
-    shown = list(dict.fromkeys(r["protocol"] for r in rows if matches(r, plot.where)))
+    shown = list(dict.fromkeys(r["protocol"] for r in rows if plot.shows(r)))
     protocols = ", ".join(shown) or "?"
     if len(shown) > _NAMED_PROTOCOLS:
         # e.g. one protocol entry per tuning: the legend names them
         protocols = f"{len(shown)} protocol entries ({shown[0]} … {shown[-1]})"
-    swept = set(exp.get("grid", {}))
+    swept = set(exp.get("grid", {})) | {k for g in exp.get("zip", []) for k in g}
     fixed = {k: v for k, v in exp.get("population", {}).items() if k not in swept}
     fixed = {k: v for k, v in fixed.items() if k.replace("_", "-") not in swept}
     lines = [head, *textwrap.wrap(f"{protocols} · {population_text({'population': fixed})}", 80)]
@@ -161,6 +160,9 @@ def draw(
     fig = Figure(figsize=(7.5, 5.0), layout="constrained")
     ax = fig.add_subplot()
     measured = f"measured {_short_stat(plot.stat)}" if plot.y == "error" else "measured"
+    # a theory the lines share (one that does not depend on the hue) is drawn once, in grey
+    curves = {(tuple(s.x), tuple(s.theory)) for s in series if s.theory is not None}
+    shared = plot.hue is not None and len(series) > 1 and len(curves) == 1
     for i, s in enumerate(series):
         color = f"C{i % 10}"
         name = s.label if plot.hue else measured
@@ -174,17 +176,18 @@ def draw(
             ax.fill_between(s.x, s.lo, s.hi, color=color, alpha=0.2, linewidth=0)
         else:
             ax.vlines(s.x, s.lo, s.hi, color=color, alpha=0.5, linewidth=4)
-        if s.theory is not None and plot.theory is not None:
+        if s.theory is not None and plot.theory is not None and not (shared and i > 0):
             root = "√" if plot.theory_sqrt else ""
             what = f"{root}{plot.theory.removeprefix('diagnostics.')}"
-            theory_label = f"{s.label}: theory ({what})" if plot.hue else f"theory ({what})"
+            own = plot.hue and not shared
+            theory_label = f"{s.label}: theory ({what})" if own else f"theory ({what})"
             ax.plot(
                 s.x,
                 s.theory,
                 linestyle="--" if numeric else "none",
                 marker="_",
                 markersize=14,
-                color=color,
+                color="0.35" if shared else color,
                 label=theory_label,
             )
     if plot.logx and numeric:

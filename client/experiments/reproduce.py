@@ -173,7 +173,7 @@ def write_report(done: Sequence[ReproducedExperiment], out: Path, scale: str) ->
             lines += [f"**{spec.title}**", ""]
         if spec.description:
             lines += [" ".join(spec.description.split()), ""]
-        protocols = ", ".join(map(str, d.experiment.axes["protocol"]))
+        protocols = ", ".join(d.experiment.protocols)
         lines += [
             f"Protocols {protocols}; {len(d.experiment.seeds)} seeds per configuration; "
             f"{d.run.total} trials ({d.run.skipped} already in the CSV).",

@@ -57,8 +57,10 @@ class RunSummary:
 
 
 def run_trial(trial: Trial) -> dict[str, str]:
-    """One trial's CSV row (run in a worker process). A trial the protocol refuses (a ValueError
-    from ``simulate``: an infeasible plan, say) or that fails as the server would fail it
+    """One trial's CSV row (run in a worker process): a simulation, or for an experiment of
+    ``kind: audit`` a privacy audit (``fedldp.client.experiments.audit``). A trial the protocol
+    refuses (a ValueError from ``simulate``: an infeasible plan, say) or that fails as the server
+    would fail it
     (``StudyFailed``: a round below its quorum) is a row with ``failed`` = 1 and the reason in
     ``failure``, and no result columns; others have ``failed`` = 0."""
     from fedldp.client.population.build import build_population
@@ -69,6 +71,14 @@ def run_trial(trial: Trial) -> dict[str, str]:
     # CPU time of this worker, not wall time: on a shared machine the wall time of a trial
     # measures the other jobs as much as the trial (the report sums these as CPU seconds)
     started = time.process_time()
+    if trial.kind == "audit":
+        from fedldp.client.experiments.audit import audit_row
+
+        summary = {
+            k: cell(v) for k, v in audit_row(trial.protocol, trial.params, trial.seed).items()
+        }
+        summary.update(failed="0", failure="")
+        return _row(trial, summary, started)
     protocol = get_protocol(trial.protocol)
     population = build_population(PopulationSpec.model_validate(trial.population), trial.seed)
     params = protocol.parse_params(fill_from_population(protocol, trial.params, population))
@@ -88,6 +98,10 @@ def run_trial(trial: Trial) -> dict[str, str]:
     except (ValueError, StudyFailed) as e:
         # a refusal is a result (e.g. an infeasible plan at this n and ε): a row, not a crash
         summary = {"failed": "1", "failure": " ".join(str(e).split())}
+    return _row(trial, summary, started)
+
+
+def _row(trial: Trial, summary: dict[str, str], started: float) -> dict[str, str]:
     row = {"point": str(trial.point), "key": trial.key, "seed": str(trial.seed)}
     row.update({k: cell(v) for k, v in trial.config.items()})
     for k, v in summary.items():

@@ -9,6 +9,8 @@ An experiment file is YAML::
     grid:                             # cartesian product; any population or params key
       epsilon-mix: ["0.1:0.5,1:0.5", "0.2:0.7,3:0.3"]
       params.weights: [paper, uniform]
+    zip:                              # axes varied together (one point per position),
+      - {users: [16000, 1024000], samples: [64, 1]}   # crossed with the grid and other groups
     seeds: 20                         # seeds 0..19, or an explicit list
     plots:
       - {x: epsilon-mix, y: error, hue: params.weights}
@@ -20,8 +22,13 @@ Population keys are the ``PopulationSpec`` fields (``fedldp simulate``'s populat
 behaviour options (dropout, attackers, …: ``fedldp.client.experiments.conduct``) and
 ``behaviour.K`` is one of them on a grid; ``protocol`` may be a grid key too. ``derived`` names
 columns computed from each row (``fedldp.client.experiments.derived``), for theory lines. Every
-grid point × protocol × seed is one trial. The base file is the quick scale; ``scales.NAME``
-overrides ``population``, ``params`` and ``seeds`` key by key and replaces grid axes. Unknown keys
+grid point × protocol × seed is one trial. ``zip`` lists groups of axes of equal length that vary
+together (e.g. populations of equal n·m but different shapes: user-level against item-level);
+``protocol`` may be one of them. ``kind: audit`` makes every trial an empirical privacy audit
+(``fedldp.client.experiments.audit``): ``protocol`` names audit cases
+(``fedldp.protocol.catalogue.AUDITS``) and ``params`` the audit's settings. The base file is the
+quick scale; ``scales.NAME`` overrides ``population``, ``params`` and ``seeds`` key by key and
+replaces grid axes and zip groups. Unknown keys
 and invalid values (of the experiment, of any trial's population or parameters) are refused by
 ``fedldp.client.experiments.loading.load_experiment`` before anything runs, naming the file
 and line.
@@ -32,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -47,13 +55,19 @@ __all__ = [
     "PlotSpec",
     "Trial",
     "cell",
+    "manifest_columns",
     "population_key",
 ]
 
-Stat = Annotated[str, Field(pattern=r"^(mean|median|mse|rmse|q[0-9]{1,4})$")]
+_ONE_STAT = r"(mean|median|mse|rmse|q[0-9]{1,4})"
+Stat = Annotated[str, Field(pattern=rf"^{_ONE_STAT}$")]
 """A statistic over seeds: mean, median, mse, rmse, or ``qDIGITS``, the quantile at level
 0.DIGITS (``q95``: the 0.95 quantile, ``q999``: the 0.999 quantile), e.g. of |error| for the
 tail bounds of heterogeneous-ldp.md §5 E5."""
+CheckStat = Annotated[str, Field(pattern=rf"^{_ONE_STAT}( - {_ONE_STAT})?$")]
+"""A claim's statistic: a ``Stat``, or the difference of two over the same seeds, ``"A - B"``
+(``"q99 - median"``: how far the tail lies beyond the typical error, heterogeneous-ldp.md §5
+E5's second part)."""
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -68,6 +82,12 @@ def population_key(key: str) -> str:
     return key.replace("-", "_")
 
 
+def manifest_columns(experiment: dict[str, Any]) -> list[str]:
+    """The configuration columns of a resolved experiment (a manifest's ``experiment``)."""
+    keys = [*experiment.get("grid", {}), *(k for g in experiment.get("zip", []) for k in g)]
+    return ["protocol", *[k for k in keys if k != "protocol"]]
+
+
 class PlotSpec(BaseModel):
     """One figure: ``stat`` of column ``y`` over the seeds against ``x``, a line per ``hue``."""
 
@@ -76,6 +96,9 @@ class PlotSpec(BaseModel):
     x: str
     y: str = "error"
     hue: str | None = None
+    hue_in: list[Any] | None = Field(
+        None, description="draw only these values of the hue column, in this order"
+    )
     stat: Stat = "mean"
     where: dict[str, Any] = Field(default_factory=dict, description="keep rows with these values")
     logx: bool = False
@@ -86,6 +109,20 @@ class PlotSpec(BaseModel):
     title: str | None = None
     xlabel: str | None = None
     ylabel: str | None = None
+
+    @model_validator(mode="after")
+    def _hue_in_needs_hue(self) -> PlotSpec:
+        if self.hue_in is not None and (self.hue is None or not self.hue_in):
+            raise ValueError("hue_in lists values (one or more) of the hue column")
+        return self
+
+    def shows(self, row: Mapping[str, str]) -> bool:
+        """Whether ``row`` is drawn: it matches ``where`` and its hue is one of ``hue_in``."""
+        if any(row.get(k) != cell(v) for k, v in self.where.items()):
+            return False
+        if self.hue is None or self.hue_in is None:
+            return True
+        return row.get(self.hue) in {cell(v) for v in self.hue_in}
 
 
 class Quantity(BaseModel):
@@ -100,7 +137,7 @@ class Quantity(BaseModel):
     model_config = _FROZEN
 
     y: str | None = None
-    stat: Stat | None = None
+    stat: CheckStat | None = None
     where: dict[str, Any] = Field(default_factory=dict)
     best_of: str | tuple[str, ...] | None = None
     among: list[Any] | None = None
@@ -125,9 +162,13 @@ class CheckSpec(BaseModel):
     """A claim checked on the results, once per group of ``per`` values.
 
     ``slope``: the log-log slope of ``stat(y)`` against ``x`` (over the x values ``x_in`` when
-    given) is in [min, max]. ``ratio``:
+    given) is in [min, max]; with ``minus``, the slope minus that quantity's slope against the
+    same x (a theory column's, e.g. the §5.3 formula's, or another protocol's: "equal slopes
+    within ±t"), its ``where`` applied to the group's rows before the check's own. ``ratio``:
     numerator / denominator is in [min, max]. ``bound``: ``stat(y)`` is in [min, max]. The claim
-    holds when every group passes, partly when some do, fails when none does.
+    holds when every group passes, partly when some do, fails when none does. A slope or bound
+    with ``best_of`` (and ``among``) takes, at each x or configuration, the smallest ``stat(y)``
+    over that column's values, as a ratio's ``Quantity`` does: a tuned method's curve.
     """
 
     model_config = _FROZEN
@@ -137,26 +178,42 @@ class CheckSpec(BaseModel):
     tag: str = Field("", description="e.g. MUST or PAPER-CLAIM (huber-user-level-dp.md §7.0)")
     kind: Literal["slope", "ratio", "bound"]
     y: str = "error"
-    stat: Stat = "mean"
+    stat: CheckStat = "mean"
     x: str | None = None
     x_in: tuple[float, ...] | None = Field(
         None, description="slope: fit over these x values only (one regime of a wider sweep)"
     )
     where: dict[str, Any] = Field(default_factory=dict)
     per: tuple[str, ...] = ()
+    minus: Quantity | None = Field(
+        None, description="slope: subtract this quantity's slope (a tuned one with best_of)"
+    )
     numerator: Quantity | None = None
     denominator: Quantity | None = None
     min: float | None = None
     max: float | None = None
+    best_of: str | tuple[str, ...] | None = None
+    among: list[Any] | None = None
+
+    def tuning(self) -> Quantity | None:
+        """A slope's or bound's tuned minimum (``best_of``) as a Quantity, None without one."""
+        if self.best_of is None and self.among is None:
+            return None
+        return Quantity(best_of=self.best_of, among=self.among)
 
     @model_validator(mode="after")
     def _complete(self) -> CheckSpec:
+        if self.kind == "ratio" and (self.best_of is not None or self.among is not None):
+            raise ValueError("a ratio takes best_of in its numerator or denominator")
+        self.tuning()  # among needs one best_of column
         if self.min is None and self.max is None:
             raise ValueError("a check needs min, max or both")
         if self.kind == "slope" and self.x is None:
             raise ValueError("a slope check needs x")
         if self.x_in is not None and (self.kind != "slope" or len(set(self.x_in)) < 2):
             raise ValueError("x_in belongs to a slope check and needs two x values or more")
+        if self.minus is not None and self.kind != "slope":
+            raise ValueError("minus belongs to a slope check")
         if self.kind == "ratio" and (self.numerator is None or self.denominator is None):
             raise ValueError("a ratio check needs numerator and denominator")
         return self
@@ -186,7 +243,13 @@ class ScaleSpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     behaviour: dict[str, Any] = Field(default_factory=dict)
     grid: dict[str, list[Any]] = Field(default_factory=dict)
+    zip: list[dict[str, list[Any]]] | None = None
     seeds: int | list[int] | None = None
+
+    @field_validator("zip")
+    @classmethod
+    def _zip_groups(cls, v: list[dict[str, list[Any]]] | None) -> list[dict[str, list[Any]]] | None:
+        return None if v is None else check_zip(v)
 
 
 class ExperimentSpec(BaseModel):
@@ -199,12 +262,18 @@ class ExperimentSpec(BaseModel):
     description: str = ""
     protocol: str | None = None
     protocols: list[str | ProtocolEntry] | None = None
+    kind: Literal["simulate", "audit"] = Field(
+        "simulate", description="simulate (fedldp simulate per trial) or audit (a privacy audit)"
+    )
     population: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
     behaviour: dict[str, Any] = Field(
         default_factory=dict, description="fedldp simulate's behaviour options (conduct.py)"
     )
     grid: dict[str, list[Any]] = Field(default_factory=dict)
+    zip: list[dict[str, list[Any]]] = Field(
+        default_factory=list, description="groups of axes varied together (equal lengths)"
+    )
     seeds: int | list[int] = 10
     derived: dict[str, str] = Field(
         default_factory=dict, description="columns computed from each row (derived.py)"
@@ -222,6 +291,11 @@ class ExperimentSpec(BaseModel):
             if len({cell(x) for x in values}) != len(values):
                 raise ValueError(f"grid axis {key!r} repeats a value")
         return v
+
+    @field_validator("zip")
+    @classmethod
+    def _zip_groups(cls, v: list[dict[str, list[Any]]]) -> list[dict[str, list[Any]]]:
+        return check_zip(v)
 
     @field_validator("derived")
     @classmethod
@@ -244,10 +318,14 @@ class ExperimentSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_protocol_field(self) -> ExperimentSpec:
-        if (self.protocol is None) == (self.protocols is None) and "protocol" not in self.grid:
+        swept = "protocol" in self.grid or any("protocol" in g for g in self.zip)
+        if (self.protocol is None) == (self.protocols is None) and not swept:
             raise ValueError("give protocol or protocols (exactly one)")
-        if self.protocols is not None and "protocol" in self.grid:
+        if self.protocols is not None and swept:
             raise ValueError("protocols and a protocol grid axis exclude each other")
+        zipped = [k for g in self.zip for k in g]
+        if len(set(zipped)) != len(zipped) or set(zipped) & set(self.grid):
+            raise ValueError("an axis is in two zip groups, or in a zip group and the grid")
         labels = [p if isinstance(p, str) else p.column for p in self.protocols or []]
         if len(set(labels)) != len(labels):
             raise ValueError("two protocols share a label: give each its own label")
@@ -255,7 +333,8 @@ class ExperimentSpec(BaseModel):
 
     def entries(self) -> dict[str, ProtocolEntry]:
         """Every protocol by the label its rows carry in the ``protocol`` column."""
-        listed = self.protocols or self.grid.get("protocol") or [self.protocol]
+        in_zip = next((g["protocol"] for g in self.zip if "protocol" in g), None)
+        listed = self.protocols or self.grid.get("protocol") or in_zip or [self.protocol]
         out = {}
         for p in listed:
             entry = (
@@ -281,6 +360,21 @@ class Trial:
     population: dict[str, Any]
     params: dict[str, Any]
     behaviour: dict[str, Any] = field(default_factory=dict)
+    kind: str = "simulate"
+
+
+def check_zip(groups: list[dict[str, list[Any]]]) -> list[dict[str, list[Any]]]:
+    """Zip groups: each non-empty, its axes of one length, no axis repeating a position."""
+    for group in groups:
+        if not group:
+            raise ValueError("a zip group needs one axis or more")
+        lengths = {len(values) for values in group.values()}
+        if len(lengths) != 1 or 0 in lengths:
+            raise ValueError(f"the axes of a zip group need one length >= 1, got {sorted(lengths)}")
+        points = list(zip(*([cell(x) for x in vs] for vs in group.values()), strict=True))
+        if len(set(points)) != len(points):
+            raise ValueError(f"zip group {', '.join(group)} repeats a point")
+    return groups
 
 
 @dataclass(frozen=True)
@@ -295,17 +389,34 @@ class Experiment:
     population: dict[str, Any]
     params: dict[str, Any]
     behaviour: dict[str, Any] = field(default_factory=dict)
+    zipped: list[dict[str, list[Any]]] = field(default_factory=list)
 
     @property
     def columns(self) -> list[str]:
-        """The configuration columns of the CSV (``protocol``, then the grid keys)."""
-        return ["protocol", *[k for k in self.axes if k != "protocol"]]
+        """The configuration columns of the CSV (``protocol``, then the grid and zip keys)."""
+        keys = [*self.axes, *(k for g in self.zipped for k in g)]
+        return ["protocol", *[k for k in keys if k != "protocol"]]
+
+    @property
+    def protocols(self) -> list[str]:
+        """The protocol labels, in order."""
+        return list(self.spec.entries())
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every configuration: the grid's product, crossed with each zip group's positions."""
+        axes: list[list[dict[str, Any]]] = [[{k: v} for v in vs] for k, vs in self.axes.items()]
+        for group in self.zipped:
+            keys = list(group)
+            axes.append(
+                [dict(zip(keys, vs, strict=True)) for vs in zip(*group.values(), strict=True)]
+            )
+        return [
+            {k: v for part in parts for k, v in part.items()} for parts in itertools.product(*axes)
+        ]
 
     def trials(self) -> list[Trial]:
-        keys = list(self.axes)
         out = []
-        for point_index, values in enumerate(itertools.product(*self.axes.values())):
-            point = dict(zip(keys, values, strict=True))
+        for point_index, point in enumerate(self.points()):
             entry = self.spec.entries()[str(point["protocol"])]
             population = dict(self.population)
             params = {**self.params, **entry.params}
@@ -329,6 +440,7 @@ class Experiment:
                         population=population,
                         params=params,
                         behaviour=behaviour,
+                        kind=self.spec.kind,
                     )
                 )
         return out
@@ -341,8 +453,11 @@ class Experiment:
             params=self.params,
             behaviour=self.behaviour,
             grid=dict(self.axes.items()),
+            zip=self.zipped,
             seeds=self.seeds,
         )
+        if not self.zipped:
+            base.pop("zip", None)
         return base
 
 

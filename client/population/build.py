@@ -202,6 +202,7 @@ class Population:
     items: int | None = None  # k of categorical data (items 0..k-1)
     l2_radius: float | None = None  # every sample lies in the ℓ2 ball of this radius (synthetic)
     labeled: LabeledLaw | None = None  # the law of labeled data: η, θ_true, label bound
+    imbalance: float | None = None  # γ of the imbalanced sample counts (huber spec §6.3)
 
     def data(self, slots: NDArray[Any]) -> UserData:
         """The local datasets of users ``slots`` (any order; user after user in that order)."""
@@ -302,6 +303,7 @@ def build_population(spec: PopulationSpec, seed: int) -> AnyPopulation:
         items=spec.items if law.categorical else None,
         l2_radius=radius,
         labeled=labeled,
+        imbalance=spec.imbalance if "imbalance" in description["samples"] else None,
     )
 
 

@@ -224,6 +224,18 @@ class SmoothSensitivity:
     delta_tilde: int
     z: float  # Z(D) (balanced) or max_i Z_i(D) (imbalanced)
 
+    @property
+    def case_c_term(self) -> float:
+        """The largest case-(c) term of the max over k: 2R_c at k = 0 when G(D, 0) is in case
+        (c), else ``floor`` (the first case-(c) index; later ones are smaller)."""
+        return self.g0 if self.case == "c" else self.floor
+
+    @property
+    def case_c_share(self) -> float:
+        """case_c_term / S in (0, 1]: how much of S the worst-case branch sets (spec §7.2 C1.5;
+        1 when S is the case-(c) term itself)."""
+        return self.case_c_term / self.value
+
 
 def _smooth_max(g0: float, later: FloatArray, beta: float, cap: float, k_last: int) -> float:
     """max(min(G0, cap), max_{k=1..k_last} e^{−βk} min(G_k, cap), e^{−β max(k_last+1,1)}·cap)."""

@@ -106,14 +106,22 @@ class HuberParams(CentralParams):
         4.0,
         gt=0,
         le=1e9,
-        description="A = t·σ: connecting points T_i = A/√(m_i ∧ m_c), balanced users T = A/√m "
-        "(the paper tunes it; spec §7.0: t ≈ 4 for d = 1 dp, 11–32 for d = 3)",
+        description="A = t·σ: connecting points T_i = A/√(m_i ∧ m_c), balanced users T = A/√m. "
+        "The paper tunes it per case at ε = 1 and neither it nor the spec gives a rule in n, ε "
+        "or d, so the default is fixed: 4, the spec's tuned t for dp at d = 1, n = 1 000, ε = 1 "
+        "(§6.6: 3.4–4.8). Measured optima (Gaussian, n = 1 000, m = 1): dp 8, 5.66, 4, 2.83 at "
+        "ε = 0.25, 0.5, 1, 2; paper-proxy 0.5, 0.5, 0.71, 2.83; d = 3 dp (lattice Δ̃) ≈ 11 at "
+        "n = 10⁴",
     )
     clip_radius: float = Field(
         1.0, gt=0, le=1e9, description="R_c: the estimate is clipped to the ball B(0, R_c)"
     )
     gamma: float = Field(
-        1.0, ge=1, le=1e6, description="γ (imbalanced users): m_c = γN/n, k₀ = ⌊n/(8γ)⌋"
+        1.0,
+        ge=1,
+        le=1e6,
+        description="γ (imbalanced users): m_c = γN/n, k₀ = ⌊n/(8γ)⌋; the Assumption-3 constant, "
+        "which fedldp simulate fills from --imbalance (spec §6.3)",
     )
     tolerance: float = Field(
         1e-10, gt=0, le=1e-3, description="IRLS stops when a step is below tolerance·min_i T_i"
@@ -283,6 +291,34 @@ class CentralHuber(CentralProtocol[HuberParams]):
         d = self.dimension(params)
         alpha, beta = dn.noise_constants(epsilon, params.delta, d, params.calibration)
         return {"alpha": alpha, "beta": beta, "calibration": params.calibration}
+
+    internal_diagnostics: ClassVar[bool] = True
+
+    def release_internals(
+        self, params: HuberParams, plan: Plan, means: FloatArray, counts: FloatArray
+    ) -> JSON:
+        """What spec §4.8 reports beside μ̂ "for diagnostics only": S (the proxy S in
+        paper-proxy mode) and the noise std S/α; in dp mode also Δ̃, Z, the case of G(D, 0),
+        the last case-(b) index and the case-(c) term with its share of S (§7.2 C1.5). The
+        same S as ``release`` (deterministic given the reports)."""
+        eps = float(plan.public["epsilon"])
+        d = self.dimension(params)
+        alpha, beta = dn.noise_constants(eps, params.delta, d, params.calibration)
+        design = hb.huber_design(counts, params.huber_scale, params.gamma)
+        if params.calibration != "dp":
+            proxy = hb.hlm_proxy_sensitivity(means, design)
+            return {"sensitivity": proxy, "noise_std": proxy / alpha}
+        sens = hb.hlm_sensitivity(means, design, params.clip_radius, beta)
+        return {
+            "sensitivity": sens.value,
+            "noise_std": sens.value / alpha,
+            "case": sens.case,
+            "delta_tilde": sens.delta_tilde,
+            "z": sens.z,
+            "k_last": sens.k_last,
+            "case_c_term": sens.case_c_term,
+            "case_c_share": sens.case_c_share,
+        }
 
     def release(
         self,

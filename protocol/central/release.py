@@ -264,6 +264,21 @@ class CentralProtocol(Protocol[P]):
         public: JSON = jsonable(common | out)
         return public
 
+    def internal(
+        self, params: P, plan: Plan, round_index: int, chunks: Sequence[ReportChunk]
+    ) -> JSON:
+        """``release_internals`` of the round's reports (simulation only)."""
+        means, counts = self.collect(params, chunks)
+        internal: JSON = jsonable(self.release_internals(params, plan, means, counts))
+        return internal
+
+    def release_internals(
+        self, params: P, plan: Plan, means: FloatArray, counts: FloatArray
+    ) -> JSON:
+        """The release's data-dependent quantities that its public output leaves out
+        (``Protocol.internal``: the in-process simulator's diagnostics, never served)."""
+        return {}
+
     @abstractmethod
     def release(
         self,

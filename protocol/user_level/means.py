@@ -71,6 +71,11 @@ class UserMeanParams(Params):
     moment_bound: float | None = Field(None, gt=0, description="M_p (required with heavy_tail)")
     clip_output: bool = Field(False, description="post-process the estimate into [-D, D]")
     level: float = Field(0.95, gt=0, lt=1, description="level of the error bar")
+    enforce_feasibility: bool = Field(
+        True,
+        description="refuse a plan below the §1.5 stage-one score (false: run it with a "
+        "warning, as the paper's analysis and spec §6.2 E2 do, to measure stage-one failures)",
+    )
 
     @model_validator(mode="after")
     def _heavy_tail_inputs(self) -> UserMeanParams:
@@ -132,7 +137,8 @@ class UserMean(Protocol[UserMeanParams]):
     )  # fmt: skip
 
     def min_participants(self, epsilon: float, params: UserMeanParams | None = None) -> int | None:
-        """With ``params``: the plan's own answer (``Protocol.min_participants``). Without: the
+        """With ``params``: the plan's own answer (``Protocol.min_participants``; 2 without
+        ``enforce_feasibility``). Without: the
         §1.5 condition at equal ε, for the general case of more than 2 stage-one bins: the
         smallest n whose ⌊n/2⌋ stage-one users reach ``MIN_SCORE``."""
         if params is not None:
@@ -170,7 +176,7 @@ class UserMean(Protocol[UserMeanParams]):
         order = cohort_permutation(n, seed)
         n1 = n // 2
         one, two = np.sort(order[:n1]), np.sort(order[n1:])
-        warnings = ts.check_stage_one(eps[one], design.n_bins, n)
+        warnings = ts.check_stage_one(eps[one], design.n_bins, n, refuse=params.enforce_feasibility)
         rounds = (
             RoundPlan(0, "stage-1", one, eps[one], "histogram", (design.n_bins,)),
             RoundPlan(1, "stage-2", two, eps[two], "scalar", ()),

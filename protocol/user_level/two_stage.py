@@ -308,8 +308,12 @@ def stage_one_score(epsilon_stage_one: ArrayLike) -> float:
     return float(np.sum(np.minimum(eps * eps, 1.0)))
 
 
-def check_stage_one(epsilon_stage_one: ArrayLike, n_bins: int, n_total: int) -> tuple[str, ...]:
-    """The §1.5 feasibility check of one Alg-1 call; returns warnings, raises if infeasible.
+def check_stage_one(
+    epsilon_stage_one: ArrayLike, n_bins: int, n_total: int, *, refuse: bool = True
+) -> tuple[str, ...]:
+    """The §1.5 feasibility check of one Alg-1 call; returns warnings, raises if infeasible
+    (with ``refuse`` False, an infeasible plan is a warning too: the plan as the paper's analysis
+    runs it whatever n, e.g. for §6.2 E2, which measures how stage one fails at small n).
 
     The spec asks for a score Σ min(ε_i², 1) ≥ 500 and a warning below 300; read literally the
     warning could never fire. Resolution: refuse below ``MIN_SCORE`` = 300 (prototype failure
@@ -331,6 +335,8 @@ def check_stage_one(epsilon_stage_one: ArrayLike, n_bins: int, n_total: int) -> 
         f"{eps.size} users (user-level-ldp.md §1.5); {MIN_SCORE:g} is required and "
         f"{FEASIBLE_SCORE:g} recommended for it to find the interval reliably with {n_bins} bins"
     )
+    if score < MIN_SCORE and not refuse:
+        return (f"infeasible plan run as asked (enforce_feasibility false): {detail}",)
     if score < MIN_SCORE:
         raise ValueError(
             f"infeasible plan: {detail}. Enroll more participants (about {needed} in total at "

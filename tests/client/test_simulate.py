@@ -242,3 +242,42 @@ def test_the_population_fills_what_it_determines(
     assert filled["dimension"] == spec.dimension
     assert filled.get("radius") == (pytest.approx(radius) if radius is not None else None)
     assert fill_from_population(protocol, {"radius": 7.0}, pop)["radius"] == 7.0  # given wins
+
+
+def test_internal_diagnostics_are_the_simulators_alone() -> None:
+    """A protocol's ``internal`` values (central Huber: its smooth sensitivity) reach the
+    simulated result's diagnostics under ``internal``, never the public round outputs; a protocol
+    without them adds no key (central-wme's output is unchanged)."""
+    from fedldp.protocol.catalogue import get_protocol
+
+    spec = PopulationSpec(users=500, samples=4, distribution="gaussian")
+    huber = run(get_protocol("central-huber"), {}, 3, 128, spec)
+    internal = huber.result.diagnostics["internal"]
+    assert {"sensitivity", "noise_std", "case_c_share", "delta_tilde"} <= set(internal)
+    assert all("internal" not in out and "sensitivity" not in out for out in huber.outputs)
+    assert 0 < internal["case_c_share"] <= 1
+    wme = run(get_protocol("central-wme"), {}, 3, 128, spec)
+    assert "internal" not in wme.result.diagnostics
+
+
+def test_huber_gamma_is_the_imbalanced_generators() -> None:
+    """Imbalanced counts s_i = ⌈N (i/n)^γ⌉ satisfy the huber spec's Assumption 3 with that γ
+    (§6.3): central-huber's gamma (m_c = γN/n, k₀ = ⌊n/(8γ)⌋) defaults to it; a given gamma
+    wins, balanced users and γ < 1 fill nothing."""
+    from fedldp.protocol.catalogue import get_protocol
+
+    huber = get_protocol("central-huber")
+    pop = build_population(
+        PopulationSpec(users=200, imbalance=3, total_samples=5000, distribution="gaussian"), 0
+    )
+    assert fill_from_population(huber, {}, pop)["gamma"] == 3
+    assert fill_from_population(huber, {"gamma": 1.5}, pop)["gamma"] == 1.5
+    out = simulate(huber, huber.parse_params(fill_from_population(huber, {}, pop)), pop, 0)
+    assert out.result.diagnostics["gamma"] == 3
+    assert out.result.diagnostics["k0"] == pop.n // 24
+    flat = build_population(PopulationSpec(users=200, samples=3, distribution="gaussian"), 0)
+    assert "gamma" not in fill_from_population(huber, {}, flat)
+    low = build_population(
+        PopulationSpec(users=200, imbalance=0.5, total_samples=5000, distribution="gaussian"), 0
+    )
+    assert "gamma" not in fill_from_population(huber, {}, low)

@@ -277,6 +277,19 @@ class Protocol(ABC, Generic[ParamsT]):
     def finalize(self, params: ParamsT, plan: Plan, outputs: Sequence[JSON]) -> Result:
         """The result from all rounds' outputs."""
 
+    internal_diagnostics: ClassVar[bool] = False
+    """Whether ``internal`` reports anything: only then does the in-process simulator keep a
+    round's reports (after ``aggregate``) to call it."""
+
+    def internal(
+        self, params: ParamsT, plan: Plan, round_index: int, chunks: Sequence[ReportChunk]
+    ) -> JSON:
+        """Simulation-only diagnostics of a round, from its reports: data-dependent values that
+        its public output must not hold because the guarantee does not cover them (a central
+        release's smooth sensitivity, say). The in-process simulator shows them under the
+        result's ``diagnostics["internal"]``; the server never calls this. Default: none."""
+        return {}
+
 
 class Predictor(ABC, Generic[ParamsT]):
     """A protocol whose finished study is a predictor (nonparametric classification and

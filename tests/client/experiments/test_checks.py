@@ -120,3 +120,137 @@ def test_a_tuned_minimum_over_several_grid_columns() -> None:
     assert evaluate(check, rows, []).measured[0][1] == pytest.approx(5.0)
     with pytest.raises(ValidationError, match="among"):
         Quantity.model_validate({"best_of": ["params.bins", "params.depth"], "among": [1]})
+
+
+def test_a_slope_and_a_bound_of_a_tuned_method() -> None:
+    # MSE of tuning t at m: (t·m − 1)²/m² + 1/m; the best t at each m is 1/m (MSE 1/m, slope −1),
+    # while each fixed t flattens out (slope ≈ 0 for large m); `among` keeps t4 and t8 out
+    tunings = {"t1": 1.0, "t0.1": 0.1, "t0.01": 0.01, "t4": 4.0, "t8": 8.0}
+    rows = [
+        {"protocol": label, "samples": str(m), "seed": "0",
+         "error": repr(math.sqrt((t * m - 1) ** 2 / m**2 + 1 / m))}
+        for label, t in tunings.items()
+        for m in (1, 10, 100)
+    ]  # fmt: skip
+    among = ["t1", "t0.1", "t0.01"]
+    base = {"claim": "c", "stat": "mse", "best_of": "protocol", "among": among}
+    slope = CheckSpec.model_validate({**base, "kind": "slope", "x": "samples", "min": -1.01})
+    outcome = evaluate(slope, rows, ["protocol", "samples"])
+    assert outcome.measured[0][1] == pytest.approx(-1.0)
+    bound = CheckSpec.model_validate({**base, "kind": "bound", "max": 1.0})
+    outcome = evaluate(bound, rows, ["protocol", "samples"])
+    # one value per m (the protocol column is tuned over, not a configuration)
+    assert [v for _, v, _ in outcome.measured] == pytest.approx([1.0, 0.1, 0.01])
+    # tuned minus tuned: the same tuned curve, so the difference is 0; minus a fixed t4, −1 − 0
+    same = {"best_of": "protocol", "among": among}
+    twice = CheckSpec.model_validate(
+        {**base, "kind": "slope", "x": "samples", "min": -0.01, "max": 0.01, "minus": same}
+    )
+    assert evaluate(twice, rows, ["protocol", "samples"]).measured[0][1] == pytest.approx(0.0)
+    fixed = CheckSpec.model_validate(
+        {**base, "kind": "slope", "x": "samples", "max": 0, "minus": {"where": {"protocol": "t4"}}}
+    )
+    t4 = np.log([(4 * m - 1) ** 2 / m**2 + 1 / m for m in (1, 10, 100)])
+    t4_slope = np.polyfit(np.log([1, 10, 100]), t4, 1)[0]
+    got = evaluate(fixed, rows, ["protocol", "samples"]).measured[0][1]
+    assert got == pytest.approx(-1.0 - t4_slope)
+    untuned = CheckSpec.model_validate({**base, "kind": "bound", "max": 1.0, "among": None,
+                                        "best_of": None})  # fmt: skip
+    assert len(evaluate(untuned, rows, ["protocol", "samples"]).measured) == 15
+    with pytest.raises(ValidationError, match="numerator or denominator"):
+        CheckSpec.model_validate(
+            {**base, "kind": "ratio", "numerator": {}, "denominator": {}, "min": 0}
+        )
+    with pytest.raises(ValidationError, match="among"):
+        CheckSpec.model_validate({"claim": "c", "kind": "bound", "among": ["t1"], "max": 1})
+
+
+def test_a_difference_of_two_statistics_over_the_same_seeds() -> None:
+    # at x the errors are x·(1, …, 100)/100 + x²: the median grows like x², the q90 − median
+    # gap ((0.901 − 0.505)·x, np.quantile interpolates) only linearly: its slope is exactly 1
+    grid = np.arange(1, 101) / 100
+    rows = _rows({x: (x * grid + x * x).tolist() for x in (1.0, 2.0, 4.0)})
+    spec = {"claim": "c", "kind": "slope", "x": "epsilon", "min": 0.99, "max": 1.01}
+    gap = evaluate(CheckSpec.model_validate({**spec, "stat": "q90 - median"}), rows, [])
+    assert gap.measured[0][1] == pytest.approx(1.0)
+    assert gap.verdict == "holds"
+    assert evaluate(CheckSpec.model_validate({**spec, "stat": "q90"}), rows, []).verdict == "fails"
+    bound = CheckSpec.model_validate(
+        {"claim": "c", "kind": "bound", "stat": "q90 - median", "max": 1.0}
+    )
+    measured = evaluate(bound, rows, ["protocol", "epsilon"]).measured
+    assert [v for _, v, _ in measured] == pytest.approx([0.396, 0.792, 1.584])
+    assert [ok for _, _, ok in measured] == [True, True, False]
+    # a ratio side may be one too: (q90 − median)/mean at x = 1 is 0.396/(0.505 + 1)
+    ratio = CheckSpec.model_validate(
+        {
+            "claim": "c",
+            "kind": "ratio",
+            "where": {"epsilon": "1"},
+            "numerator": {"stat": "q90 - median"},
+            "denominator": {"stat": "mean"},
+            "max": 1,
+        }
+    )
+    assert evaluate(ratio, rows, []).measured[0][1] == pytest.approx(0.396 / 1.505)
+
+
+def test_the_band_of_a_difference_is_the_conservative_one() -> None:
+    xs = np.random.default_rng(7).standard_normal(400).tolist()
+    v, lo, hi = stat_band(xs, "q90 - median")
+    v90, lo90, hi90 = stat_band(xs, "q90")
+    v50, lo50, hi50 = stat_band(xs, "median")
+    assert (v, lo, hi) == pytest.approx((v90 - v50, lo90 - hi50, hi90 - lo50))
+    # the difference holds the true gap of N(0, 1), z_0.9 − 0 = 1.2816
+    assert lo < 1.2816 < hi
+
+
+def test_differences_are_for_claims_and_name_two_statistics() -> None:
+    for bad in ("q90 -", "q90 - ", "q90-median", "q90 - median - mean", "q90 - q"):
+        with pytest.raises(ValidationError):
+            CheckSpec.model_validate({"claim": "c", "kind": "bound", "stat": bad, "max": 1})
+    with pytest.raises(ValidationError):
+        PlotSpec.model_validate({"x": "epsilon", "stat": "q90 - median"})
+
+
+def test_a_slope_minus_another_series_slope() -> None:
+    # protocol a falls like x^-1, b like x^-1.5, and a theory column like x^-1 on a's rows:
+    # a minus b is +0.5; a minus its theory column is 0
+    rows = [
+        {"protocol": p, "users": f"{x:g}", "seed": "0", "error": repr(x**k), "theory": repr(t)}
+        for p, k in (("a", -0.5), ("b", -0.75))
+        for x in (1.0, 4.0, 16.0)
+        for t in [x**-1.0]
+    ]
+    base = {"claim": "c", "kind": "slope", "x": "users", "stat": "mse", "min": 0.49, "max": 0.51}
+    versus_b = CheckSpec.model_validate(
+        {**base, "where": {"protocol": "a"}, "minus": {"where": {"protocol": "b"}}}
+    )
+    outcome = evaluate(versus_b, rows, ["protocol", "users"])
+    assert outcome.measured[0][1] == pytest.approx(0.5)
+    assert outcome.verdict == "holds"
+    theory = CheckSpec.model_validate(
+        {
+            **base,
+            "where": {"protocol": "a"},
+            "minus": {"y": "theory", "stat": "mean", "where": {"protocol": "a"}},
+            "min": -0.01,
+            "max": 0.01,
+        }
+    )
+    assert evaluate(theory, rows, ["protocol", "users"]).measured[0][1] == pytest.approx(0.0)
+    with pytest.raises(ValidationError, match="minus"):
+        CheckSpec.model_validate({**base, "kind": "bound", "minus": {"y": "theory"}})
+
+
+def test_a_where_value_may_list_several_and_each_is_its_own_group() -> None:
+    rows = [
+        {"protocol": p, "epsilon": "1", "seed": "0", "error": repr(v)}
+        for p, v in (("a", 0.5), ("b", 2.0), ("c", 9.0))
+    ]
+    check = CheckSpec.model_validate(
+        {"claim": "c", "kind": "bound", "where": {"protocol": {"in": ["a", "b"]}}, "max": 1}
+    )
+    outcome = evaluate(check, rows, ["protocol", "epsilon"])
+    assert [(g, v) for g, v, _ in outcome.measured] == [("protocol=a", 0.5), ("protocol=b", 2.0)]
+    assert outcome.verdict == "partly"

@@ -97,3 +97,36 @@ def test_plot_directory_writes_one_png_per_plot(run_dir: Path) -> None:
     paths = plot_directory(run_dir)
     assert [p.name for p in paths] == ["plot-1.png", "plot-2.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+
+
+def test_hue_in_draws_only_the_listed_lines(run_dir: Path) -> None:
+    manifest = read_manifest(run_dir)
+    rows = read_rows(run_dir / "trials.csv")
+    frame = pd.read_csv(run_dir / "trials.csv")
+    raw = dict(manifest["experiment"]["plots"][0]) | {"hue_in": ["uniform"]}
+    _, series = draw(rows, PlotSpec.model_validate(raw), manifest)
+    (line,) = series
+    assert line.label == "weights = uniform"
+    mine = frame[frame["params.weights"] == "uniform"]
+    rmse = mine.groupby("users")["error"].apply(lambda e: math.sqrt(float(np.mean(e**2))))
+    np.testing.assert_allclose(line.y, rmse.to_numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match="hue_in"):
+        PlotSpec.model_validate({"x": "users", "hue_in": ["uniform"]})
+
+
+def test_hue_in_names_values_of_the_hue_column(tmp_path: Path) -> None:
+    bad = EXPERIMENT.replace("slope: true,", "slope: true, hue_in: [paper, median],")
+    (tmp_path / "e.yaml").write_text(bad)
+    with pytest.raises(ValueError, match=r"e\.yaml:9: plot 1: hue_in \['median'\]"):
+        load_experiment(tmp_path / "e.yaml")
+
+
+def test_a_theory_every_line_shares_is_drawn_once(run_dir: Path) -> None:
+    manifest = read_manifest(run_dir)
+    rows = read_rows(run_dir / "trials.csv")
+    raw = dict(manifest["experiment"]["plots"][0]) | {"theory": "population.n"}
+    raw.pop("theory_sqrt")
+    fig, series = draw(rows, PlotSpec.model_validate(raw), manifest)
+    labels = [str(line.get_label()) for line in fig.axes[0].get_lines()]
+    assert len(series) == 2
+    assert [label for label in labels if "theory" in label] == ["theory (population.n)"]

@@ -64,6 +64,22 @@ def test_rows_are_one_per_trial_with_the_grid_seed_and_summary(tmp_path: Path) -
     assert (again.done, again.skipped) == (0, 12)
 
 
+def test_an_audit_trial_is_a_row_of_the_audit(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(
+        "name: audit\nkind: audit\nprotocol: baseline-clipped-laplace\n"
+        "params: {draws: 20000, epsilon: 1}\ngrid:\n  params.noise: [1, 0.5]\nseeds: 1\n"
+    )
+    experiment = load_experiment(tmp_path / "a.yaml")
+    run_experiment(experiment, tmp_path / "out", progress=False)
+    honest, control = read_rows(tmp_path / "out" / "trials.csv")
+    assert (honest["params.noise"], honest["failed"], honest["tight"]) == ("1", "0", "1")
+    assert float(honest["lower_ratio"]) == pytest.approx(float(honest["lower"]))
+    # a Laplace mechanism: lower <= ε <= upper (joint confidence 0.999); half the noise: caught
+    assert float(honest["lower"]) <= 1.0 <= float(honest["upper"])
+    assert float(control["lower_ratio"]) > 1.0
+    assert float(honest["draws"]) == 20000
+
+
 def test_a_directory_of_another_experiment_is_refused(tmp_path: Path) -> None:
     (tmp_path / "e.yaml").write_text(TINY)
     run_experiment(load_experiment(tmp_path / "e.yaml"), tmp_path / "out", progress=False)

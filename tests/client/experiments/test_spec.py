@@ -95,3 +95,74 @@ def test_plot_and_check_keys_must_be_grid_columns() -> None:
     assert _error(ok + "plots:\n  - {x: epsilon-mix, hue: users}\n").startswith("exp.yaml:9: ")
     check = "checks:\n  - {claim: c, kind: bound, per: [nope], max: 1}\n"
     assert "'nope' is not a grid key" in _error(ok + check)
+
+
+ZIPPED = """\
+name: shapes
+population: {distribution: two-point, mean: 0.3, epsilon: 1}
+zip:
+  - protocol: [user-mean, baseline-clipped-laplace]
+    users: [1000, 64000]
+    samples: [64, 1]
+grid:
+  params.level: [0.9, 0.95]
+seeds: 2
+derived:
+  total: "[users] * [samples]"
+checks:
+  - {claim: c, kind: ratio, per: [total], numerator: {where: {protocol: user-mean}},
+     denominator: {where: {protocol: baseline-clipped-laplace}}, max: 1}
+"""
+
+
+def test_a_zip_group_varies_its_axes_together_crossed_with_the_grid() -> None:
+    experiment = parse_experiment(ZIPPED, "exp.yaml")
+    trials = experiment.trials()
+    assert len(trials) == 2 * 2 * 2  # 2 zipped points × 2 levels × 2 seeds
+    assert experiment.columns == ["protocol", "params.level", "users", "samples"]
+    assert experiment.protocols == ["user-mean", "baseline-clipped-laplace"]
+    shapes = {(t.protocol, t.population["users"], t.population["samples"]) for t in trials}
+    assert shapes == {("user-mean", 1000, 64), ("baseline-clipped-laplace", 64000, 1)}
+    assert experiment.resolved()["zip"] == [
+        {
+            "protocol": ["user-mean", "baseline-clipped-laplace"],
+            "users": [1000, 64000],
+            "samples": [64, 1],
+        }
+    ]
+
+
+def test_zip_groups_are_refused_when_ragged_repeated_or_overlapping() -> None:
+    ragged = ZIPPED.replace("samples: [64, 1]", "samples: [64]")
+    assert "one length" in _error(ragged)
+    repeated = (
+        ZIPPED.replace("users: [1000, 64000]", "users: [1000, 1000]")
+        .replace(
+            "protocol: [user-mean, baseline-clipped-laplace]", "protocol: [user-mean, user-mean]"
+        )
+        .replace("samples: [64, 1]", "samples: [64, 64]")
+    )
+    assert "repeats a point" in _error(repeated)
+    overlapping = ZIPPED.replace("params.level: [0.9, 0.95]", "users: [5, 6]")
+    assert "zip group and the grid" in _error(overlapping)
+
+
+AUDIT = """\
+name: audit
+kind: audit
+protocols: [alg1-stage-two, baseline-one-sample]
+params: {draws: 2000}
+grid:
+  params.epsilon: [0.5, 1]
+seeds: 1
+"""
+
+
+def test_an_audit_file_takes_audit_cases_and_audit_params() -> None:
+    experiment = parse_experiment(AUDIT, "exp.yaml")
+    trials = experiment.trials()
+    assert [t.kind for t in trials] == ["audit"] * 4
+    assert trials[0].params == {"draws": 2000, "epsilon": 0.5}
+    assert "unknown audit case" in _error(AUDIT.replace("baseline-one-sample", "nope"))
+    assert "params of an audit: draws" in _error(AUDIT.replace("draws: 2000", "draws: 3"))
+    assert "no population" in _error(AUDIT + "population: {users: 10}\n")

@@ -469,3 +469,86 @@ def test_public_output_holds_no_participant_value(name: str) -> None:
     for value in used.ravel():
         assert repr(float(value))[:10] not in text
         assert not np.any(np.isclose(seen, value, rtol=1e-12, atol=0))
+
+
+# --------------------------------------------------------------------------- internal diagnostics
+
+
+@pytest.mark.parametrize("calibration", ["dp", "paper-proxy"])
+@pytest.mark.parametrize("balanced", [True, False])
+def test_huber_internals_are_the_release_s_and_stay_out_of_its_output(
+    calibration: str, balanced: bool
+) -> None:
+    """``internal`` (simulation only) reports the S the release drew its noise with (S/α equals
+    hlm_release's σ exactly), and the public round output holds none of its values; in dp mode
+    the case-(c) share is the largest case-(c) term over S: 2R_c·e^{−β·max(k_last + 1, 1)}, or
+    2R_c itself when G(D, 0) is in case (c) (these imbalanced users: Δ̃ = n, no case (b))."""
+    proto = BY_NAME["central-huber"]
+    raw: JSON = {"huber_scale": 3.0, "calibration": calibration, "gamma": 2.0}
+    if calibration == "paper-proxy":
+        raw["unsafe_non_private"] = True
+    params = proto.parse_params(raw)
+    rng = np.random.default_rng(12)
+    n = 400
+    counts = np.full(n, 5) if balanced else rng.integers(1, 12, n)
+    payload = np.asarray(
+        np.column_stack((rng.standard_normal(n) / np.sqrt(counts), counts)), dtype=np.float64
+    )
+    plan = proto.plan(params, np.ones(n), {}, SEED)
+    out = proto.aggregate(params, plan, 0, {}, chunks_of(plan, payload, 64, np.arange(n)))
+    internal = proto.internal(params, plan, 0, list(chunks_of(plan, payload, 64, np.arange(n))))
+    rel = hb.hlm_release(
+        payload[:, :1], counts, epsilon=1.0, delta=1e-5, scale_a=3.0, r_c=1.0,
+        rng=release.server_rng(SEED, 0), gamma=2.0, calibration=params.calibration,
+    )  # fmt: skip
+    assert internal["noise_std"] == rel.sigma
+    assert internal["sensitivity"] == pytest.approx(rel.sigma * rel.alpha, rel=1e-15)
+    assert not set(internal) & set(out)
+    public = json.dumps([out, proto.finalize(params, plan, [out]).diagnostics])
+    assert repr(internal["noise_std"]) not in public
+    if calibration == "paper-proxy":
+        assert set(internal) == {"sensitivity", "noise_std"}
+        return
+    sens = rel.sensitivity
+    assert sens is not None
+    assert (internal["case"], internal["delta_tilde"], internal["k_last"]) == (
+        sens.case, sens.delta_tilde, sens.k_last,
+    )  # fmt: skip
+    # the worst case itself at k = 0 when G(D, 0) is in case (c), else the first case-(c) k
+    term = 2.0 if sens.case == "c" else 2.0 * math.exp(-rel.beta * max(sens.k_last + 1, 1))
+    assert internal["case_c_term"] == pytest.approx(term, rel=1e-12)
+    assert internal["case_c_share"] == pytest.approx(term / sens.value, rel=1e-12)
+    assert 0 < internal["case_c_share"] <= 1
+
+
+def test_case_c_share_is_one_when_s_is_the_worst_case() -> None:
+    """T so small that Δ̃ > n/4 − 1 (no case-(b) index) and Z > T: G(D, 0) = 2R_c, so S is the
+    case-(c) term itself (share 1); a T above the spread gives case (a) with Δ̃ = 0, where the
+    share is e^{−β·n/4}·2R_c/S."""
+    proto = BY_NAME["central-huber"]
+    n = 200
+    means = np.linspace(-1.0, 1.0, n)
+    payload = np.asarray(np.column_stack((means, np.ones(n))), dtype=np.float64)
+    for scale, case in ((0.05, "c"), (5.0, "a")):
+        params = proto.parse_params({"huber_scale": scale})
+        plan = proto.plan(params, np.ones(n), {}, SEED)
+        internal = proto.internal(params, plan, 0, list(chunks_of(plan, payload, n, np.arange(n))))
+        assert internal["case"] == case
+        if case == "c":
+            assert internal["k_last"] < 0
+            assert internal["case_c_share"] == 1.0
+            assert internal["sensitivity"] == 2.0  # 2R_c
+        else:
+            beta = float(plan.public["beta"])
+            assert internal["delta_tilde"] == 0
+            term = 2.0 * math.exp(-beta * (n // 4))
+            assert internal["case_c_share"] == pytest.approx(term / internal["sensitivity"])
+
+
+def test_wme_reports_no_internals() -> None:
+    proto = BY_NAME["central-wme"]
+    assert not proto.internal_diagnostics
+    params = proto.parse_params({})
+    plan = proto.plan(params, np.ones(10), {}, SEED)
+    payload = np.asarray(np.column_stack((np.zeros(10), np.ones(10))), dtype=np.float64)
+    assert proto.internal(params, plan, 0, list(chunks_of(plan, payload, 10, np.arange(10)))) == {}

@@ -242,6 +242,18 @@ def test_infeasible_plan_is_refused_with_an_actionable_message() -> None:
     assert proto.plan(small, np.full(10, 0.1), {}, 1).warnings == ()
 
 
+def test_without_enforce_feasibility_the_infeasible_plan_runs_with_a_warning() -> None:
+    # spec §6.2 E2 runs Alg 1 at n₁ε² = 50, as the paper's analysis does, to measure stage one
+    proto = BY_NAME["user-mean"]
+    params = proto.parse_params({"samples_per_user": 256, "enforce_feasibility": False})
+    plan = proto.plan(params, np.full(400, 0.5), {}, 1)  # score 200·0.25 = 50 < 300
+    assert len(plan.warnings) == 1
+    assert plan.warnings[0].startswith("infeasible plan run as asked")
+    assert proto.min_participants(0.5, params) == 2
+    refused = ts.check_stage_one(np.full(200, 0.5), 8, 400, refuse=False)
+    assert "enforce_feasibility false" in refused[0]
+
+
 def test_parameters_are_validated() -> None:
     proto = BY_NAME["user-mean"]
     with pytest.raises(ValidationError, match="samples_per_user"):
