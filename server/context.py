@@ -18,7 +18,7 @@ from fedldp.server.auth import TokenCache
 from fedldp.server.db import Database
 from fedldp.server.keys import KeyStore, default_key_dir
 from fedldp.server.metrics import Metrics
-from fedldp.server.plans import PlanCache
+from fedldp.server.plans import EnrolledCache, PlanCache
 from fedldp.server.settings import Settings
 from fedldp.server.states import StudyStates
 
@@ -77,6 +77,7 @@ class Context:
     settings: Settings
     db: Database
     plans: PlanCache = field(default_factory=PlanCache)
+    enrolled: EnrolledCache = field(default_factory=EnrolledCache)
     tokens: TokenCache = field(default_factory=TokenCache)
     transitions: Transitions = field(default_factory=Transitions)
     """Bumped after each commit that moved a study (``repository.MOVED``). Process-local: other

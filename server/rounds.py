@@ -38,7 +38,7 @@ from fedldp.server import eventlog, report_rows
 from fedldp.server import repository as repo
 from fedldp.server.context import Context, shred_after_commit
 from fedldp.server.keys import KeyMissing
-from fedldp.server.plans import StudyPlan, build_plan
+from fedldp.server.plans import Enrolled, StudyPlan, build_plan
 from fedldp.server.tables import RoundRow, StudyRow, utcnow
 
 __all__ = [
@@ -103,13 +103,22 @@ def _crash(exc: Exception) -> str:
 
 
 def start_study(
-    ctx: Context, session: Session, study: StudyRow, now: datetime, *, recoverable: bool = False
+    ctx: Context,
+    session: Session,
+    study: StudyRow,
+    now: datetime,
+    *,
+    recoverable: bool = False,
+    enrolling: Enrolled | None = None,
 ) -> str | None:
     """Close enrollment and open round 0 (inside the caller's transaction): None on success,
     else the reason the plan is infeasible. The study then stays enrolling either way (more
     participants may enroll, then start again): ``recoverable`` is an explicit start, whose
     caller reports the reason; an automatic one (enrollment deadline or target) records it
-    (``_postpone``). A protocol that crashes while planning fails it either way."""
+    (``_postpone``). A protocol that crashes while planning fails it either way. The
+    participants come from what this process enrolled (``Context.enrolled``, with
+    ``enrolling``: the caller's own enrollment, in this transaction) when that is all of them,
+    else from the database."""
 
     def refuse(reason: str) -> str:
         if not recoverable:
@@ -122,7 +131,8 @@ def start_study(
         return refuse(
             "leased participant ids are not contiguous: some leased blocks were not enrolled"
         )
-    epsilon, metadata = repo.load_participants(session, study.id)
+    known = ctx.enrolled.take(study.id, study.n_participants, enrolling)
+    epsilon, metadata = known or repo.load_participants(session, study.id)
     try:
         splan = build_plan(study, epsilon, metadata)
         check_plan_budget(splan.plan, epsilon)
