@@ -19,6 +19,7 @@ from fedldp.server.db import Database
 from fedldp.server.keys import KeyStore, default_key_dir
 from fedldp.server.metrics import Metrics
 from fedldp.server.plans import EnrolledCache, PlanCache
+from fedldp.server.received import ReceivedCache
 from fedldp.server.settings import Settings
 from fedldp.server.states import StudyStates
 
@@ -78,6 +79,7 @@ class Context:
     db: Database
     plans: PlanCache = field(default_factory=PlanCache)
     enrolled: EnrolledCache = field(default_factory=EnrolledCache)
+    received: ReceivedCache = field(default_factory=ReceivedCache)
     tokens: TokenCache = field(default_factory=TokenCache)
     transitions: Transitions = field(default_factory=Transitions)
     """Bumped after each commit that moved a study (``repository.MOVED``). Process-local: other

@@ -65,6 +65,9 @@ class _Outcome:
     duplicates: set[int]
     stored: dict[int, tuple[str, datetime]]  # digest and time of each accepted or duplicate
     complete: bool
+    fresh: tuple[IntArray, FloatArray, FloatArray] | None = None
+    """The reports inserted now (ids, payload rows, ε charges) of a local-trust study, for
+    ``Context.received`` once committed."""
 
 
 def _row_bytes(payloads: FloatArray) -> list[bytes]:
@@ -322,7 +325,15 @@ def _ingest(
                     ),
                 )
     received = repo.add_received(session, study_id, k, len(inserted)) if inserted else r.received
-    return _Outcome(errors, duplicates, stored, received >= r.expected)
+    recorded = None
+    if inserted and not central:
+        new = (
+            accepted
+            if len(inserted) == len(accepted_ids)
+            else accepted[np.isin(pids[accepted], np.fromiter(inserted, dtype=np.int64))]
+        )
+        recorded = (pids[new], payloads[new], charge[new])
+    return _Outcome(errors, duplicates, stored, received >= r.expected, recorded)
 
 
 def _receipt(pid: int, index: int, stored: tuple[str, datetime], duplicate: bool) -> Receipt:
@@ -401,6 +412,8 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
             with ctx.transaction() as session:
                 repo.add_refused(session, study_id, batch.round, late=late)
         raise closed
+    if outcome.fresh is not None:  # committed: the round's close may aggregate them from here
+        ctx.received.add(study_id, batch.round, *outcome.fresh)
     if outcome.complete:
         advance(ctx, study_id, batch.round)
     errors = outcome.errors

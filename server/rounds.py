@@ -227,15 +227,26 @@ def _open_round(
 
 
 def _chunks(
-    ctx: Context, session: Session, study_id: str, splan: StudyPlan, index: int
+    ctx: Context, session: Session, study_id: str, splan: StudyPlan, index: int, received: int
 ) -> Iterator[ReportChunk]:
+    """The round's ``received`` reports, ``aggregate_chunk`` at a time in participant order:
+    from those this process stored when they are all of them (``Context.received``), else read
+    from the database."""
     rp = splan.plan.rounds[index]
     groups = rp.groups()
     shape = rp.payload_shape
+    chunk = ctx.settings.aggregate_chunk
+    recorded = ctx.received.round_reports(study_id, index, received)
+    if recorded is not None:
+        ids, rows, _ = recorded
+        for start in range(0, ids.size, chunk):
+            slots = ids[start : start + chunk]
+            where = splan.membership(index, slots).position
+            payloads = rows[start : start + chunk].reshape((slots.size, *shape))
+            yield ReportChunk(slots, rp.epsilon[where], groups[where], payloads)
+        return
     central = splan.protocol.trust == "central"
-    stream = report_rows.stream_reports(
-        session, study_id, index, ctx.settings.aggregate_chunk, contributions=central
-    )
+    stream = report_rows.stream_reports(session, study_id, index, chunk, contributions=central)
     for ids, blobs in stream:
         if central:  # KeyMissing propagates: not the study's fault (see _crash)
             blobs = ctx.keys.decrypt(study_id, index, ids.tolist(), blobs)
@@ -300,12 +311,13 @@ def _close_round(ctx: Context, study_id: str, index: int) -> bool:
                 splan.plan,
                 index,
                 broadcast,
-                _chunks(ctx, session, study_id, splan, index),
+                _chunks(ctx, session, study_id, splan, index, r.received),
             )
         except ValueError as exc:
             eventlog.round_closed(session, study_id, r, now, None)
             fail_study(session, study_id, f"round {index} ({r.name}) could not aggregate: {exc}")
             return True
+        ctx.received.aggregated(study_id, index)
         output = jsonable(output)
         repo.update_round(session, study_id, index, output=output)
         eventlog.round_closed(session, study_id, r, now, output)
@@ -313,21 +325,25 @@ def _close_round(ctx: Context, study_id: str, index: int) -> bool:
         if index + 1 < len(splan.plan.rounds):
             _open_round(session, study, splan, index + 1, outputs, now)
         else:
-            _finish(session, study, splan, outputs)
+            _finish(ctx, session, study, splan, outputs)
         log.info(
             "study %s: round %d (%s) closed with %d reports", study_id, index, r.name, r.received
         )
         return True
 
 
-def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[JSON]) -> None:
+def _finish(
+    ctx: Context, session: Session, study: StudyRow, splan: StudyPlan, outputs: list[JSON]
+) -> None:
     try:
         result = splan.protocol.finalize(splan.params, splan.plan, outputs)
     except ValueError as exc:
         fail_study(session, study.id, f"the result could not be computed: {exc}")
         return
-    rounds = len(splan.plan.rounds)
-    spent = report_rows.spent_per_participant(session, study.id, splan.plan.n_participants, rounds)
+    n, listed = splan.plan.n_participants, repo.list_rounds(session, study.id)
+    spent = ctx.received.spent(study.id, n, [r.received for r in listed])
+    if spent is None:  # not all of its reports were stored by this process
+        spent = report_rows.spent_per_participant(session, study.id, n, len(splan.plan.rounds))
     participation = {
         "rounds": [
             {
@@ -338,7 +354,7 @@ def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[J
                 "refused": r.refused,
                 "received": r.received,
             }
-            for r in repo.list_rounds(session, study.id)
+            for r in listed
         ]
     }
     stored: dict[str, Any] = {
@@ -366,6 +382,7 @@ def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[J
         eventlog.result_ready(session, study.id, stored)
         eventlog.phase_changed(session, study.id, "finished")
     forget_contributions(session, study.id)
+    ctx.received.forget(study.id)
     log.info("study %s finished", study.id)
 
 
