@@ -9,22 +9,24 @@ started make the close read the database, as do records evicted for memory. Each
 after its transaction committed, and holds what was stored: the payload rows (their float64
 values are the stored bytes) and the ε each report charged. Central-trust studies keep their
 contributions encrypted and are never recorded. Aggregation sees the same chunks either way
-(``aggregate_chunk`` reports in participant order), so its sums are the same to the last bit.
+(``aggregate_chunk`` reports in participant order, never the whole round copied at once), so
+its sums are the same to the last bit.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from fedldp.protocol.core.base import FloatArray, IntArray
 
-__all__ = ["MAX_BYTES", "ReceivedCache"]
+__all__ = ["MAX_BYTES", "ReceivedCache", "in_chunks"]
 
-MAX_BYTES = 128 * 2**20
+MAX_BYTES = 64 * 2**20
 """Most bytes of reports the cache holds, over all studies (a study past it is dropped)."""
 
 
@@ -78,24 +80,25 @@ class ReceivedCache:
 
     def round_reports(
         self, study_id: str, index: int, received: int
-    ) -> tuple[IntArray, FloatArray, FloatArray] | None:
-        """Round ``index``'s (ids, payload rows, charges) in participant order, if the record
-        holds exactly its ``received`` reports; None otherwise."""
+    ) -> list[tuple[IntArray, FloatArray]] | None:
+        """Round ``index``'s reports as parts (ids, payload rows), each in participant order and
+        the parts one after the other, if the record holds exactly its ``received`` reports;
+        None otherwise (also for parts that interleave: the database orders those)."""
         with self._lock:
             study = self._studies.get(study_id)
             r = None if study is None else study.rounds.get(index)
             if r is None or r.aggregated:
                 return None
-            ids_parts, rows_parts, charge_parts = list(r.ids), list(r.rows), list(r.charges)
-        if sum(p.size for p in ids_parts) != received or received == 0:
+            parts = list(zip(r.ids, r.rows, strict=True))
+        if sum(ids.size for ids, _ in parts) != received or received == 0:
             return None
-        ids = np.concatenate(ids_parts)
-        order = np.argsort(ids, kind="stable")
-        ids = ids[order]
-        if ids.size > 1 and not bool(np.all(np.diff(ids) > 0)):
-            return None
-        rows = np.concatenate(rows_parts)[order]
-        return ids, rows, np.concatenate(charge_parts)[order]
+        parts.sort(key=lambda part: int(part[0][0]))
+        last = -1
+        for ids, _ in parts:
+            if ids[0] <= last or not bool(np.all(np.diff(ids) > 0)):
+                return None
+            last = int(ids[-1])
+        return parts
 
     def aggregated(self, study_id: str, index: int) -> None:
         """Round ``index`` is closed: free its payload rows (its ids and charges stay, for the
@@ -146,3 +149,25 @@ class ReceivedCache:
     def _give_up(self, study_id: str) -> None:
         self._drop(study_id)
         self._studies[study_id] = None
+
+
+def in_chunks(
+    parts: list[tuple[IntArray, FloatArray]], size: int
+) -> Iterator[tuple[IntArray, FloatArray]]:
+    """The parts' (ids, rows) ``size`` at a time, the last chunk shorter (as the database's
+    pages of ``size`` reports in participant order), without copying them all at once."""
+    ids_due: list[IntArray] = []
+    rows_due: list[FloatArray] = []
+    due = 0
+    for ids, rows in parts:
+        start = 0
+        while start < ids.size:
+            take = min(size - due, ids.size - start)
+            ids_due.append(ids[start : start + take])
+            rows_due.append(rows[start : start + take])
+            due, start = due + take, start + take
+            if due == size:
+                yield np.concatenate(ids_due), np.concatenate(rows_due)
+                ids_due, rows_due, due = [], [], 0
+    if due:
+        yield np.concatenate(ids_due), np.concatenate(rows_due)

@@ -39,6 +39,7 @@ from fedldp.server import repository as repo
 from fedldp.server.context import Context, shred_after_commit
 from fedldp.server.keys import KeyMissing
 from fedldp.server.plans import Enrolled, StudyPlan, build_plan
+from fedldp.server.received import in_chunks
 from fedldp.server.tables import RoundRow, StudyRow, utcnow
 
 __all__ = [
@@ -238,11 +239,9 @@ def _chunks(
     chunk = ctx.settings.aggregate_chunk
     recorded = ctx.received.round_reports(study_id, index, received)
     if recorded is not None:
-        ids, rows, _ = recorded
-        for start in range(0, ids.size, chunk):
-            slots = ids[start : start + chunk]
+        for slots, rows in in_chunks(recorded, chunk):
             where = splan.membership(index, slots).position
-            payloads = rows[start : start + chunk].reshape((slots.size, *shape))
+            payloads = rows.reshape((slots.size, *shape))
             yield ReportChunk(slots, rp.epsilon[where], groups[where], payloads)
         return
     central = splan.protocol.trust == "central"
