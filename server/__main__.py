@@ -19,6 +19,7 @@ from typing import Any
 
 import uvicorn
 
+from fedldp.server import wire_io
 from fedldp.server.app import create_app
 from fedldp.server.db import Database
 from fedldp.server.observe import configure_logging
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         "access_log": False,  # fedldp.server.observe logs each request at debug level
         # open event streams of running studies would otherwise hold a shutdown until they end
         "timeout_graceful_shutdown": SHUTDOWN_GRACE_S,
+        "http": wire_io.PROTOCOL,  # one send per answer
     }
     try:
         if settings.workers > 1:

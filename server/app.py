@@ -3,7 +3,9 @@
 Request bodies are capped per route while they stream in (``fedldp.server.limits``). Errors:
 every ``FedldpError`` renders as ``{"code", "detail"}`` with its status; request bodies that
 fail validation as 422 ``invalid_request``; unknown routes as 404 ``not_found``; anything else as a
-500 ``internal_error`` without a stack trace (which goes to the log).
+500 ``internal_error`` without a stack trace (which goes to the log); the replies are
+``fedldp.server.replies``'. The two per-user requests (a participant's task, its report) are
+answered by ``fedldp.server.fastpath`` ahead of FastAPI's router, with the same bytes.
 
 Docs: ``/docs`` (Swagger UI) and ``/redoc`` load their scripts and styles from ``/docs-assets``,
 files that ship in the ``fastapi-offline`` wheel, so they render with no network (FastAPI's default
@@ -15,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -32,10 +34,12 @@ from fedldp.server.bodies import add_body_schemas, validation_detail
 from fedldp.server.context import Context
 from fedldp.server.dashboard import add_dashboard
 from fedldp.server.db import Database
-from fedldp.server.errors import DatabaseUnavailable, FedldpError
+from fedldp.server.errors import FedldpError
+from fedldp.server.fastpath import FastPath
 from fedldp.server.grouping import ReportGrouper
 from fedldp.server.limits import BodyLimit
 from fedldp.server.observe import Observe
+from fedldp.server.replies import database_unavailable, error_reply, refusal
 from fedldp.server.rounds import sweep
 from fedldp.server.routes import router
 from fedldp.server.settings import Settings
@@ -50,12 +54,6 @@ DOCS_ASSETS = "/docs-assets"
 
 _METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
-
-
-def _error(
-    status: int, code: str, detail: str, headers: Mapping[str, str] | None = None
-) -> JSONResponse:
-    return JSONResponse({"code": code, "detail": detail}, status_code=status, headers=headers)
 
 
 async def _sweeper(ctx: Context) -> None:
@@ -117,6 +115,8 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
     app.include_router(router)
     add_body_schemas(app)
     add_dashboard(app)
+    # the innermost of the app's middleware: inside the request ids, metrics and body caps
+    app.add_middleware(FastPath)
     app.add_middleware(Observe, metrics=ctx.metrics, access_log=settings.log_level == "debug")
 
     @app.get("/metrics", tags=["service"], response_class=Response)
@@ -130,37 +130,33 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
 
     @app.exception_handler(FedldpError)
     async def _fedldp(request: Request, exc: FedldpError) -> JSONResponse:
-        return _error(exc.status, exc.code, exc.detail)
+        return refusal(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _error(422, "invalid_request", validation_detail(exc.errors()) or "invalid request")
+        return error_reply(
+            422, "invalid_request", validation_detail(exc.errors()) or "invalid request"
+        )
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
         if exc.status_code == 400:  # FastAPI's "error parsing the body": a body that is not JSON
-            return _error(422, "invalid_request", f"body: not valid JSON ({exc.detail})")
+            return error_reply(422, "invalid_request", f"body: not valid JSON ({exc.detail})")
         headers = dict(exc.headers or {})
         allowed = _allowed_methods(app, request.url.path) if exc.status_code == 405 else []
         if allowed:  # every method of the path, not only those of the first route matched
             headers["Allow"] = ", ".join(allowed)
         code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
-        return _error(exc.status_code, code, str(exc.detail), headers)
+        return error_reply(exc.status_code, code, str(exc.detail), headers)
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(PoolTimeout)
     async def _database(request: Request, exc: Exception) -> JSONResponse:
-        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
-        return _error(
-            DatabaseUnavailable.status,
-            DatabaseUnavailable.code,
-            "the database refused or timed out the request's connection or lock; try again",
-            {"Retry-After": "1"},
-        )
+        return database_unavailable(request.method, request.url.path, exc)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         log.exception("internal error on %s %s", request.method, request.url.path)
-        return _error(500, "internal_error", "the server hit an internal error (see its log)")
+        return error_reply(500, "internal_error", "the server hit an internal error (see its log)")
 
     return app

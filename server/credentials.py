@@ -35,6 +35,7 @@ __all__ = [
     "batch_credentials",
     "bearer",
     "enroll_credentials",
+    "participant_bearer",
     "report_credentials",
     "require_admin",
     "require_token",
@@ -47,7 +48,7 @@ _admin_key = APIKeyHeader(
     auto_error=False,
 )
 PARTICIPANT_SCHEME = "participantToken"
-_participant = HTTPBearer(
+participant_bearer = HTTPBearer(
     scheme_name=PARTICIPANT_SCHEME,
     description="the participant's token, from its enrollment",
     auto_error=False,
@@ -80,7 +81,7 @@ async def require_admin(
 
 
 Credential = HTTPAuthorizationCredentials | None
-ParticipantBearer = Annotated[Credential, Depends(_participant)]
+ParticipantBearer = Annotated[Credential, Depends(participant_bearer)]
 BlockBearer = Annotated[Credential, Depends(_block)]
 LeaseBearer = Annotated[Credential, Depends(_lease)]
 

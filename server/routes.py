@@ -64,7 +64,7 @@ from fedldp.server.errors import (
 )
 from fedldp.server.grouping import ReportGrouper
 
-__all__ = ["router"]
+__all__ = ["MAX_HOLD_S", "get_task", "report_body", "router", "submit_report"]
 
 router = APIRouter()
 
@@ -150,6 +150,9 @@ async def get_tasks(
     return await tasks.tasks_when_ready(ctx, study_id, body.participant_ids, body, hold)
 
 
+report_body = json_body(wire.ReportSubmit, report_credentials)
+"""A single report's body, after its token (also called by fedldp.server.fastpath)."""
+
 _REPORT = (
     *_TOKEN,
     UnknownStudy,
@@ -179,7 +182,7 @@ _REPORT = (
 )
 async def submit_report(
     study_id: str,
-    body: Annotated[wire.ReportSubmit, Depends(json_body(wire.ReportSubmit, report_credentials))],
+    body: Annotated[wire.ReportSubmit, Depends(report_body)],
     request: Request,
     response: Response,
 ) -> wire.Receipt:

@@ -25,6 +25,7 @@ from fedldp.protocol.core.wire import (
     Task,
     TaskBatch,
     TaskDone,
+    TaskReport,
     TaskWait,
 )
 from fedldp.server import report_rows
@@ -123,29 +124,53 @@ def _checked(ctx: Context, study_id: str, ids: list[int], credentials: Credentia
     return state
 
 
+def _position(splan: StudyPlan, k: int, participant_id: int) -> int | None:
+    """The participant's place in round ``k``'s cohort (None: not in it); ``membership`` for one
+    participant, without its arrays."""
+    cohort = splan.plan.rounds[k].cohort
+    pos = int(cohort.searchsorted(participant_id))
+    return pos if pos < cohort.size and int(cohort[pos]) == participant_id else None
+
+
 def _one_task(ctx: Context, state: StudyState, participant_id: int) -> Task:
-    """One participant's task (its credentials checked): a report task says whether it is the
+    """One participant's task (its credentials checked): what ``_tasks`` answers for it, worked
+    out for the one participant (the per-user path asks this for every user, and the columnar
+    arrays and models cost several times the answer). A report task says whether it is the
     participant's last (``final``: by the fixed plan no later round has it)."""
-    study_id = state.id
-
-    def reported(k: int, pids: IntArray) -> IntArray:
-        return (
-            pids if report_rows.rounds_reported(ctx.db, study_id, [k], participant_id) else pids[:0]
+    if state.phase == "enrolling":
+        return TaskWait(reason="enrollment is open", retry_after_s=ENROLLING_WAIT_S)
+    r, splan = state.round, state.plan
+    if state.phase == "running" and r is not None and splan is not None:
+        k = r.index
+        pos = _position(splan, k, participant_id)
+        later = any(
+            _position(splan, j, participant_id) is not None
+            for j in range(k + 1, len(splan.plan.rounds))
         )
-
-    found = _tasks(state, [participant_id], reported)
-    if found.done:
-        rounds = range(state.rounds)
-        history = (
-            report_rows.rounds_reported(ctx.db, study_id, rounds, participant_id) if rounds else []
+        pending = pos is not None and not report_rows.rounds_reported(
+            ctx.db, state.id, [k], participant_id
         )
-        return TaskDone(phase=found.phase, reported_rounds=history)
-    if found.reports:
-        assert state.plan is not None
-        k = found.reports[0].round
-        later = _in_later_round(state.plan, k, np.array([participant_id], dtype=np.int64))
-        return found.reports[0].task(0).model_copy(update={"final": not bool(later[0])})
-    return TaskWait(reason=found.wait_reason, retry_after_s=found.retry_after_s)
+        if pending and r.status == "open":
+            assert pos is not None
+            rp = splan.plan.rounds[k]
+            return TaskReport(
+                round=k,
+                name=r.name,
+                broadcast=r.broadcast,
+                payload_kind=r.payload_kind,
+                payload_shape=list(r.payload_shape),
+                group=0 if rp.group is None else int(rp.group[pos]),
+                epsilon=float(rp.epsilon[pos]),
+                deadline=r.deadline,
+                final=not later,
+            )
+        if pending or later:
+            return TaskWait(reason=f"round {k} is in progress", retry_after_s=BETWEEN_ROUNDS_WAIT_S)
+    rounds = range(state.rounds)
+    history = (
+        report_rows.rounds_reported(ctx.db, state.id, rounds, participant_id) if rounds else []
+    )
+    return TaskDone(phase=state.phase, reported_rounds=history)
 
 
 def task(ctx: Context, study_id: str, participant_id: int, token: str | None) -> Task:

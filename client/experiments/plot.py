@@ -212,8 +212,9 @@ def draw(
     ax.set_ylabel(plot.ylabel or axis_label(plot.y, plot.stat, norm))
     ax.set_title(_title(manifest, plot, rows), fontsize=10)
     seeds = sorted({n for s in series for n in s.seeds})
-    seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}" if seeds else "0"
-    ax.plot([], [], " ", label=f"bands: 95% CI over {seed_text} seeds")
+    if seeds and seeds[-1] > 1:  # one seed per point draws no band: say nothing about one
+        seed_text = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}"
+        ax.plot([], [], " ", label=f"bands: 95% CI over {seed_text} seeds")
     if len(series) > _LEGEND_INSIDE:
         # many lines: a legend inside would hide some of them
         fig.set_size_inches(9.5, 5.0)

@@ -17,6 +17,7 @@ from fedldp.protocol.core.wire import (
     EnrollmentBatch,
     Task,
     TaskBatch,
+    TaskDone,
     TaskReport,
     TaskWait,
 )
@@ -181,3 +182,59 @@ async def test_batch_tasks_know_who_reported_in_a_round_however_its_block_is_cut
     last = [e for e in one if e.participant_id in unsent][2:]
     assert reporting(await tasks_of(client, study_id, one)) == {e.participant_id for e in last}
     assert reporting(await tasks_of(client, study_id, one[:2])) == set()  # all of its span
+
+
+async def every_task_agrees(
+    client: httpx.AsyncClient, study_id: str, people: list[Enrollment]
+) -> None:
+    """Each participant's own task is its item of the batch answer (``final`` and a done
+    participant's ``reported_rounds`` aside: batch answers do not say them), as worked out for
+    one participant by ``tasks._one_task``."""
+    response = await client.post(
+        f"/v1/studies/{study_id}/tasks",
+        json={
+            "participant_ids": [e.participant_id for e in people],
+            "tokens": [e.token for e in people],
+        },
+    )
+    assert response.status_code == 200, response.text
+    batch = {
+        i.participant_id: i.task for i in TaskBatch.model_validate_json(response.content).items()
+    }
+    for e in people:
+        own = await task_of(client, study_id, e)
+        if isinstance(own, TaskReport):
+            own = own.model_copy(update={"final": False})
+        elif isinstance(own, TaskDone):
+            own = own.model_copy(update={"reported_rounds": []})
+        assert own == batch[e.participant_id], e.participant_id
+
+
+async def test_a_participants_task_is_its_item_of_the_batch_answer(
+    client: httpx.AsyncClient,
+) -> None:
+    population = synthetic_population(400, 3, 4.0, mask="aligned", private=2, test_size=10)
+    study = await create_study(client, "histoftree", population.params(depth=2, bins=2), seed=9)
+    body = {
+        "epsilons": population.epsilon.tolist(),
+        "metadata": {k: v.tolist() for k, v in population.metadata.items()},
+    }
+    response = await client.post(f"/v1/studies/{study.id}/participants/batch", json=body)
+    people = EnrollmentBatch.model_validate_json(response.content).enrollments
+    some = people[:: len(people) // 24]
+    await every_task_agrees(client, study.id, some)  # enrolling
+    await start(client, study.id)
+    await every_task_agrees(client, study.id, some)  # round 0 open
+    half = people[: len(people) // 2]
+    await submit_batch(client, study.id, 0, "scalar", half, [[0.5]] * len(half))
+    await every_task_agrees(client, study.id, some)  # half of them reported
+    rest = people[len(people) // 2 :]
+    await submit_batch(client, study.id, 0, "scalar", rest, [[0.5]] * len(rest))
+    await every_task_agrees(client, study.id, some)  # round 1 open
+
+    study_id, one, two = await user_mean(client)
+    await every_task_agrees(client, study_id, one + two)
+    await submit_batch(client, study_id, 0, "histogram", one, [[0.5]] * len(one))
+    await every_task_agrees(client, study_id, one + two)  # stage two's round
+    await submit_batch(client, study_id, 1, "scalar", two, [[0.5]] * len(two))
+    await every_task_agrees(client, study_id, one + two)  # finished

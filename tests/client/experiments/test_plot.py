@@ -130,3 +130,18 @@ def test_a_theory_every_line_shares_is_drawn_once(run_dir: Path) -> None:
     labels = [str(line.get_label()) for line in fig.axes[0].get_lines()]
     assert len(series) == 2
     assert [label for label in labels if "theory" in label] == ["theory (population.n)"]
+
+
+def test_the_legend_names_the_seeds_behind_the_bands_and_only_when_there_are_bands(
+    run_dir: Path,
+) -> None:
+    manifest = read_manifest(run_dir)
+    rows = read_rows(run_dir / "trials.csv")
+    plot = PlotSpec.model_validate(manifest["experiment"]["plots"][0])
+    one_seed = [r for r in rows if r["seed"] == rows[0]["seed"]]
+    for trials, bands in ((rows, ["bands: 95% CI over 4 seeds"]), (one_seed, [])):
+        fig, _ = draw(trials, plot, manifest)
+        legend = fig.axes[0].get_legend()
+        assert legend is not None
+        labels = [str(t.get_text()) for t in legend.get_texts()]
+        assert [label for label in labels if label.startswith("bands")] == bands
