@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,7 +18,8 @@ from fedldp.server.auth import TokenCache
 from fedldp.server.db import Database
 from fedldp.server.keys import KeyStore, default_key_dir
 from fedldp.server.metrics import Metrics
-from fedldp.server.plans import PlanCache
+from fedldp.server.plans import EnrolledCache, PlanCache
+from fedldp.server.received import ReceivedCache
 from fedldp.server.settings import Settings
 from fedldp.server.states import StudyStates
 
@@ -26,6 +28,9 @@ __all__ = ["Context", "shred_after_commit"]
 log = logging.getLogger("fedldp.server")
 
 _SHRED = "fedldp.shred"
+
+SHRED_CHECKPOINT_RETRIES, SHRED_CHECKPOINT_WAIT_S = 5, 0.05
+"""How often, and how far apart, a busy truncating checkpoint is tried again (``_shred``)."""
 
 
 def shred_after_commit(session: Session, study_id: str) -> None:
@@ -73,6 +78,8 @@ class Context:
     settings: Settings
     db: Database
     plans: PlanCache = field(default_factory=PlanCache)
+    enrolled: EnrolledCache = field(default_factory=EnrolledCache)
+    received: ReceivedCache = field(default_factory=ReceivedCache)
     tokens: TokenCache = field(default_factory=TokenCache)
     transitions: Transitions = field(default_factory=Transitions)
     """Bumped after each commit that moved a study (``repository.MOVED``). Process-local: other
@@ -127,7 +134,14 @@ class Context:
         sweeper destroys the keys of ended studies (``fedldp.server.rounds.shred_ended``)."""
         if self.db.is_sqlite:
             try:
+                # a checkpoint running meanwhile (the sweeper's, any process's) makes SQLite
+                # refuse this one at once: it is tried again once that one is done
                 busy = self.db.checkpoint()
+                for _ in range(SHRED_CHECKPOINT_RETRIES):
+                    if not busy:
+                        break
+                    time.sleep(SHRED_CHECKPOINT_WAIT_S)
+                    busy = self.db.checkpoint()
             except Exception:
                 log.exception("the WAL checkpoint after deleting contributions failed")
             else:

@@ -22,6 +22,7 @@ from fedldp.server.errors import (
     ParticipantExists,
     StudyNotEnrolling,
 )
+from fedldp.server.plans import Enrolled
 from fedldp.server.rounds import advance, start_study
 from fedldp.server.studies import require_study
 from fedldp.server.tables import StudyRow, utcnow
@@ -114,9 +115,13 @@ def enroll(
                 tokens=[] if block_only else tokens_for(study.secret, study_id, ids),
                 block=_block_token(study, ids),
             )
+            stored = metadata if any(metadata) else [{}] * len(ids)
+            enrolled = Enrolled(
+                np.asarray(ids, dtype=np.int64), np.asarray(epsilons, dtype=np.float64), stored
+            )
             full = target is not None and total >= target
             if full:
-                start_study(ctx, session, require_study(session, study_id), now)
+                start_study(ctx, session, require_study(session, study_id), now, enrolling=enrolled)
     except IntegrityError:
         # only explicit ids can: the server numbers the others outside every lease
         span = f"{min(explicit)}..{max(explicit)}" if explicit else "numbered by the server"
@@ -125,6 +130,8 @@ def enroll(
         ) from None
     if full:
         advance(ctx, study_id, 0)
+    else:  # committed: a start may take them from here (Context.enrolled)
+        ctx.enrolled.add(study_id, enrolled)
     return out
 
 

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import repeat
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -64,6 +65,9 @@ class _Outcome:
     duplicates: set[int]
     stored: dict[int, tuple[str, datetime]]  # digest and time of each accepted or duplicate
     complete: bool
+    fresh: tuple[IntArray, FloatArray, FloatArray] | None = None
+    """The reports inserted now (ids, payload rows, ε charges) of a local-trust study, for
+    ``Context.received`` once committed."""
 
 
 def _row_bytes(payloads: FloatArray) -> list[bytes]:
@@ -297,11 +301,14 @@ def _ingest(
         report_rows.insert_contributions(session, study_id, k, fresh_ids, sealed)
     stored: dict[int, tuple[str, datetime]] = {}
     conflicts: list[tuple[int, str]] = []  # (position in the batch, digest)
-    for i, pid, digest in zip(accepted.tolist(), accepted_ids, digests, strict=True):
-        if pid in inserted:
-            stored[pid] = (digest, now)
-        else:
-            conflicts.append((i, digest))
+    if len(inserted) == len(accepted_ids):  # the usual case: built in C
+        stored = dict(zip(accepted_ids, zip(digests, repeat(now)), strict=True))
+    else:
+        for i, pid, digest in zip(accepted.tolist(), accepted_ids, digests, strict=True):
+            if pid in inserted:
+                stored[pid] = (digest, now)
+            else:
+                conflicts.append((i, digest))
     duplicates: set[int] = set()
     if conflicts:
         before = report_rows.existing_reports(session, study_id, k, [ids[i] for i, _ in conflicts])
@@ -318,7 +325,15 @@ def _ingest(
                     ),
                 )
     received = repo.add_received(session, study_id, k, len(inserted)) if inserted else r.received
-    return _Outcome(errors, duplicates, stored, received >= r.expected)
+    recorded = None
+    if inserted and not central:
+        new = (
+            accepted
+            if len(inserted) == len(accepted_ids)
+            else accepted[np.isin(pids[accepted], np.fromiter(inserted, dtype=np.int64))]
+        )
+        recorded = (pids[new], payloads[new], charge[new])
+    return _Outcome(errors, duplicates, stored, received >= r.expected, recorded)
 
 
 def _receipt(pid: int, index: int, stored: tuple[str, datetime], duplicate: bool) -> Receipt:
@@ -397,13 +412,20 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
             with ctx.transaction() as session:
                 repo.add_refused(session, study_id, batch.round, late=late)
         raise closed
+    if outcome.fresh is not None:  # committed: the round's close may aggregate them from here
+        ctx.received.add(study_id, batch.round, *outcome.fresh)
     if outcome.complete:
         advance(ctx, study_id, batch.round)
-    rejected = [
-        BatchItemStatus(participant_id=pid, status="rejected", code=e.code, detail=e.detail)
-        for pid, e in zip(batch.participant_ids, outcome.errors, strict=True)
-        if e is not None
-    ]
+    errors = outcome.errors
+    rejected = (
+        [
+            BatchItemStatus(participant_id=pid, status="rejected", code=e.code, detail=e.detail)
+            for pid, e in zip(batch.participant_ids, errors, strict=True)
+            if e is not None
+        ]
+        if errors.count(None) != len(errors)
+        else []
+    )
     return BatchReceipt(
         round=batch.round,
         accepted=len(outcome.stored) - len(outcome.duplicates),

@@ -94,9 +94,9 @@ def lease_of(session: Session, study_id: str, participant_id: int) -> LeaseRow |
 
 
 def count_enrolled(session: Session, study_id: str, serial: int, count: int) -> None:
+    table = LeaseRow.metadata.tables[LeaseRow.__tablename__]  # no ORM bookkeeping (~1 ms)
     session.execute(
-        update(LeaseRow)
-        .where(LeaseRow.study_id == study_id, LeaseRow.serial == serial)
-        .values(enrolled=LeaseRow.enrolled + count)
-        .execution_options(synchronize_session=False)
+        update(table)
+        .where(table.c.study_id == study_id, table.c.serial == serial)
+        .values(enrolled=table.c.enrolled + count)
     )

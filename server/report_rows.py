@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from datetime import datetime
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -28,16 +30,19 @@ from fedldp.server.repository import (
     REPORTS,
     Columns,
     among,
+    among_sql,
     raw_rows,
 )
 from fedldp.server.tables import RoundRow, StudyRow
 
 __all__ = [
+    "count_reported",
     "ended_among",
     "existing_reports",
     "forget_contributions",
     "insert_contributions",
     "insert_reports",
+    "reported_now",
     "reported_pids",
     "reported_rounds",
     "rounds_reported",
@@ -61,6 +66,13 @@ def insert_reports(
     that were inserted by this statement."""
     if not participant_ids:
         return set()
+    dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        return _insert_reports_sqlite(
+            session, study_id, index, received_at, participant_ids, payloads, epsilons, digests
+        )
+    if dialect != "postgresql":  # pragma: no cover - only SQLite and PostgreSQL are supported
+        raise RuntimeError(f"unsupported database {dialect}")
     columns = Columns(
         {"study_id": study_id, "round": index, "received_at": received_at},
         {
@@ -70,11 +82,6 @@ def insert_reports(
             "digest": digests,
         },
     )
-    dialect = session.get_bind().dialect.name
-    if dialect == "sqlite":
-        return _insert_reports_sqlite(session, columns)
-    if dialect != "postgresql":  # pragma: no cover - only SQLite and PostgreSQL are supported
-        raise RuntimeError(f"unsupported database {dialect}")
     # A Core insert into the table (multi-row VALUES batches with RETURNING), not an ORM bulk
     # insert of ReportRow: the same statement without the ORM's per-row bookkeeping.
     table = REPORTS
@@ -82,13 +89,41 @@ def insert_reports(
     return {int(pid) for pid in session.execute(stmt, columns.dicts(table)).scalars()}
 
 
-def _insert_reports_sqlite(session: Session, columns: Columns) -> set[int]:
-    """``insert_reports`` on SQLite: ``INSERT … ON CONFLICT DO NOTHING RETURNING`` statements
-    at the driver (whose ``executemany`` would drop the RETURNING rows)."""
-    table = REPORTS
-    quote = session.get_bind().dialect.identifier_preparer.quote
-    tail = f" ON CONFLICT DO NOTHING RETURNING {quote(table.c.participant_id.name)}"
-    return {pid for (pid,) in columns.insert_sqlite(session, table, tail)}
+def _insert_reports_sqlite(
+    session: Session,
+    study_id: str,
+    index: int,
+    received_at: datetime,
+    participant_ids: Sequence[int],
+    payloads: Sequence[bytes],
+    epsilons: Sequence[float],
+    digests: Sequence[str],
+) -> set[int]:
+    """``insert_reports`` on SQLite: the keys stored already are read first (one range read
+    for a block of ids, which finds none in the usual case), and the others inserted at the
+    driver without ``RETURNING`` (which cost more than the insert). Every SQLite transaction of
+    the server holds the database's write lock from its start (``BEGIN IMMEDIATE``), so no
+    report can be stored between the read and the insert."""
+    ids = list(participant_ids)
+    stored = set(reported_pids(session, study_id, index, np.asarray(ids, dtype=np.int64)).tolist())
+    each: dict[str, Sequence[Any]] = {
+        "participant_id": ids,
+        "payload": payloads,
+        "epsilon": epsilons,
+        "digest": digests,
+    }
+    if stored:
+        keep = [j for j, pid in enumerate(ids) if pid not in stored]
+        each = {name: [values[j] for j in keep] for name, values in each.items()}
+        ids = [ids[j] for j in keep]
+    if not ids:
+        return set()
+    columns = Columns({"study_id": study_id, "round": index, "received_at": received_at}, each)
+    tail = " ON CONFLICT DO NOTHING"  # none, under the write lock; a conflict is not an error
+    inserted = columns.insert_sqlite(session, REPORTS, tail)
+    if inserted != len(ids):  # pragma: no cover - the write lock makes this impossible
+        raise RuntimeError(f"{len(ids) - inserted} reports appeared during their insert")
+    return set(ids)
 
 
 def existing_reports(
@@ -113,14 +148,37 @@ def reported_pids(
 ) -> IntArray:
     """Which of these participants have a report stored in round ``index``."""
     table = REPORTS
-    found: list[int] = []
+    found: list[tuple[int]] = []
     for within in among(table.c.participant_id, participant_ids.tolist()):
         stmt = select(table.c.participant_id).where(
             table.c.study_id == study_id, table.c.round == index, within
         )
-        found += (pid for (pid,) in raw_rows(session, stmt))
-    stored = np.fromiter(found, dtype=np.int64, count=len(found))
+        found += raw_rows(session, stmt)
+    stored = np.fromiter(chain.from_iterable(found), dtype=np.int64, count=len(found))
     return participant_ids[np.isin(participant_ids, stored)]
+
+
+def reported_now(db: Database, study_id: str, index: int, participant_ids: IntArray) -> IntArray:
+    """``reported_pids`` outside any transaction of the process's (``Database.read``: on SQLite
+    a WAL read of the last commit, which waits for no writer), for the task endpoint: what it
+    reads may be outdated the moment it is answered anyway (a report sent twice is a
+    duplicate)."""
+    found: list[tuple[int]] = []
+    head = f"SELECT participant_id FROM {REPORTS.name} WHERE study_id = ? AND round = ? AND "
+    for condition, params in among_sql("participant_id", participant_ids.tolist()):
+        found += db.read(head + condition, (study_id, index, *params))
+    stored = np.fromiter(chain.from_iterable(found), dtype=np.int64, count=len(found))
+    return participant_ids[np.isin(participant_ids, stored)]
+
+
+def count_reported(db: Database, study_id: str, index: int, low: int, high: int) -> int:
+    """How many reports round ``index`` holds from participants ``low..high`` (counted along
+    the primary key, outside any transaction as ``reported_now``)."""
+    sql = (
+        f"SELECT count(*) FROM {REPORTS.name} WHERE study_id = ? AND round = ? "
+        "AND participant_id BETWEEN ? AND ?"
+    )
+    return int(db.read(sql, (study_id, index, low, high))[0][0])
 
 
 def rounds_reported(
@@ -219,8 +277,8 @@ def _round_pages(
         rows = raw_rows(session, stmt)
         if not rows:
             return
-        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        yield ids, [r[1] for r in rows]
+        ids = np.fromiter(map(itemgetter(0), rows), dtype=np.int64, count=len(rows))
+        yield ids, list(map(itemgetter(1), rows))
         after = int(ids[-1])
 
 
@@ -231,7 +289,7 @@ def stream_reports(
     ``contributions``: a central-trust study's payloads, kept in their own table."""
     table = CONTRIBUTIONS if contributions else REPORTS
     for ids, payloads in _round_pages(session, table, study_id, index, table.c.payload, chunk):
-        yield ids, [bytes(p) for p in payloads]
+        yield ids, list(map(bytes, payloads))
 
 
 def spent_per_participant(

@@ -13,6 +13,7 @@ import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ __all__ = [
     "add_received",
     "add_refused",
     "among",
+    "among_sql",
     "close_round_if_open",
     "count_participants",
     "due_enrollments",
@@ -100,6 +102,19 @@ def among(column: ColumnElement[int], ids: Sequence[int]) -> Iterator[ColumnElem
         yield column.in_(list(ids[start : start + IN_CHUNK]))
 
 
+def among_sql(column: str, ids: Sequence[int]) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """``among`` as SQL text with ``?`` placeholders and its parameters (for ``Database.read``)."""
+    if not ids:
+        return
+    low, high = min(ids), max(ids)
+    if high - low < RANGE_SPAN * len(ids):
+        yield f"{column} BETWEEN ? AND ?", (low, high)
+        return
+    for start in range(0, len(ids), IN_CHUNK):
+        chunk = tuple(ids[start : start + IN_CHUNK])
+        yield f"{column} IN ({','.join('?' * len(chunk))})", chunk
+
+
 def raw_rows(session: Session, stmt: Select[Any]) -> list[Any]:
     """The rows of ``stmt`` as the driver returns them (tuples), for the reads of many rows. A
     Row object per row was most of their cost, and their columns (numbers, text, bytes) need no
@@ -114,18 +129,17 @@ def raw_rows(session: Session, stmt: Select[Any]) -> list[Any]:
 REPORTS: Table = ReportRow.metadata.tables[ReportRow.__tablename__]
 CONTRIBUTIONS: Table = ContributionRow.metadata.tables[ContributionRow.__tablename__]
 PARTICIPANTS: Table = ParticipantRow.metadata.tables[ParticipantRow.__tablename__]
+ROUNDS: Table = RoundRow.metadata.tables[RoundRow.__tablename__]
+STUDIES: Table = StudyRow.metadata.tables[StudyRow.__tablename__]
 
 
 def processed(values: Sequence[Any], process: Callable[[Any], Any]) -> list[Any]:
     """Each value through ``process``, once for a run of the same object (participants of an
     enrollment batch share the dict of their equal metadata: one JSON encoding for them all)."""
     out: list[Any] = []
-    last: object = processed  # no value is this function
-    done: Any = None
-    for value in values:
-        if value is not last:
-            last, done = value, process(value)
-        out.append(done)
+    for _, run in itertools.groupby(values, key=id):  # runs of one object, found in C
+        same = list(run)
+        out += [process(same[0])] * len(same)
     return out
 
 
@@ -143,7 +157,11 @@ class Columns:
             value = self.same[name]
             return itertools.repeat(value if process is None else process(value), self.size)
         values = self.each[name]
-        return values if process is None else processed(values, process)
+        if process is None:
+            return values
+        if values and isinstance(values[0], dict):  # JSON: runs of one dict encoded once
+            return processed(values, process)
+        return map(process, values)
 
     def dicts(self, table: Table) -> list[dict[str, Any]]:
         """One dict per row, keyed by column name (for SQLAlchemy's ``executemany``)."""
@@ -151,14 +169,15 @@ class Columns:
         rows = zip(*(self._column(name, None) for name in names), strict=True)
         return [dict(zip(names, row, strict=True)) for row in rows]
 
-    def insert_sqlite(self, session: Session, table: Table, tail: str = "") -> list[Any]:
+    def insert_sqlite(self, session: Session, table: Table, tail: str = "") -> int:
         """Insert the rows on SQLite, at the driver: multi-row ``INSERT … VALUES`` statements
-        of up to ``SQLITE_VARIABLES`` values, each followed by ``tail`` (``ON CONFLICT``,
-        ``RETURNING``), in the session's transaction; the rows they return. Half the time of
-        SQLAlchemy's ``executemany`` on large batches (its per-row parameter handling): the
-        values are laid out column by column into one flat list, each through its column's own
-        bind processor (so that rows stored at the driver equal SQLAlchemy's; a value all rows
-        share is processed once)."""
+        of up to ``SQLITE_VARIABLES`` values, each followed by ``tail`` (``ON CONFLICT``), in
+        the session's transaction; how many rows were inserted. Half the time of SQLAlchemy's
+        ``executemany`` on large batches (its per-row parameter handling): the values are laid
+        out column by column into one flat list, each through its column's own bind processor
+        (so that rows stored at the driver equal SQLAlchemy's; a value all rows share is
+        processed once). No ``RETURNING``: it cost more than the insert itself (the callers
+        learn which keys were stored before from a read, under the write lock)."""
         connection = session.connection()
         dialect = connection.dialect
         width = len(table.columns)
@@ -173,16 +192,15 @@ class Columns:
         )
         marks = "(" + ", ".join("?" * width) + ")"
         step = SQLITE_VARIABLES // width
-        returned: list[Any] = []
+        inserted = 0
         for start in range(0, self.size, step):
             rows = min(step, self.size - start)
             sql = head + ", ".join([marks] * rows) + tail
             result = connection.exec_driver_sql(
                 sql, tuple(values[start * width : (start + rows) * width])
             )
-            if result.returns_rows:
-                returned += result.cursor.fetchall()  # plain tuples: no Row per returned row
-        return returned
+            inserted += result.rowcount
+        return inserted
 
 
 # --------------------------------------------------------------------------- studies
@@ -242,11 +260,12 @@ def set_study(session: Session, study_id: str, **values: Any) -> None:
 def count_participants(session: Session, study_id: str, count: int) -> int | None:
     """Add ``count`` explicitly numbered participants to an enrolling study: the new total, or
     None if the study is not enrolling."""
+    table = STUDIES  # the table's UPDATE: the ORM's bookkeeping cost each enrollment batch ~1 ms
     stmt = (
-        update(StudyRow)
-        .where(StudyRow.id == study_id, StudyRow.phase == "enrolling")
-        .values(n_participants=StudyRow.n_participants + count)
-        .returning(StudyRow.n_participants)
+        update(table)
+        .where(table.c.id == study_id, table.c.phase == "enrolling")
+        .values(n_participants=table.c.n_participants + count)
+        .returning(table.c.n_participants)
     )
     total = session.execute(stmt).scalar_one_or_none()
     return None if total is None else int(total)
@@ -314,7 +333,8 @@ def declared_epsilons(session: Session, study_id: str) -> FloatArray:
     stmt = (
         select(table.c.epsilon).where(table.c.study_id == study_id).order_by(table.c.participant_id)
     )
-    return np.asarray([r[0] for r in raw_rows(session, stmt)], dtype=np.float64)
+    rows = raw_rows(session, stmt)
+    return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64, count=len(rows))
 
 
 def load_participants(session: Session, study_id: str) -> tuple[FloatArray, list[dict[str, Any]]]:
@@ -338,15 +358,17 @@ def load_participants(session: Session, study_id: str) -> tuple[FloatArray, list
     parsed: dict[str, Any] = {}
     try:
         while rows := result.cursor.fetchmany(LOAD_PAGE):
-            epsilons.append(np.fromiter((r[0] for r in rows), dtype=np.float64, count=len(rows)))
-            texts = [r[1] for r in rows]
+            epsilons.append(
+                np.fromiter(map(itemgetter(0), rows), dtype=np.float64, count=len(rows))
+            )
+            texts = list(map(itemgetter(1), rows))
             if texts and not isinstance(texts[0], str):
                 metadata += texts
                 continue
-            new = list(dict.fromkeys(t for t in texts if t not in parsed))
+            new = [t for t in dict.fromkeys(texts) if t not in parsed]
             if new:
                 parsed.update(zip(new, json.loads("[" + ",".join(new) + "]"), strict=True))
-            metadata += [parsed[t] for t in texts]
+            metadata += map(parsed.__getitem__, texts)
     finally:
         result.close()
     eps = np.concatenate(epsilons) if epsilons else np.zeros(0, dtype=np.float64)
@@ -403,11 +425,14 @@ def close_round_if_open(session: Session, study_id: str, index: int, now: dateti
 
 def add_received(session: Session, study_id: str, index: int, count: int) -> int:
     """Add ``count`` to the round's report counter; the new count."""
+    # the table's, not the entity's: an ORM-enabled UPDATE costs a report batch about a
+    # millisecond of bookkeeping (the loaded round's counter is not read after it)
+    table = ROUNDS
     stmt = (
-        update(RoundRow)
-        .where(RoundRow.study_id == study_id, RoundRow.index == index)
-        .values(received=RoundRow.received + count)
-        .returning(RoundRow.received)
+        update(table)
+        .where(table.c.study_id == study_id, table.c.index == index)
+        .values(received=table.c.received + count)
+        .returning(table.c.received)
     )
     return int(session.execute(stmt).scalar_one())
 

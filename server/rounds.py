@@ -38,7 +38,8 @@ from fedldp.server import eventlog, report_rows
 from fedldp.server import repository as repo
 from fedldp.server.context import Context, shred_after_commit
 from fedldp.server.keys import KeyMissing
-from fedldp.server.plans import StudyPlan, build_plan
+from fedldp.server.plans import Enrolled, StudyPlan, build_plan
+from fedldp.server.received import in_chunks
 from fedldp.server.tables import RoundRow, StudyRow, utcnow
 
 __all__ = [
@@ -103,13 +104,22 @@ def _crash(exc: Exception) -> str:
 
 
 def start_study(
-    ctx: Context, session: Session, study: StudyRow, now: datetime, *, recoverable: bool = False
+    ctx: Context,
+    session: Session,
+    study: StudyRow,
+    now: datetime,
+    *,
+    recoverable: bool = False,
+    enrolling: Enrolled | None = None,
 ) -> str | None:
     """Close enrollment and open round 0 (inside the caller's transaction): None on success,
     else the reason the plan is infeasible. The study then stays enrolling either way (more
     participants may enroll, then start again): ``recoverable`` is an explicit start, whose
     caller reports the reason; an automatic one (enrollment deadline or target) records it
-    (``_postpone``). A protocol that crashes while planning fails it either way."""
+    (``_postpone``). A protocol that crashes while planning fails it either way. The
+    participants come from what this process enrolled (``Context.enrolled``, with
+    ``enrolling``: the caller's own enrollment, in this transaction) when that is all of them,
+    else from the database."""
 
     def refuse(reason: str) -> str:
         if not recoverable:
@@ -122,7 +132,8 @@ def start_study(
         return refuse(
             "leased participant ids are not contiguous: some leased blocks were not enrolled"
         )
-    epsilon, metadata = repo.load_participants(session, study.id)
+    known = ctx.enrolled.take(study.id, study.n_participants, enrolling)
+    epsilon, metadata = known or repo.load_participants(session, study.id)
     try:
         splan = build_plan(study, epsilon, metadata)
         check_plan_budget(splan.plan, epsilon)
@@ -217,15 +228,24 @@ def _open_round(
 
 
 def _chunks(
-    ctx: Context, session: Session, study_id: str, splan: StudyPlan, index: int
+    ctx: Context, session: Session, study_id: str, splan: StudyPlan, index: int, received: int
 ) -> Iterator[ReportChunk]:
+    """The round's ``received`` reports, ``aggregate_chunk`` at a time in participant order:
+    from those this process stored when they are all of them (``Context.received``), else read
+    from the database."""
     rp = splan.plan.rounds[index]
     groups = rp.groups()
     shape = rp.payload_shape
+    chunk = ctx.settings.aggregate_chunk
+    recorded = ctx.received.round_reports(study_id, index, received)
+    if recorded is not None:
+        for slots, rows in in_chunks(recorded, chunk):
+            where = splan.membership(index, slots).position
+            payloads = rows.reshape((slots.size, *shape))
+            yield ReportChunk(slots, rp.epsilon[where], groups[where], payloads)
+        return
     central = splan.protocol.trust == "central"
-    stream = report_rows.stream_reports(
-        session, study_id, index, ctx.settings.aggregate_chunk, contributions=central
-    )
+    stream = report_rows.stream_reports(session, study_id, index, chunk, contributions=central)
     for ids, blobs in stream:
         if central:  # KeyMissing propagates: not the study's fault (see _crash)
             blobs = ctx.keys.decrypt(study_id, index, ids.tolist(), blobs)
@@ -290,12 +310,13 @@ def _close_round(ctx: Context, study_id: str, index: int) -> bool:
                 splan.plan,
                 index,
                 broadcast,
-                _chunks(ctx, session, study_id, splan, index),
+                _chunks(ctx, session, study_id, splan, index, r.received),
             )
         except ValueError as exc:
             eventlog.round_closed(session, study_id, r, now, None)
             fail_study(session, study_id, f"round {index} ({r.name}) could not aggregate: {exc}")
             return True
+        ctx.received.aggregated(study_id, index)
         output = jsonable(output)
         repo.update_round(session, study_id, index, output=output)
         eventlog.round_closed(session, study_id, r, now, output)
@@ -303,21 +324,25 @@ def _close_round(ctx: Context, study_id: str, index: int) -> bool:
         if index + 1 < len(splan.plan.rounds):
             _open_round(session, study, splan, index + 1, outputs, now)
         else:
-            _finish(session, study, splan, outputs)
+            _finish(ctx, session, study, splan, outputs)
         log.info(
             "study %s: round %d (%s) closed with %d reports", study_id, index, r.name, r.received
         )
         return True
 
 
-def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[JSON]) -> None:
+def _finish(
+    ctx: Context, session: Session, study: StudyRow, splan: StudyPlan, outputs: list[JSON]
+) -> None:
     try:
         result = splan.protocol.finalize(splan.params, splan.plan, outputs)
     except ValueError as exc:
         fail_study(session, study.id, f"the result could not be computed: {exc}")
         return
-    rounds = len(splan.plan.rounds)
-    spent = report_rows.spent_per_participant(session, study.id, splan.plan.n_participants, rounds)
+    n, listed = splan.plan.n_participants, repo.list_rounds(session, study.id)
+    spent = ctx.received.spent(study.id, n, [r.received for r in listed])
+    if spent is None:  # not all of its reports were stored by this process
+        spent = report_rows.spent_per_participant(session, study.id, n, len(splan.plan.rounds))
     participation = {
         "rounds": [
             {
@@ -328,7 +353,7 @@ def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[J
                 "refused": r.refused,
                 "received": r.received,
             }
-            for r in repo.list_rounds(session, study.id)
+            for r in listed
         ]
     }
     stored: dict[str, Any] = {
@@ -356,6 +381,7 @@ def _finish(session: Session, study: StudyRow, splan: StudyPlan, outputs: list[J
         eventlog.result_ready(session, study.id, stored)
         eventlog.phase_changed(session, study.id, "finished")
     forget_contributions(session, study.id)
+    ctx.received.forget(study.id)
     log.info("study %s finished", study.id)
 
 
@@ -373,7 +399,8 @@ def advance(ctx: Context, study_id: str, index: int) -> None:
 
 def sweep(ctx: Context) -> int:
     """One pass of the background sweeper: start studies whose enrollment deadline passed and
-    close rounds that are complete or late, then destroy the keys of ended studies. The number of
+    close rounds that are complete or late, then destroy the keys of ended studies and, on
+    SQLite, copy the WAL into the database file (``Database.checkpoint``). The number of
     transitions made."""
     now = utcnow()
     done = 0
@@ -398,4 +425,6 @@ def sweep(ctx: Context) -> int:
         except Exception:
             log.exception("sweep: closing round %d of study %s failed", index, study_id)
     shred_ended(ctx)
+    if ctx.db.is_sqlite:  # the WAL into the database file, off the requests' path
+        ctx.db.checkpoint(passive=True)
     return done

@@ -246,10 +246,25 @@ def _tasks_of(
     state = state or _state(ctx, study_id)
 
     def reported(k: int, pids: IntArray) -> IntArray:
-        with ctx.transaction() as session:
-            return report_rows.reported_pids(session, study_id, k, pids)
+        assert state.plan is not None  # asked for members of a running study's round
+        if _whole_span(state.plan, k, pids):
+            # only cohort members' reports are stored: counting them tells none from all
+            low, high = int(pids.min()), int(pids.max())
+            count = report_rows.count_reported(ctx.db, study_id, k, low, high)
+            if count in (0, pids.size):
+                return pids[:0] if count == 0 else pids
+        return report_rows.reported_now(ctx.db, study_id, k, pids)
 
     return _tasks(state, ids, reported)
+
+
+def _whole_span(splan: StudyPlan, k: int, members: IntArray) -> bool:
+    """Whether ``members`` (of round k's cohort) are all of the cohort's members between the
+    least and the greatest of them, each once (a block's members are)."""
+    cohort = splan.plan.rounds[k].cohort
+    low, high = members.min(), members.max()
+    span = int(np.searchsorted(cohort, high, side="right") - np.searchsorted(cohort, low))
+    return span == members.size and np.unique(members).size == members.size
 
 
 async def tasks_when_ready(

@@ -144,16 +144,10 @@ class ApiClient:
         self._sleep = sleep
         self._clock = clock
         self._rng = rng or random.Random()
-        limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        )
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
-            limits=limits,
-            transport=transport,
-            headers={"accept": "application/json"},
-        )
+        self._timeout = timeout
+        self._transport = transport
+        self._max_connections = max_connections
+        self._httpx: httpx.AsyncClient | None = None  # made when first needed (see _http)
         self._pool: ConnectionPool | None = None
         if transport is None and self.base_url.startswith("http://"):
             self._pool = ConnectionPool(
@@ -178,7 +172,27 @@ class ApiClient:
     async def aclose(self) -> None:
         if self._pool is not None:
             await self._pool.aclose()
-        await self._http.aclose()
+        if self._httpx is not None:
+            await self._httpx.aclose()
+
+    @property
+    def _http(self) -> httpx.AsyncClient:
+        """The httpx client, made on first use: a plain ``http://`` swarm needs it only for the
+        event stream, and making and closing one cost it ~0.1 s (an SSL context, and imports on
+        closing)."""
+        if self._httpx is None:
+            limits = httpx.Limits(
+                max_connections=self._max_connections,
+                max_keepalive_connections=self._max_connections,
+            )
+            self._httpx = httpx.AsyncClient(
+                base_url=self.base_url,
+                timeout=httpx.Timeout(self._timeout, connect=min(self._timeout, 10.0)),
+                limits=limits,
+                transport=self._transport,
+                headers={"accept": "application/json"},
+            )
+        return self._httpx
 
     # ------------------------------------------------------------------- transport
 

@@ -19,6 +19,7 @@ from fedldp.client.population.build import AnyPopulation
 from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core.base import IntArray, Protocol, jsonable
 from fedldp.protocol.core.wire import (
+    MAX_BATCH,
     BlockToken,
     EnrollBatch,
     EnrollmentBatch,
@@ -217,10 +218,17 @@ async def enroll(
 async def _lease_chunks(
     api: ApiClient, study_id: str, chunks: list[tuple[int, int]]
 ) -> dict[int, Lease]:
-    """A lease of each chunk's ids (in a new, empty study they come in order), so that the
-    chunks enroll with explicit ids (which only their lease's token enrolls), a few at once."""
+    """A lease holding each chunk's ids (in a new, empty study they come in order), so that the
+    chunks enroll with explicit ids (which only their lease's token enrolls), a few at once. One
+    lease holds as many consecutive chunks as ``MAX_BATCH`` ids allow (a lease may enroll in
+    several requests): fewer round trips before the first enrollment."""
     leases: dict[int, Lease] = {}
-    for start, stop in chunks:
+    i = 0
+    while i < len(chunks):
+        j = i + 1  # chunks[i:j] share one lease
+        while j < len(chunks) and chunks[j][1] - chunks[i][0] <= MAX_BATCH:
+            j += 1
+        start, stop = chunks[i][0], chunks[j - 1][1]
         lease = await api.lease(study_id, stop - start)
         if (lease.start, lease.stop) != (start, stop):
             raise SwarmError(
@@ -229,7 +237,8 @@ async def _lease_chunks(
                 f"slots {start}..{stop - 1}: it is not new and empty",
                 server_side=True,
             )
-        leases[start] = lease
+        leases.update((chunk_start, lease) for chunk_start, _ in chunks[i:j])
+        i = j
     return leases
 
 

@@ -61,6 +61,10 @@ class SwarmProgress:
         if self._bars is not None:
             self._bars.stop()
 
+    @property
+    def enabled(self) -> bool:
+        return self._bars is not None
+
     def enrolled(self, done: int, total: int) -> None:
         if self._bars is None:
             return
@@ -85,8 +89,9 @@ class SwarmProgress:
 async def watch_study(
     api: ApiClient, study_id: str, progress: SwarmProgress, interval: float = 0.5
 ) -> None:
-    """Feed ``progress`` from the study view until cancelled (errors only skip an update)."""
-    while True:
+    """Feed ``progress`` from the study view until cancelled (errors only skip an update);
+    nothing to feed without bars."""
+    while progress.enabled:
         # a missed refresh (e.g. while the server restarts) is not the swarm's failure
         with contextlib.suppress(ApiError):
             progress.study(await api.study(study_id))

@@ -17,6 +17,8 @@ from fastapi import FastAPI
 
 from fedldp.protocol.core.wire import Enrollment, StudyView
 from fedldp.server.app import create_app
+from fedldp.server.bodies import parse_json
+from fedldp.server.errors import InvalidRequest
 from fedldp.server.settings import Settings
 from tests.server.helpers import app_context, create_study, enroll, expect_error, start
 
@@ -365,3 +367,26 @@ def test_the_openapi_document_declares_credentials_and_refusals(app: FastAPI) ->
     assert {"oneOf": [{"required": ["participants"]}, {"required": ["epsilons"]}]} in schemas[
         "EnrollBatch"
     ]["allOf"]
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        ("[1, 2, 9223372036854775807, -9223372036854775808]", False),
+        ("[1, 2, 9223372036854775808]", True),
+        ("[-9223372036854775809, 1.5]", True),
+        ("[1e300, -1e300, 5]", False),  # floats beyond the range are floats
+        ("[1e300, 99999999999999999999]", True),
+        ("[[1, 2], [3, 99999999999999999999]]", True),
+        ('["x", {"b": [0.5, -99999999999999999999]}]', True),
+        ('{"a": [null, true, 99999999999999999999]}', True),
+        ('{"a": [null, true, 9]}', False),
+        ("1" + "0" * 5000, True),  # more digits than int() converts
+    ],
+)
+def test_integers_beyond_64_bits_are_refused_anywhere(text: str, refused: bool) -> None:
+    if refused:
+        with pytest.raises(InvalidRequest):
+            parse_json(text.encode())
+    else:
+        assert parse_json(text.encode()) == json.loads(text)

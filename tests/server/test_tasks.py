@@ -1,6 +1,6 @@
-"""The single-participant task endpoint (server/tasks.py): ``hold`` (a long poll answered
-as soon as the study moves on) and ``final`` on a report task (no later round has the participant,
-by the fixed plan)."""
+"""The task endpoints (server/tasks.py): ``hold`` (a long poll answered as soon as the study
+moves on) and ``final`` on a report task (no later round has the participant, by the fixed plan);
+a batch's answer lists exactly those who have not reported yet."""
 
 from __future__ import annotations
 
@@ -141,6 +141,47 @@ async def test_a_done_participant_is_told_at_once(
     answer = TASK.validate_json((await ask(client, study.id, people[0], hold)).content)
     assert answer.kind == "done"
     assert time.monotonic() - started < 1
+
+
+async def tasks_of(client: httpx.AsyncClient, study_id: str, people: list[Enrollment]) -> TaskBatch:
+    body = {
+        "participant_ids": [e.participant_id for e in people],
+        "tokens": [e.token for e in people],
+    }
+    answer = await client.post(f"/v1/studies/{study_id}/tasks", json=body)
+    assert answer.status_code == 200, answer.text
+    return TaskBatch.model_validate_json(answer.content)
+
+
+def reporting(batch: TaskBatch) -> set[int]:
+    return {pid for tasks in batch.reports for pid in tasks.participant_ids}
+
+
+async def test_batch_tasks_know_who_reported_in_a_round_however_its_block_is_cut(
+    client: httpx.AsyncClient,
+) -> None:
+    """The batch task endpoint counts a block's reports when the batch holds every cohort member
+    of its span (none or all reported), and reads them one by one otherwise: each answer lists
+    exactly those who have not reported yet."""
+    study_id, one, _ = await user_mean(client)
+    one.sort(key=lambda e: e.participant_id)
+    every = {e.participant_id for e in one}
+    assert reporting(await tasks_of(client, study_id, one)) == every  # none reported: count 0
+    sent = [one[0], one[2], one[5]]  # the span's ends among them
+    await submit_batch(client, study_id, 0, "histogram", sent, [[0.5]] * len(sent))
+    unsent = every - {e.participant_id for e in sent}
+    assert reporting(await tasks_of(client, study_id, one)) == unsent  # some of the span
+    assert reporting(await tasks_of(client, study_id, one[1:5])) == unsent  # not the whole span
+    assert reporting(await tasks_of(client, study_id, [one[1], one[3]])) == {
+        one[1].participant_id,
+        one[3].participant_id,
+    }
+    assert reporting(await tasks_of(client, study_id, sent)) == set()  # not the whole span
+    rest = [e for e in one if e.participant_id in unsent]
+    await submit_batch(client, study_id, 0, "histogram", rest[:2], [[0.5]] * 2)
+    last = [e for e in one if e.participant_id in unsent][2:]
+    assert reporting(await tasks_of(client, study_id, one)) == {e.participant_id for e in last}
+    assert reporting(await tasks_of(client, study_id, one[:2])) == set()  # all of its span
 
 
 async def every_task_agrees(

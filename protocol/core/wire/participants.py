@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import numpy as np
+from numpy.typing import NDArray
 from pydantic import ConfigDict, Field, model_validator
 
 from fedldp.protocol.core.base.records import PayloadKind
@@ -58,7 +59,14 @@ MetadataColumns = Annotated[
 
 
 def _check_samples(values: list[Any]) -> None:
-    """ValueError unless every declared sample count is an integer in 1..MAX_SAMPLES."""
+    """ValueError unless every declared sample count is an integer in 1..MAX_SAMPLES (a column
+    of integers is checked by its types, least and greatest value: loops in C)."""
+    if (
+        values
+        and set(map(type, values)) == {int}
+        and 1 <= min(values) <= max(values) <= MAX_SAMPLES
+    ):
+        return
     for v in values:
         if type(v) is not int or not 1 <= v <= MAX_SAMPLES:
             raise ValueError(f"{SAMPLES_KEY} must be an integer in 1..{MAX_SAMPLES}, not {v!r}")
@@ -137,16 +145,20 @@ class EnrollBatch(Request):
         columns = [self.metadata[k] for k in keys]
         metadata: list[dict[str, Any]] = [{}] * n
         if keys:
-            rows = zip(zip(*columns, strict=True), _repeats(columns), strict=True)
-            for i, (values, repeat) in enumerate(rows):
-                metadata[i] = metadata[i - 1] if repeat else dict(zip(keys, values, strict=True))
+            # one dict per run of equal rows, repeated for the run (most populations declare
+            # the same metadata for everyone: one run)
+            starts = np.flatnonzero(~_repeats(columns)).tolist()
+            metadata = []
+            for start, stop in zip(starts, [*starts[1:], n], strict=True):
+                values = [column[start] for column in columns]
+                metadata += [dict(zip(keys, values, strict=True))] * (stop - start)
         ids: list[int | None] = (
             list(self.participant_ids) if self.participant_ids is not None else [None] * n
         )
         return list(self.epsilons), metadata, ids
 
 
-def _repeats(columns: list[list[int | float] | list[list[float]]]) -> list[bool]:
+def _repeats(columns: list[list[int | float] | list[list[float]]]) -> NDArray[np.bool_]:
     """Whether each row of the columns holds the previous row's values, bit for bit (so that
     0.0 and -0.0 differ); the first row repeats nothing, and rows of ragged vectors neither."""
     n = len(columns[0])
@@ -156,9 +168,9 @@ def _repeats(columns: list[list[int | float] | list[list[float]]]) -> list[bool]
         try:
             bits = np.asarray(column, dtype=np.float64).view(np.int64).reshape(n, -1)
         except ValueError:  # vectors of different lengths
-            return [False] * n
+            return np.zeros(n, dtype=np.bool_)
         same[1:] &= (bits[1:] == bits[:-1]).all(axis=1)
-    return same.tolist()
+    return same
 
 
 class Enrollment(Model):

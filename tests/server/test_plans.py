@@ -1,0 +1,81 @@
+"""Plans and what they are built from (server/plans.py): a start takes the participants this
+process enrolled (``EnrolledCache``) only when they are all of the study's, and the plan is then
+the one the database's rows give."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import numpy as np
+from fastapi import FastAPI
+
+from fedldp.server import repository as repo
+from fedldp.server.plans import Enrolled, EnrolledCache, build_plan
+from tests.server.helpers import app_context, create_study, start
+
+
+def part(ids: list[int], meta: list[dict[str, Any]] | None = None) -> Enrolled:
+    epsilon = np.asarray([0.5 + i / 10 for i in ids], dtype=np.float64)
+    return Enrolled(np.asarray(ids, dtype=np.int64), epsilon, meta or [{"k": i} for i in ids])
+
+
+def test_a_complete_record_comes_back_in_id_order_and_once() -> None:
+    cache = EnrolledCache()
+    cache.add("s", part([3, 4]))
+    cache.add("s", part([0, 1, 2]))
+    got = cache.take("s", 5)
+    assert got is not None
+    epsilon, metadata = got
+    assert epsilon.tolist() == [0.5 + i / 10 for i in range(5)]
+    assert metadata == [{"k": i} for i in range(5)]
+    assert cache.take("s", 5) is None  # dropped once taken
+
+
+def test_an_incomplete_or_foreign_record_is_not_used() -> None:
+    cache = EnrolledCache()
+    cache.add("s", part([0, 1]))
+    assert cache.take("s", 3) is None  # another process enrolled id 2
+    cache.add("s", part([0, 2]))
+    assert cache.take("s", 2) is None  # ids 0 and 2 are not 0..1
+    cache.add("s", part([0, 1]))
+    assert cache.take("s", 3, also=part([2])) is not None  # the caller's own batch completes it
+    assert cache.take("other", 0) is None
+
+
+def test_the_cache_holds_a_bounded_number_of_studies() -> None:
+    cache = EnrolledCache(capacity=2)
+    for name in ("a", "b", "c"):
+        cache.add(name, part([0]))
+    assert cache.take("a", 1) is None
+    assert cache.take("c", 1) is not None
+
+
+async def test_a_start_plans_from_the_enrolled_record_as_from_the_database(
+    client: httpx.AsyncClient, app: FastAPI
+) -> None:
+    study = await create_study(client, "user-mean", {"samples_per_user": 8})
+    url = f"/v1/studies/{study.id}/participants/batch"
+    for first in (0, 30):  # two batches, columnar, with per-participant sample counts
+        epsilons = [0.5 + (first + i) % 7 / 4 for i in range(30)]
+        body = {"epsilons": epsilons, "metadata": {"samples": [8 + i % 3 for i in range(30)]}}
+        assert (await client.post(url, json=body)).status_code == 201
+    ctx = app_context(app)
+    taken = ctx.enrolled.take(study.id, 60)  # what the start will use, kept for the check
+    assert taken is not None
+    with ctx.db.session() as session:
+        stored = repo.load_participants(session, study.id)
+        row = repo.get_study(session, study.id)
+        assert row is not None
+    assert taken[0].tolist() == stored[0].tolist()
+    assert taken[1] == stored[1]
+    ctx.enrolled.add(study.id, Enrolled(np.arange(60), taken[0], taken[1]))
+    await start(client, study.id)
+    assert ctx.enrolled.take(study.id, 60) is None  # the start took it
+    with ctx.db.session() as session:
+        started = ctx.plans.get(session, row)
+    expected = build_plan(row, *stored).plan
+    for got, want in zip(started.plan.rounds, expected.rounds, strict=True):
+        assert got.cohort.tolist() == want.cohort.tolist()
+        assert got.epsilon.tolist() == want.epsilon.tolist()
+    assert started.plan.public == expected.public
