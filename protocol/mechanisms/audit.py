@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats
+from scipy.special import betaincinv
 
 from fedldp.protocol.core.base.records import FloatArray
 
@@ -54,15 +54,20 @@ __all__ = [
 def clopper_pearson(
     successes: ArrayLike, trials: int, alpha: float
 ) -> tuple[FloatArray, FloatArray]:
-    """One-sided Clopper–Pearson bounds at level 1 − α each: (lower, upper) for every count."""
+    """One-sided Clopper–Pearson bounds at level 1 − α each: (lower, upper) for every count.
+
+    The bounds are Beta quantiles, taken as ``scipy.special.betaincinv`` (the regularized incomplete
+    beta's inverse, which ``scipy.stats.beta.ppf`` calls): importing ``scipy.stats`` would add
+    0.3 s to every start of the CLI and the server, which import the catalogue and so this module.
+    """
     k = np.asarray(successes, dtype=np.float64)
     if trials < 1 or np.any((k < 0) | (k > trials)):
         raise ValueError("counts must lie in [0, trials] with trials >= 1")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
     with np.errstate(invalid="ignore"):
-        lo = np.where(k > 0, stats.beta.ppf(alpha, k, trials - k + 1), 0.0)
-        hi = np.where(k < trials, stats.beta.ppf(1.0 - alpha, k + 1, trials - k), 1.0)
+        lo = np.where(k > 0, betaincinv(k, trials - k + 1, alpha), 0.0)
+        hi = np.where(k < trials, betaincinv(k + 1, trials - k, 1.0 - alpha), 1.0)
     return np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
 
 

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import special, stats
+from scipy import special
 
 from fedldp.protocol.core.base.records import FloatArray
 
@@ -61,11 +61,13 @@ def laplace_reach(scale: ArrayLike) -> FloatArray:
 
 def laplace_mean_reach(scale: ArrayLike, m: int) -> FloatArray:
     """Reach of the mean of ``m`` independent Laplace(b) draws: Gamma(m, b)'s upper 10^-12
-    quantile over m (it bounds the mean's absolute value, whose tail is lighter)."""
+    quantile over m (it bounds the mean's absolute value, whose tail is lighter): the inverse
+    regularized upper incomplete gamma, as ``scipy.stats.gamma.isf`` computes it (the same
+    number), without importing ``scipy.stats`` (0.3 s at every CLI and server start)."""
     if m < 1:
         raise ValueError("m must be >= 1")
     b = _scale(scale)
-    return np.asarray(stats.gamma.isf(IMPLAUSIBLE_PROBABILITY, m) * b / m, dtype=np.float64)
+    return np.asarray(special.gammainccinv(m, IMPLAUSIBLE_PROBABILITY) * b / m, dtype=np.float64)
 
 
 def gaussian_reach(sigma: ArrayLike) -> FloatArray:
