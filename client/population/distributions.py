@@ -117,8 +117,24 @@ class Distribution(ABC):
         return np.full(self.dimension, mu, dtype=np.float64)
 
 
+class _ByInversion(Distribution):
+    """A law drawn from one uniform per coordinate through ``_from_uniforms`` (its inverse CDF):
+    the same map serves ``sample`` and the ragged path, so both give the same numbers."""
+
+    def sample(self, streams: UserStreams, m: int) -> FloatArray:
+        return self._from_uniforms(streams.random(self._shape(streams, m)))
+
+    def sample_ragged(self, key: StreamKey, participants: IntArray, counts: IntArray) -> FloatArray:
+        u = self._ragged_uniforms(key, participants, counts)
+        return self._from_uniforms(u.reshape(-1, *self.item_shape))
+
+    @abstractmethod
+    def _from_uniforms(self, u: FloatArray) -> FloatArray:
+        """Samples from uniforms in [0, 1) of any shape (it may overwrite ``u``)."""
+
+
 @dataclass(frozen=True)
-class Uniform(Distribution):
+class Uniform(_ByInversion):
     """Uniform on [low, high] (i.i.d. coordinates, i.e. on the box [low, high]^d, for vectors)."""
 
     low: float = -1.0
@@ -128,13 +144,6 @@ class Uniform(Distribution):
     def __post_init__(self) -> None:
         if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low < self.high):
             raise ValueError(f"uniform needs finite low < high, got [{self.low}, {self.high}]")
-
-    def sample(self, streams: UserStreams, m: int) -> FloatArray:
-        return self._from_uniforms(streams.random(self._shape(streams, m)))
-
-    def sample_ragged(self, key: StreamKey, participants: IntArray, counts: IntArray) -> FloatArray:
-        u = self._ragged_uniforms(key, participants, counts)
-        return self._from_uniforms(u.reshape(-1, *self.item_shape))
 
     def _from_uniforms(self, u: FloatArray) -> FloatArray:
         u *= self.high - self.low
@@ -235,7 +244,7 @@ class Gaussian(Distribution):
 
 
 @dataclass(frozen=True)
-class TwoPoint(Distribution):
+class TwoPoint(_ByInversion):
     """Values {−D, +D} with P(+D) = (1 + μ/D)/2, so E[X] = μ and Var X = D² − μ²."""
 
     bound: float = 1.0
@@ -254,13 +263,6 @@ class TwoPoint(Distribution):
     def p_plus(self) -> float:
         return (1.0 + self.mu / self.bound) / 2.0
 
-    def sample(self, streams: UserStreams, m: int) -> FloatArray:
-        return self._from_uniforms(streams.random(self._shape(streams, m)))
-
-    def sample_ragged(self, key: StreamKey, participants: IntArray, counts: IntArray) -> FloatArray:
-        u = self._ragged_uniforms(key, participants, counts)
-        return self._from_uniforms(u.reshape(-1, *self.item_shape))
-
     def _from_uniforms(self, u: FloatArray) -> FloatArray:
         return np.where(u < self.p_plus, self.bound, -self.bound)
 
@@ -275,7 +277,7 @@ class TwoPoint(Distribution):
 
 
 @dataclass(frozen=True)
-class Lomax(Distribution):
+class Lomax(_ByInversion):
     """Lomax (Pareto II, scale 1) of shape a: pdf a/(1 + x)^(a+1) on x >= 0, numpy's pareto(a).
 
     Inversion: X = (1 − u)^(−1/a) − 1, computed as expm1(−log1p(−u)/a). Mean 1/(a − 1) (a > 1),
@@ -289,13 +291,6 @@ class Lomax(Distribution):
         if not (math.isfinite(self.shape) and self.shape > 1):
             raise ValueError(f"lomax needs shape a > 1 (else it has no mean), got {self.shape}")
 
-    def sample(self, streams: UserStreams, m: int) -> FloatArray:
-        return self._from_uniforms(streams.random(self._shape(streams, m)))
-
-    def sample_ragged(self, key: StreamKey, participants: IntArray, counts: IntArray) -> FloatArray:
-        u = self._ragged_uniforms(key, participants, counts)
-        return self._from_uniforms(u.reshape(-1, *self.item_shape))
-
     def _from_uniforms(self, u: FloatArray) -> FloatArray:
         return np.expm1(-np.log1p(-u) / self.shape)
 
@@ -308,7 +303,7 @@ class Lomax(Distribution):
 
 
 @dataclass(frozen=True)
-class Exponential(Distribution):
+class Exponential(_ByInversion):
     """Exponential of rate λ: pdf λe^(−λx) on x >= 0, mean 1/λ, variance 1/λ² (i.i.d. coordinates
     for vectors).
 
@@ -322,13 +317,6 @@ class Exponential(Distribution):
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate) and self.rate > 0):
             raise ValueError(f"exponential needs a finite rate λ > 0, got {self.rate}")
-
-    def sample(self, streams: UserStreams, m: int) -> FloatArray:
-        return self._from_uniforms(streams.random(self._shape(streams, m)))
-
-    def sample_ragged(self, key: StreamKey, participants: IntArray, counts: IntArray) -> FloatArray:
-        u = self._ragged_uniforms(key, participants, counts)
-        return self._from_uniforms(u.reshape(-1, *self.item_shape))
 
     def _from_uniforms(self, u: FloatArray) -> FloatArray:
         x = -np.log1p(-u)
