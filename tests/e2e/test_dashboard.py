@@ -9,6 +9,7 @@ the end equals ``GET …/result``. The page is saved as a screenshot (to
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import threading
@@ -32,6 +33,26 @@ pytestmark = pytest.mark.e2e
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SPEC = PopulationSpec(users=3000, samples=8, distribution="two-point", mean=0.3)
 SEED = 12
+REPORT_DELAY_S = 0.025
+"""Report batches leave one at a time, this long apart (120 batches of 25 reports: about 3 s
+of reporting, a dozen of the page's progress events). Unpaced, the swarm now reports all 3,000
+users faster than the event stream reads the counters (every 0.25 s), and the page may see no
+count between nothing and everything."""
+
+
+class PacedTransport(httpx.AsyncHTTPTransport):
+    """The swarm's transport, letting report batches out one per ``REPORT_DELAY_S``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._gate: asyncio.Lock | None = None  # made in the swarm's event loop
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and request.url.path.endswith(("/reports", "/reports/batch")):
+            self._gate = self._gate or asyncio.Lock()
+            async with self._gate:
+                await asyncio.sleep(REPORT_DELAY_S)
+        return await super().handle_async_request(request)
 
 
 @pytest.fixture
@@ -93,6 +114,7 @@ def test_the_dashboard_follows_a_study_live(
                     batch=50,
                     concurrency=1,
                     progress=False,
+                    transport=PacedTransport(),
                 )
             )
         except BaseException as exc:
