@@ -154,8 +154,7 @@ def reported_pids(
             table.c.study_id == study_id, table.c.round == index, within
         )
         found += raw_rows(session, stmt)
-    stored = np.fromiter(chain.from_iterable(found), dtype=np.int64, count=len(found))
-    return participant_ids[np.isin(participant_ids, stored)]
+    return _present(participant_ids, found)
 
 
 def reported_now(db: Database, study_id: str, index: int, participant_ids: IntArray) -> IntArray:
@@ -167,6 +166,11 @@ def reported_now(db: Database, study_id: str, index: int, participant_ids: IntAr
     head = f"SELECT participant_id FROM {REPORTS.name} WHERE study_id = ? AND round = ? AND "
     for condition, params in among_sql("participant_id", participant_ids.tolist()):
         found += db.read(head + condition, (study_id, index, *params))
+    return _present(participant_ids, found)
+
+
+def _present(participant_ids: IntArray, found: list[tuple[int]]) -> IntArray:
+    """Those of ``participant_ids`` among the rows ``found`` (a range read also finds others)."""
     stored = np.fromiter(chain.from_iterable(found), dtype=np.int64, count=len(found))
     return participant_ids[np.isin(participant_ids, stored)]
 

@@ -88,31 +88,32 @@ RANGE_SPAN = 4
 with one range condition, others with IN-lists of at most ``IN_CHUNK``."""
 
 
+def _spans(ids: Sequence[int]) -> Iterator[tuple[bool, Sequence[int]]]:
+    """How ``among`` selects ``ids``: ``(True, (low, high))`` for one range, else
+    ``(False, chunk)`` for IN-lists of at most ``IN_CHUNK``."""
+    if not ids:
+        return
+    low, high = min(ids), max(ids)
+    if high - low < RANGE_SPAN * len(ids):
+        yield True, (low, high)
+        return
+    for start in range(0, len(ids), IN_CHUNK):
+        yield False, ids[start : start + IN_CHUNK]
+
+
 def among(column: ColumnElement[int], ids: Sequence[int]) -> Iterator[ColumnElement[bool]]:
     """Conditions that together select the rows whose ``column`` is one of ``ids``: one range
     (which also selects the values between them: the caller drops those) or IN-lists. A range
     scan reads a block of ids at the cost of one index seek; IN-lists cost one each."""
-    if not ids:
-        return
-    low, high = min(ids), max(ids)
-    if high - low < RANGE_SPAN * len(ids):
-        yield column.between(low, high)
-        return
-    for start in range(0, len(ids), IN_CHUNK):
-        yield column.in_(list(ids[start : start + IN_CHUNK]))
+    for is_range, values in _spans(ids):
+        yield column.between(values[0], values[-1]) if is_range else column.in_(list(values))
 
 
 def among_sql(column: str, ids: Sequence[int]) -> Iterator[tuple[str, tuple[int, ...]]]:
     """``among`` as SQL text with ``?`` placeholders and its parameters (for ``Database.read``)."""
-    if not ids:
-        return
-    low, high = min(ids), max(ids)
-    if high - low < RANGE_SPAN * len(ids):
-        yield f"{column} BETWEEN ? AND ?", (low, high)
-        return
-    for start in range(0, len(ids), IN_CHUNK):
-        chunk = tuple(ids[start : start + IN_CHUNK])
-        yield f"{column} IN ({','.join('?' * len(chunk))})", chunk
+    for is_range, values in _spans(ids):
+        marks = "? AND ?" if is_range else f"({','.join('?' * len(values))})"
+        yield f"{column} {'BETWEEN' if is_range else 'IN'} {marks}", tuple(values)
 
 
 def raw_rows(session: Session, stmt: Select[Any]) -> list[Any]:
