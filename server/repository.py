@@ -20,6 +20,7 @@ import numpy as np
 from sqlalchemy import (
     ColumnElement,
     CursorResult,
+    LargeBinary,
     Select,
     Table,
     Text,
@@ -185,6 +186,8 @@ class Columns:
         values: list[Any] = [None] * (width * self.size)
         for j, column in enumerate(table.columns):
             process = column.type.dialect_impl(dialect).bind_processor(dialect)
+            if isinstance(column.type, LargeBinary):
+                process = None  # sqlite3 binds bytes as a BLOB itself (its Binary: a memoryview)
             values[j::width] = self._column(column.name, process)
         quote = dialect.identifier_preparer.quote
         head = (

@@ -36,6 +36,7 @@ from fedldp.client.http.context import (
 )
 from fedldp.client.http.errors import PhaseError, SwarmError
 from fedldp.client.http.peruser import run_users
+from fedldp.client.http.prefetch import Prefetch
 from fedldp.client.http.roster import Roster
 from fedldp.client.http.user import Privatizer, UserBlock
 from fedldp.protocol.core.base import FloatArray, IntArray
@@ -189,6 +190,13 @@ class BlockAgent(_Agent):
         ctx.stats.late += len(late)
 
 
+async def _run_block(agent: BlockAgent) -> None:
+    await agent.run()
+    data = agent.block.privatizer.population
+    if isinstance(data, Prefetch):  # its users' data drawn ahead are no longer needed
+        data.release(agent.roster.slots)
+
+
 async def drive(
     api: ApiClient,
     study_id: str,
@@ -211,7 +219,7 @@ async def drive(
             async with asyncio.TaskGroup() as group:
                 for start in range(0, len(roster), batch):
                     agent = BlockAgent(ctx, roster.part(start, start + batch), privatizer)
-                    group.create_task(agent.run())
+                    group.create_task(_run_block(agent))
     except BaseExceptionGroup as errors:
         raise first_error(errors) from None
     return ctx.stats

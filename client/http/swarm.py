@@ -52,14 +52,20 @@ from fedldp.client.http.enrollment import (
     start,
 )
 from fedldp.client.http.peruser import HOLDERS
+from fedldp.client.http.prefetch import Prefetch
 from fedldp.client.http.progress import SwarmProgress, watch_study
 from fedldp.client.http.user import Privatizer
-from fedldp.client.population.build import AnyPopulation, PopulationSpec, build_population
+from fedldp.client.population.build import (
+    AnyPopulation,
+    Population,
+    PopulationSpec,
+    build_population,
+)
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
 from fedldp.client.seeds import derive_seeds, noise_seed, population_digest
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import JSON, FloatArray, Protocol, split_sizes
+from fedldp.protocol.core.base import JSON, FloatArray, IntArray, Protocol, split_sizes
 from fedldp.protocol.core.wire import (
     MAX_BATCH,
     ResultView,
@@ -336,7 +342,7 @@ async def run_swarm(
         transport=transport,
         max_connections=connections,
     ) as api:
-        with SwarmProgress(progress) as bars:
+        with SwarmProgress(progress) as bars, contextlib.ExitStack() as stack:
             if create is not None:
                 protocol_name, params = create
                 spec = StudyCreate(
@@ -366,12 +372,18 @@ async def run_swarm(
                 study = await api.study(study_id)
             protocol = local_protocol(study.protocol)
             _check_data(protocol, pop)
+            prefetch = _prefetch(pop, batch, processes, lease, members)
+            if prefetch is not None:  # while the server enrolls them (cancelled at the start)
+                ahead = asyncio.create_task(prefetch.draw_ahead())
+                stack.callback(ahead.cancel)
             block_only = batch is not None  # batch agents use the block tokens alone
             if lease:
                 roster = await enroll_leases(api, study, pop, bars, block_only=block_only)
             else:
                 roster = await enroll(api, study, pop, bars, block_only=block_only, members=members)
                 study = await start(api, study.id)
+            if prefetch is not None:
+                ahead.cancel()
             joiners = np.zeros(0, dtype=np.int64)
             if members is not None:
                 joiners = np.setdiff1d(np.arange(pop.n, dtype=np.int64), members)
@@ -382,7 +394,7 @@ async def run_swarm(
                     privatizer = Privatizer(
                         protocol,
                         protocol.parse_params(study.params),
-                        pop,
+                        pop if prefetch is None else prefetch,
                         pop.population_seed,
                         roles,
                     )
@@ -427,6 +439,17 @@ async def run_swarm(
                     await watcher
     elapsed = time.perf_counter() - began
     return SwarmResult(study, result, pop, elapsed, stats, predictions, len(roster))
+
+
+def _prefetch(
+    pop: AnyPopulation, batch: int | None, processes: int, lease: bool, members: IntArray | None
+) -> Prefetch | None:
+    """Batch mode in one process draws its users' data ahead (``fedldp.client.http.prefetch``)
+    in the blocks its agents will run: all users, or the members, in order."""
+    if batch is None or processes > 1 or lease or not isinstance(pop, Population):
+        return None
+    slots = np.arange(pop.n, dtype=np.int64) if members is None else members
+    return Prefetch(pop, slots, batch)
 
 
 def _roles(behaviour: Behaviour | None, population_seed: int) -> Roles | None:

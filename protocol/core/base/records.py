@@ -98,6 +98,23 @@ class UserData:
         sums = self.user_sums(samples)
         return sums / self.counts.reshape((-1,) + (1,) * (sums.ndim - 1))
 
+    def take(self, users: IntArray) -> UserData:
+        """The datasets of the users at positions ``users`` (in that order)."""
+        u = np.asarray(users, dtype=np.int64)
+        counts = self.counts[u]
+        if self.counts.size and np.all(self.counts == self.counts[0]):
+            # every user holds m samples: a gather of whole rows
+            m = int(self.counts[0])
+            rows = self.values.reshape(self.counts.size, m, *self.values.shape[1:])[u]
+            values = rows.reshape(u.size * m, *self.values.shape[1:])
+            labels = None if self.labels is None else self.labels.reshape(-1, m)[u].reshape(-1)
+            return UserData(values, counts, labels)
+        starts = self.offsets[u]
+        before = np.cumsum(counts) - counts  # where each taken user starts in the result
+        idx = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(starts - before, counts)
+        labels = None if self.labels is None else self.labels[idx]
+        return UserData(self.values[idx], counts, labels)
+
     def truncated(self, m: int) -> UserData:
         """Each user keeps its first ``m`` samples (user-level-ldp.md §1.1: a common m)."""
         if np.all(self.counts <= m):

@@ -21,6 +21,7 @@ from fastapi import FastAPI
 
 from fedldp.client.http.agents import SwarmError
 from fedldp.client.http.api import AuthError
+from fedldp.client.http.prefetch import Prefetch
 from fedldp.client.http.swarm import SwarmResult, run_swarm
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.seeds import population_digest
@@ -240,3 +241,33 @@ async def test_leasing_needs_the_admin_key_when_the_server_has_one(tmp_path: Pat
     finally:
         ctx: Context = application.state.ctx
         ctx.db.dispose()
+
+
+async def test_batch_agents_use_the_data_drawn_during_enrollment(
+    app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The swarm draws its blocks' data while the server enrolls them (fedldp.client.http.prefetch)
+    and its agents privatize from them: every block once, and the same estimate."""
+    drawn: list[int] = []
+    served: list[int] = []
+    draw_ahead, data = Prefetch.draw_ahead, Prefetch.data
+
+    async def spy_ahead(self: Prefetch) -> None:
+        await draw_ahead(self)
+        drawn.append(len(self._drawn))
+
+    def spy_data(self: Prefetch, slots: Any) -> Any:
+        found = self._where(np.asarray(slots, dtype=np.int64))
+        served.append(int(found is not None and found[0] in self._drawn))
+        return data(self, slots)
+
+    monkeypatch.setattr(Prefetch, "draw_ahead", spy_ahead)
+    monkeypatch.setattr(Prefetch, "data", spy_data)
+    spec = PopulationSpec(users=3000, samples=32, distribution="two-point", mean=0.3)
+    run = await swarm(app, "user-mean", spec, 11, batch=1000)
+    np.testing.assert_allclose(
+        np.asarray(run.result.estimate), simulated("user-mean", spec, 11), rtol=REL, atol=1e-15
+    )
+    assert drawn == [3]  # all three blocks, before the study started
+    assert len(served) == 6  # two rounds of three blocks
+    assert all(served)  # each from the data drawn ahead
