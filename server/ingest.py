@@ -9,8 +9,6 @@ refused. Nothing of a refused report is stored.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import repeat
@@ -77,24 +75,6 @@ def _row_bytes(payloads: FloatArray) -> list[bytes]:
     return [data[j * size : (j + 1) * size] for j in range(payloads.shape[0])]
 
 
-def _digests(kind: str, blobs: list[bytes], key: bytes | None = None) -> list[str]:
-    """The receipt digest of each stored row: SHA-256 of ``kind``, a zero byte and the row; for
-    a central-trust study an HMAC under a key derived from the study's contribution key
-    (``key``), so that a digest left in an old copy of the database cannot test a guess of a
-    contribution once that key is destroyed."""
-    prefix = (
-        hashlib.sha256(kind.encode() + b"\0")
-        if key is None
-        else hmac.new(key, kind.encode() + b"\0", hashlib.sha256)
-    )
-    out: list[str] = []
-    for blob in blobs:
-        h = prefix.copy()
-        h.update(blob)
-        out.append(h.hexdigest()[:32])
-    return out
-
-
 def _digest_key(ctx: Context, trust: str, study_id: str) -> bytes | None:
     if trust != "central":
         return None
@@ -141,12 +121,12 @@ def _resent(
     if not signed_by(ctx, study, ids, credentials).all():
         return None
     payloads, _ = rows.matrix(int(lengths[0]))
-    stored = report_rows.existing_reports(session, study.id, index, ids)
+    stored = report_rows.existing_reports(session, study.id, index, kind, ids)
     try:
         key = _digest_key(ctx, CATALOGUE[study.protocol].trust, study.id)
     except KeyUnavailable:
         return None  # the study ended: its receipts' digests are blank
-    digests = _digests(kind, _row_bytes(payloads), key)
+    digests = report_rows.receipt_digests(kind, _row_bytes(payloads), key)
     if any(stored.get(p, ("",))[0] != d for p, d in zip(ids, digests, strict=True)):
         return None
     return {p: stored[p] for p in ids}
@@ -197,7 +177,11 @@ def _ingest(
     credentials: Credentials,
     kind: PayloadKind,
     rows: _Rows,
+    *,
+    receipts: bool,
 ) -> _Outcome:
+    """Check and store a round's reports. ``receipts``: each accepted report's receipt
+    digest is wanted (single-report answers carry it; a batch's receipt does not)."""
     lengths = rows.lengths()
     if len(ids) != len(lengths):
         raise InvalidRequest(f"{len(ids)} ids but {len(lengths)} payloads")
@@ -284,12 +268,23 @@ def _ingest(
     accepted = np.flatnonzero(ok)
     accepted_ids = pids[accepted].tolist()
     blobs = _row_bytes(payloads[accepted])
-    digests = _digests(kind, blobs, _digest_key(ctx, splan.protocol.trust, study_id))
+    key = _digest_key(ctx, splan.protocol.trust, study_id)
     epsilons = charge[accepted].tolist()
     central = splan.protocol.trust == "central"
+    # A central-trust report's receipt digest is an HMAC under the study's key, stored with it;
+    # a local one's is its payload's SHA-256, worked out when a receipt needs it
+    # (``report_rows.existing_reports``), so a report batch, whose receipt has none, skips it.
+    digests = report_rows.receipt_digests(kind, blobs, key) if central or receipts else None
     stored_blobs = [b""] * len(blobs) if central else blobs  # central: in their own table
     inserted = report_rows.insert_reports(
-        session, study_id, k, now, accepted_ids, stored_blobs, epsilons, digests
+        session,
+        study_id,
+        k,
+        now,
+        accepted_ids,
+        stored_blobs,
+        epsilons,
+        digests if central else None,
     )
     if central:
         fresh = [j for j, pid in enumerate(accepted_ids) if pid in inserted]
@@ -299,20 +294,23 @@ def _ingest(
         except KeyMissing as exc:
             raise KeyUnavailable(str(exc)) from None
         report_rows.insert_contributions(session, study_id, k, fresh_ids, sealed)
-    stored: dict[int, tuple[str, datetime]] = {}
-    conflicts: list[tuple[int, str]] = []  # (position in the batch, digest)
+    stored: dict[int, tuple[str, datetime]] = {}  # digest "": not worked out (no receipt)
+    conflicts: list[tuple[int, int]] = []  # (position in the batch, among the accepted)
     if len(inserted) == len(accepted_ids):  # the usual case: built in C
-        stored = dict(zip(accepted_ids, zip(digests, repeat(now)), strict=True))
+        stored = dict(zip(accepted_ids, zip(digests or repeat(""), repeat(now)), strict=False))
     else:
-        for i, pid, digest in zip(accepted.tolist(), accepted_ids, digests, strict=True):
+        for a, (i, pid) in enumerate(zip(accepted.tolist(), accepted_ids, strict=True)):
             if pid in inserted:
-                stored[pid] = (digest, now)
+                stored[pid] = (digests[a] if digests is not None else "", now)
             else:
-                conflicts.append((i, digest))
+                conflicts.append((i, a))
     duplicates: set[int] = set()
     if conflicts:
-        before = report_rows.existing_reports(session, study_id, k, [ids[i] for i, _ in conflicts])
-        for i, digest in conflicts:
+        sent = report_rows.receipt_digests(kind, [blobs[a] for _, a in conflicts], key)
+        before = report_rows.existing_reports(
+            session, study_id, k, kind, [ids[i] for i, _ in conflicts]
+        )
+        for (i, _), digest in zip(conflicts, sent, strict=True):
             pid = ids[i]
             if before[pid][0] == digest:
                 duplicates.add(pid)
@@ -373,7 +371,15 @@ def submit_many(
                 repo.add_refused(session, study_id, index, late=sum(o is exc for o in out))
             return out
         outcome = _ingest(
-            ctx, session, study, r, ids, Credentials(tokens=tokens), kind, _Rows(lists=rows)
+            ctx,
+            session,
+            study,
+            r,
+            ids,
+            Credentials(tokens=tokens),
+            kind,
+            _Rows(lists=rows),
+            receipts=True,
         )
     if outcome.complete:
         advance(ctx, study_id, index)
@@ -405,7 +411,15 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
                 )
         else:
             outcome = _ingest(
-                ctx, session, study, r, batch.participant_ids, batch, batch.kind, _Rows.of(batch)
+                ctx,
+                session,
+                study,
+                r,
+                batch.participant_ids,
+                batch,
+                batch.kind,
+                _Rows.of(batch),
+                receipts=False,
             )
     if closed is not None:
         if late:  # counted in a transaction of its own: the refusal itself stores nothing

@@ -4,6 +4,8 @@ for aggregation."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from itertools import chain
@@ -42,6 +44,7 @@ __all__ = [
     "forget_contributions",
     "insert_contributions",
     "insert_reports",
+    "receipt_digests",
     "reported_now",
     "reported_pids",
     "reported_rounds",
@@ -49,6 +52,24 @@ __all__ = [
     "spent_per_participant",
     "stream_reports",
 ]
+
+
+def receipt_digests(kind: str, blobs: list[bytes], key: bytes | None = None) -> list[str]:
+    """The receipt digest of each stored row: SHA-256 of ``kind``, a zero byte and the row; for
+    a central-trust study an HMAC under a key derived from the study's contribution key
+    (``key``), so that a digest left in an old copy of the database cannot test a guess of a
+    contribution once that key is destroyed."""
+    prefix = (
+        hashlib.sha256(kind.encode() + b"\0")
+        if key is None
+        else hmac.new(key, kind.encode() + b"\0", hashlib.sha256)
+    )
+    out: list[str] = []
+    for blob in blobs:
+        h = prefix.copy()
+        h.update(blob)
+        out.append(h.hexdigest()[:32])
+    return out
 
 
 def insert_reports(
@@ -59,10 +80,11 @@ def insert_reports(
     participant_ids: Sequence[int],
     payloads: Sequence[bytes],
     epsilons: Sequence[float],
-    digests: Sequence[str],
+    digests: Sequence[str] | None,
 ) -> set[int]:
     """Insert the reports of these participants in round ``index`` (payload bytes, ε charged,
-    receipt digest each), skipping (study, round, participant) keys already stored: the ids
+    receipt digest each: None for a local-trust study's, whose digest is their payload's, see
+    ``existing_reports``), skipping (study, round, participant) keys already stored: the ids
     that were inserted by this statement."""
     if not participant_ids:
         return set()
@@ -73,15 +95,17 @@ def insert_reports(
         )
     if dialect != "postgresql":  # pragma: no cover - only SQLite and PostgreSQL are supported
         raise RuntimeError(f"unsupported database {dialect}")
-    columns = Columns(
-        {"study_id": study_id, "round": index, "received_at": received_at},
-        {
-            "participant_id": participant_ids,
-            "payload": payloads,
-            "epsilon": epsilons,
-            "digest": digests,
-        },
-    )
+    same: dict[str, Any] = {"study_id": study_id, "round": index, "received_at": received_at}
+    each: dict[str, Sequence[Any]] = {
+        "participant_id": participant_ids,
+        "payload": payloads,
+        "epsilon": epsilons,
+    }
+    if digests is None:
+        same["digest"] = ""
+    else:
+        each["digest"] = digests
+    columns = Columns(same, each)
     # A Core insert into the table (multi-row VALUES batches with RETURNING), not an ORM bulk
     # insert of ReportRow: the same statement without the ORM's per-row bookkeeping.
     table = REPORTS
@@ -97,7 +121,7 @@ def _insert_reports_sqlite(
     participant_ids: Sequence[int],
     payloads: Sequence[bytes],
     epsilons: Sequence[float],
-    digests: Sequence[str],
+    digests: Sequence[str] | None,
 ) -> set[int]:
     """``insert_reports`` on SQLite: the keys stored already are read first (one range read
     for a block of ids, which finds none in the usual case), and the others inserted at the
@@ -106,19 +130,23 @@ def _insert_reports_sqlite(
     report can be stored between the read and the insert."""
     ids = list(participant_ids)
     stored = set(reported_pids(session, study_id, index, np.asarray(ids, dtype=np.int64)).tolist())
+    same: dict[str, Any] = {"study_id": study_id, "round": index, "received_at": received_at}
     each: dict[str, Sequence[Any]] = {
         "participant_id": ids,
         "payload": payloads,
         "epsilon": epsilons,
-        "digest": digests,
     }
+    if digests is None:
+        same["digest"] = ""
+    else:
+        each["digest"] = digests
     if stored:
         keep = [j for j, pid in enumerate(ids) if pid not in stored]
         each = {name: [values[j] for j in keep] for name, values in each.items()}
         ids = [ids[j] for j in keep]
     if not ids:
         return set()
-    columns = Columns({"study_id": study_id, "round": index, "received_at": received_at}, each)
+    columns = Columns(same, each)
     tail = " ON CONFLICT DO NOTHING"  # none, under the write lock; a conflict is not an error
     inserted = columns.insert_sqlite(session, REPORTS, tail)
     if inserted != len(ids):  # pragma: no cover - the write lock makes this impossible
@@ -127,18 +155,22 @@ def _insert_reports_sqlite(
 
 
 def existing_reports(
-    session: Session, study_id: str, index: int, participant_ids: Sequence[int]
+    session: Session, study_id: str, index: int, kind: str, participant_ids: Sequence[int]
 ) -> dict[int, tuple[str, datetime]]:
-    """Digest and arrival time of the stored reports of these participants in this round."""
+    """Receipt digest and arrival time of the stored reports of these participants in round
+    ``index`` (whose payloads are of ``kind``): the stored digest of a central-trust report
+    (blank once its study ended), else the SHA-256 of the stored payload (``receipt_digests``;
+    local-trust reports store none since they store the payload it comes from)."""
     table = REPORTS
     wanted = set(participant_ids)
     out: dict[int, tuple[str, datetime]] = {}
+    columns = (table.c.participant_id, table.c.digest, table.c.received_at, table.c.payload)
     for within in among(table.c.participant_id, participant_ids):
-        stmt = select(table.c.participant_id, table.c.digest, table.c.received_at).where(
-            table.c.study_id == study_id, table.c.round == index, within
-        )
-        for pid, digest, at in session.execute(stmt).all():
+        stmt = select(*columns).where(table.c.study_id == study_id, table.c.round == index, within)
+        for pid, digest, at, payload in session.execute(stmt).all():
             if pid in wanted:
+                if not digest and payload:
+                    digest = receipt_digests(kind, [bytes(payload)])[0]
                 out[int(pid)] = (str(digest), at)
     return out
 

@@ -180,6 +180,9 @@ class ReportRow(Base):
     participant_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     payload: Mapped[bytes] = mapped_column(LargeBinary)
     epsilon: Mapped[float] = mapped_column(Float)  # the ε this report charged
+    # the receipt digest of a central-trust report (an HMAC under the study's key, blanked when
+    # the study ends); "" for a local-trust one, whose digest is its payload's SHA-256, worked
+    # out when read (fedldp.server.report_rows.existing_reports). Rows written before kept theirs.
     digest: Mapped[str] = mapped_column(String(32))
     received_at: Mapped[datetime]
 

@@ -18,6 +18,7 @@ from fedldp.protocol.core.wire import (
     RoundView,
     StudyView,
 )
+from fedldp.server import report_rows
 from fedldp.server import repository as repo
 from fedldp.server.context import Context
 from fedldp.server.tables import ReportRow, utcnow
@@ -119,15 +120,22 @@ def report_count(ctx: Context, study_id: str, round_index: int | None = None) ->
 def stored_report(
     ctx: Context, study_id: str, round_index: int, participant_id: int
 ) -> tuple[bytes, str] | None:
-    """(payload bytes, digest) of a stored report, or None."""
-    stmt = select(ReportRow.payload, ReportRow.digest).where(
+    """(payload bytes, receipt digest) of a stored report, or None."""
+    stmt = select(ReportRow.payload).where(
         ReportRow.study_id == study_id,
         ReportRow.round == round_index,
         ReportRow.participant_id == participant_id,
     )
     with ctx.transaction() as session:
-        row = session.execute(stmt).one_or_none()
-    return None if row is None else (bytes(row[0]), str(row[1]))
+        payload = session.execute(stmt).scalar_one_or_none()
+        if payload is None:
+            return None
+        r = repo.get_round(session, study_id, round_index)
+        assert r is not None
+        receipts = report_rows.existing_reports(
+            session, study_id, round_index, r.payload_kind, [participant_id]
+        )
+    return bytes(payload), receipts[participant_id][0]
 
 
 def expire_round(ctx: Context, study_id: str, index: int) -> None:

@@ -49,13 +49,16 @@ def test_lookups_by_ids_find_exactly_the_stored_reports(
     expected = sorted(set(ids) & set(REPORTED))
     with ctx.transaction() as session:
         found = report_rows.reported_pids(session, study_id, 0, np.array(ids, dtype=np.int64))
-        stored = report_rows.existing_reports(session, study_id, 0, ids)
+        stored = report_rows.existing_reports(session, study_id, 0, "bit", ids)
         rounds = report_rows.reported_rounds(session, study_id, ids)
         assert (
             report_rows.reported_pids(session, study_id, 1, np.array(ids, dtype=np.int64)).size == 0
         )
     assert sorted(found.tolist()) == expected
     assert sorted(stored) == expected
+    # a local-trust report stores no digest: its receipt's is its payload's, worked out on reading
+    digest = report_rows.receipt_digests("bit", [np.float64(1.0).tobytes()])[0]
+    assert {d for d, _ in stored.values()} <= {digest}
     assert rounds == {p: [0] if p in REPORTED else [] for p in ids}
 
 
@@ -63,7 +66,7 @@ def test_lookups_span_more_ids_than_one_in_list(ctx: Context, study_id: str) -> 
     spread = [p * 1000 for p in range(2 * repo.IN_CHUNK)] + REPORTED  # several IN-lists
     with ctx.transaction() as session:
         found = report_rows.reported_pids(session, study_id, 0, np.array(spread, dtype=np.int64))
-        stored = report_rows.existing_reports(session, study_id, 0, spread)
+        stored = report_rows.existing_reports(session, study_id, 0, "bit", spread)
     assert sorted(found.tolist()) == sorted(stored) == REPORTED
 
 
