@@ -42,13 +42,48 @@ def _steps(ends: IntArray, size: int) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in itertools.pairwise(edges) if hi > lo]
 
 
-def _joined(parts: list[UserData]) -> UserData:
-    if len(parts) == 1:
-        return parts[0]
-    labels = None if parts[0].labels is None else np.concatenate([p.labels for p in parts])
-    return UserData(
-        np.concatenate([p.values for p in parts]), np.concatenate([p.counts for p in parts]), labels
-    )
+class _Drawn:
+    """A block's data as drawn, step after step (consecutive users each; never joined into one
+    copy: ``take`` gathers from them)."""
+
+    def __init__(self, parts: list[UserData]) -> None:
+        self.parts = parts
+        self.starts = np.cumsum([0] + [p.n_users for p in parts[:-1]])
+
+    def take(self, users: IntArray) -> UserData:
+        """The data of the block's users at positions ``users`` (in that order)."""
+        u = np.asarray(users, dtype=np.int64)
+        if len(self.parts) == 1:
+            return self.parts[0].take(u)
+        part = np.searchsorted(self.starts, u, side="right") - 1
+        pieces = [(int(k), np.flatnonzero(part == k)) for k in np.unique(part).tolist()]
+        m = int(self.parts[0].counts[0])
+        if all(np.all(p.counts == m) for p in self.parts):  # m samples each: one gather
+            first = self.parts[0]
+            item = first.values.shape[1:]
+            values = np.empty((u.size, m, *item), dtype=first.values.dtype)
+            labels = None if first.labels is None else np.empty((u.size, m))
+            for k, at in pieces:
+                p = self.parts[k]
+                local = u[at] - self.starts[k]
+                values[at] = p.values.reshape(p.n_users, m, *item)[local]
+                if labels is not None and p.labels is not None:
+                    labels[at] = p.labels.reshape(p.n_users, m)[local]
+            flat = None if labels is None else labels.reshape(-1)
+            return UserData(values.reshape(u.size * m, *item), np.full(u.size, m), flat)
+        taken = [self.parts[k].take(u[at] - self.starts[k]) for k, at in pieces]
+        if len(taken) == 1:
+            return taken[0]
+        labels = None if taken[0].labels is None else np.concatenate([t.labels for t in taken])
+        joined = UserData(
+            np.concatenate([t.values for t in taken]),
+            np.concatenate([t.counts for t in taken]),
+            labels,
+        )
+        order = np.concatenate([at for _, at in pieces])
+        if np.all(order[1:] > order[:-1]):  # asked in block order (the agents do)
+            return joined
+        return joined.take(np.argsort(order, kind="stable"))
 
 
 class Prefetch:
@@ -65,7 +100,7 @@ class Prefetch:
         self.slots = np.asarray(slots, dtype=np.int64)
         self.block = block
         self.budget = budget
-        self._drawn: dict[int, UserData] = {}
+        self._drawn: dict[int, _Drawn] = {}
         probe = population.data(self.slots[:1])  # the bytes of one sample, with its label
         labels = 0 if probe.labels is None else probe.labels.nbytes
         self._sample_bytes = (probe.values.nbytes + labels) // max(1, int(probe.counts.sum()))
@@ -85,7 +120,7 @@ class Prefetch:
             for lo, hi in _steps(ends, STEP_SAMPLES):
                 parts.append(self.population.data(block[lo:hi]))
                 await asyncio.sleep(0)  # the loop's I/O waits at most one step
-            self._drawn[i] = _joined(parts)
+            self._drawn[i] = _Drawn(parts)
 
     def _where(self, slots: IntArray) -> tuple[int, IntArray] | None:
         """The block holding every one of ``slots`` and their positions in it, or None."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
 
-from fedldp.server.db import Database
+from fedldp.server.db import PAGE_SIZE, WAL_CHECKPOINT_BYTES, Database
 from fedldp.server.settings import Settings
 from tests.server.conftest import POSTGRES_URL, drop_all, postgres_unreachable
 
@@ -49,3 +50,29 @@ def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
     finally:
         db.dispose()
     assert (mode, timeout) == ("wal", 30_000)
+
+
+def test_a_new_sqlite_database_takes_large_pages_and_an_old_one_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    """New databases get PAGE_SIZE pages; one made with SQLite's default 4,096 keeps them (a
+    page size cannot change in WAL mode); both checkpoint at WAL_CHECKPOINT_BYTES."""
+    old = tmp_path / "old.db"
+    made_before = sqlite3.connect(old)
+    made_before.execute("PRAGMA journal_mode=WAL")
+    made_before.execute("CREATE TABLE t (x)")
+    made_before.close()
+    found: dict[str, tuple[int, int]] = {}
+    for name in ("new.db", "old.db"):
+        db = Database(Settings(database_url=f"sqlite:///{tmp_path / name}"))
+        try:
+            with db.engine.connect() as connection:
+                size = connection.exec_driver_sql("PRAGMA page_size").scalar_one()
+                pages = connection.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one()
+        finally:
+            db.dispose()
+        found[name] = (int(size), int(pages))
+    assert found == {
+        "new.db": (PAGE_SIZE, WAL_CHECKPOINT_BYTES // PAGE_SIZE),
+        "old.db": (4096, WAL_CHECKPOINT_BYTES // 4096),
+    }

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fedldp.client.http import prefetch as prefetch_module
 from fedldp.client.http.prefetch import Prefetch
 from fedldp.client.population.build import Population, PopulationSpec, build_population
 from fedldp.protocol.core.base import IntArray, UserData
@@ -63,8 +64,13 @@ def test_take_gives_the_users_asked_in_their_order(spec: PopulationSpec) -> None
         same(drawn.take(u), population.data(block[u]))
 
 
+@pytest.mark.parametrize("step", [2**17, 50], ids=["one step a block", "steps of 50 samples"])
 @pytest.mark.parametrize("spec", [UNIFORM, RAGGED, LABELED], ids=["uniform", "ragged", "labeled"])
-def test_drawn_ahead_equals_drawn_on_demand(spec: PopulationSpec) -> None:
+def test_drawn_ahead_equals_drawn_on_demand(
+    spec: PopulationSpec, step: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether a block was drawn in one step or many (gathered from them), in any order."""
+    monkeypatch.setattr(prefetch_module, "STEP_SAMPLES", step)
     population = built(spec, 5)
     counting = Counting(population)
     slots = np.arange(0, population.n, 2, dtype=np.int64)  # every other user, as members
