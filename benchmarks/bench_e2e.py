@@ -41,7 +41,7 @@ import httpx
 import numpy as np
 
 from fedldp.client.http.server_process import ServerProcess, sqlite_url
-from fedldp.client.http.swarm import SwarmResult, run_swarm
+from fedldp.client.http.swarm import DEFAULT_CONCURRENCY, SwarmResult, run_swarm
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
@@ -201,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", default="1,2", help="server worker counts to run, comma-separated (1,2)"
     )
     parser.add_argument("--batch", type=int, default=10_000)
-    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument(
+        "--concurrency", type=int, default=DEFAULT_CONCURRENCY["batch"], help="the swarm's default"
+    )
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)

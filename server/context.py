@@ -91,7 +91,6 @@ class Context:
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
     """Each study's token key, once read (it never changes): the single-participant routes
     check a token before they parse the body with no database round trip."""
-    _sqlite_turn: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         directory = self.settings.key_dir or default_key_dir(self.settings.database_url)
@@ -111,11 +110,9 @@ class Context:
     def transaction(self) -> Iterator[Session]:
         """A short transaction: committed on success, rolled back on any error.
 
-        SQLite runs one transaction at a time (each begins IMMEDIATE); the threads of this
-        process take turns on a lock rather than in SQLite's busy handler, which sleeps in
-        growing steps and would idle the server under concurrent requests. Other processes on
-        the same file still wait in the busy handler."""
-        turn = self._sqlite_turn if self.db.is_sqlite else contextlib.nullcontext()
+        SQLite runs one transaction at a time (each begins IMMEDIATE), in the turns of
+        ``Database.write_turn``."""
+        turn = self.db.write_turn() if self.db.is_sqlite else contextlib.nullcontext()
         with turn:
             with self.db.session() as session:
                 with session.begin():

@@ -10,6 +10,11 @@ revisions), once, under a lock, so replicas may start together on one database.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -67,6 +72,12 @@ class Database:
         if self.is_sqlite:
             _configure_sqlite(self.engine, settings.busy_timeout_s)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._turn = threading.Lock()
+        self._turn_file: int | None = None  # the lock file's descriptor, opened on first use
+        file = self.engine.url.database if self.is_sqlite else None
+        self._turn_path = (
+            None if not file or file == ":memory:" or file.startswith("file:") else f"{file}-lock"
+        )
         try:
             self.schema_before: SchemaStatus = self.migrate()
             """Where the schema stood before opening (``schema_before.empty``: created now)."""
@@ -110,6 +121,27 @@ class Database:
         finally:
             raw.close()  # back to the pool, which ends the driver's read transaction, if any
 
+    @contextmanager
+    def write_turn(self) -> Iterator[None]:
+        """SQLite: this process's turn to write. SQLite runs one write transaction at a time, and
+        a writer that finds the database locked waits in its busy handler, which sleeps in
+        growing steps (1, 2, 5, 10… ms) and idles the server whenever requests queue up. So the
+        threads of a process take turns on a lock, and the processes of a server (``--workers``)
+        on an advisory lock of a file beside the database (``flock``), each waking as soon as
+        the one before is done. Other programs writing the same file still meet the busy
+        handler (SQLite's own locking is what keeps the data consistent either way)."""
+        with self._turn:
+            if self._turn_path is None:
+                yield
+                return
+            if self._turn_file is None:
+                self._turn_file = os.open(self._turn_path, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(self._turn_file, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._turn_file, fcntl.LOCK_UN)
+
     def checkpoint(self, *, passive: bool = False) -> bool:
         """SQLite: copy the WAL into the database file and truncate it to zero bytes (the
         caller holds the process's transaction turn). True if a reader kept it from finishing.
@@ -129,6 +161,10 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        with self._turn:
+            if self._turn_file is not None:
+                os.close(self._turn_file)
+                self._turn_file = None
 
 
 def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:

@@ -75,7 +75,7 @@ def _add_swarm_options(parser: argparse.ArgumentParser, *, default_batch: int | 
         "--concurrency",
         type=int,
         metavar="N",
-        help="requests in flight per process (default 64 per-user, 4 in batch mode)",
+        help="requests in flight per process (default 64 per-user, 8 in batch mode)",
     )
     if default_batch is None:
         parser.add_argument(

@@ -75,7 +75,11 @@ from fedldp.protocol.core.wire import (
 
 __all__ = ["SwarmError", "SwarmResult", "run_swarm", "run_swarm_sync", "view_summary"]
 
-DEFAULT_CONCURRENCY = {"user": 64, "batch": 4}
+DEFAULT_CONCURRENCY = {"user": 64, "batch": 8}
+"""Requests in flight per swarm process by default. In batch mode, report batches: with its
+users' data drawn ahead (``fedldp.client.http.prefetch``) a swarm privatizes a block faster than
+the server stores one, and eight in flight keep a queue at the server through a round (four let
+it idle while the swarm's answers waited for a slot: bench_e2e 1.10 s against 1.00 s)."""
 
 
 @dataclass(frozen=True)
@@ -298,7 +302,7 @@ async def run_swarm(
     Give either ``create=(protocol, params)`` (a new study, seeded from ``seed``) or ``study_id``
     (an existing, empty study). ``batch`` None runs one agent per user on the single-participant
     endpoints with ``concurrency`` requests in flight (default 64); ``batch=B`` runs blocks of B
-    users on the batch endpoints (default 4 requests in flight). ``progress`` None shows progress
+    users on the batch endpoints (default 8 requests in flight). ``progress`` None shows progress
     bars when stderr is a terminal. ``transport`` (tests) replaces the network; it cannot be
     combined with ``processes`` > 1.
 

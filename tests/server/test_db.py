@@ -76,3 +76,28 @@ def test_a_new_sqlite_database_takes_large_pages_and_an_old_one_keeps_its_own(
         "new.db": (PAGE_SIZE, WAL_CHECKPOINT_BYTES // PAGE_SIZE),
         "old.db": (4096, WAL_CHECKPOINT_BYTES // 4096),
     }
+
+
+def test_processes_on_one_sqlite_file_take_turns_to_write(tmp_path: Path) -> None:
+    """Database.write_turn: a second server process (here a second Database on the same file,
+    whose lock is its own open file) waits on the lock file beside the database, not in SQLite's
+    sleeping busy handler, and goes on as soon as the first is done."""
+    url = f"sqlite:///{tmp_path}/turns.db"
+    first, second = Database(Settings(database_url=url)), Database(Settings(database_url=url))
+    entered = threading.Event()
+
+    def other() -> None:
+        with second.write_turn():
+            entered.set()
+
+    try:
+        with first.write_turn():
+            waiting = threading.Thread(target=other)
+            waiting.start()
+            assert not entered.wait(0.3)  # the first still writes
+        assert entered.wait(5.0)
+        waiting.join()
+        assert (tmp_path / "turns.db-lock").exists()
+    finally:
+        first.dispose()
+        second.dispose()
