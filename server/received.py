@@ -126,13 +126,18 @@ class ReceivedCache:
                 for r in (study.rounds.get(k) for k in range(len(received)))
             ]
         spent = np.zeros(n, dtype=np.float64)
+        seen = np.zeros(n, dtype=np.bool_)
         for count, part in zip(received, parts, strict=True):
             if count == 0:
                 continue
             if part is None or sum(p.size for p in part[0]) != count:
                 return None
             ids = np.concatenate(part[0])
-            if np.unique(ids).size != count or ids.min() < 0 or ids.max() >= n:
+            if ids.min() < 0 or ids.max() >= n:
+                return None
+            seen[:] = False
+            seen[ids] = True
+            if np.count_nonzero(seen) != count:  # an id twice: not what the database holds
                 return None
             spent[ids] += np.concatenate(part[1])
         return spent

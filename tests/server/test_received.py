@@ -47,6 +47,9 @@ def test_a_round_is_given_in_participant_order_only_when_complete() -> None:
     assert spent is not None
     assert spent.tolist() == [0.0, 1.0, 0.5, 0.0, 0.0, 0.5, 0.5, 0.0]
     assert cache.spent("s", 8, [4, 2]) is None  # round 1 holds a report stored elsewhere
+    cache.add("s", 3, *part([2, 7]))
+    cache.add("s", 3, *part([7]))
+    assert cache.spent("s", 8, [4, 1, 0, 3]) is None  # an id twice: not what was stored
 
 
 def test_a_study_past_the_memory_budget_is_given_up() -> None:
