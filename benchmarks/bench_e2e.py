@@ -16,8 +16,8 @@ time (target <= 3 at the best worker count, as bench_peruser judges its rate), w
 went (from the server's own timestamps: enrollment and start, each round from opening to
 closing), the CPU seconds and peak RSS of the server (all its processes) and of the swarm (this
 process while it ran the swarm, and its worker processes), and checks that every run gives the
-in-process estimate (1e-9 relative, DESIGN.md). At 10^6 users
-(``--users 1000000``) the peak RSS targets are checked too: server < 500 MiB, swarm < 1 GiB. Exits
+in-process estimate (1e-9 relative, DESIGN.md). At 10^6 users (``--users 1000000``) the targets
+are the peak RSS instead (issue 15): server < 500 MiB, swarm < 1 GiB; the ratio is printed. Exits
 1 if a target is missed or the estimates differ.
 
     python benchmarks/bench_e2e.py [--study user-mean|user-sgd] [--users N] [--samples M]
@@ -241,15 +241,17 @@ def main(argv: list[str] | None = None) -> int:
         ok &= relative <= 1e-9
     print(f"  in process : {in_process:8.2f} s  (median of {len(times)})")
     # as bench_peruser: the target is the server's best worker count on this database and
-    # machine (on SQLite with 2 cores, which the swarm shares, one worker; see the README)
+    # machine (on SQLite with 2 cores, which the swarm shares, one worker; see the README); at
+    # 10^6 users issue 15 sets targets for the peak RSS only, and the ratio is printed
     best = min(runs, key=lambda h: h.run.elapsed_s)
     ratio = best.run.elapsed_s / in_process
-    met = ratio <= RATIO_TARGET
-    print(
-        f"  ratio at best ({best.workers} worker(s)) {ratio:.2f}, target <= {RATIO_TARGET:g}: "
-        + ("met" if met else "MISSED")
-    )
-    ok &= met
+    if args.users < MILLION:
+        met = ratio <= RATIO_TARGET
+        verdict = f", target <= {RATIO_TARGET:g}: " + ("met" if met else "MISSED")
+        ok &= met
+    else:
+        verdict = " (the targets at 10^6 users are the peak RSS above)"
+    print(f"  ratio at best ({best.workers} worker(s)) {ratio:.2f}{verdict}")
     print("  PASS" if ok else "  FAIL")
     return 0 if ok else 1
 
