@@ -87,7 +87,7 @@ class _Drawn:
 
 
 class Prefetch:
-    """``population``'s data for ``slots`` (the users the swarm runs, in roster order) in blocks
+    """``population``'s data for ``slots`` (the users the swarm runs, increasing) in blocks
     of ``block`` consecutive entries of that list (the swarm's batch agents' blocks), drawn ahead
     by ``draw_ahead`` within ``budget`` bytes (see the module docstring)."""
 
@@ -98,6 +98,8 @@ class Prefetch:
             raise ValueError("block must be >= 1")
         self.population = population
         self.slots = np.asarray(slots, dtype=np.int64)
+        if np.any(self.slots[1:] <= self.slots[:-1]):
+            raise ValueError("the slots must be increasing (a roster's order)")
         self.block = block
         self.budget = budget
         self._drawn: dict[int, _Drawn] = {}

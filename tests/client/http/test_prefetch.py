@@ -125,3 +125,11 @@ async def test_drawing_ahead_yields_to_the_event_loop() -> None:
     await prefetch.draw_ahead()
     task.cancel()
     assert turns >= 2000 * 512 // (2**17) - 1
+
+
+def test_slots_must_increase_and_blocks_hold_someone() -> None:
+    population = built(UNIFORM, 2)
+    with pytest.raises(ValueError, match="increasing"):
+        Prefetch(population, np.array([3, 2, 5], dtype=np.int64), block=2)
+    with pytest.raises(ValueError, match="block"):
+        Prefetch(population, np.arange(5, dtype=np.int64), block=0)
