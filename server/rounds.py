@@ -32,6 +32,7 @@ import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core.base import JSON, ReportChunk, jsonable
 from fedldp.protocol.core.ledger import check_plan_budget
 from fedldp.server import eventlog, report_rows
@@ -73,9 +74,13 @@ def fail_study(session: Session, study_id: str, reason: str) -> bool:
 
 def forget_contributions(session: Session, study_id: str) -> None:
     """The study ended: delete its contributions now and destroy their key after the commit
-    (fedldp.server.keys), so the copies the database keeps elsewhere become unreadable."""
-    report_rows.forget_contributions(session, study_id)
-    shred_after_commit(session, study_id)
+    (fedldp.server.keys), so the copies the database keeps elsewhere become unreadable. A
+    local-trust study has neither (its end skips the WAL checkpoint that shredding takes)."""
+    deleted = report_rows.forget_contributions(session, study_id)
+    study = session.get(StudyRow, study_id)  # (its protocol never changes)
+    protocol = None if study is None else CATALOGUE.get(study.protocol)
+    if deleted or protocol is None or protocol.trust == "central":
+        shred_after_commit(session, study_id)
 
 
 def shred_ended(ctx: Context) -> int:

@@ -302,3 +302,29 @@ async def test_a_replica_without_the_study_key_answers_503_and_fails_nothing(
         assert (await _view(client, study.id)).phase == "finished"
     finally:
         app_context(apart).db.dispose()
+
+
+async def test_a_local_trust_study_ends_without_shredding(
+    client: httpx.AsyncClient, app: FastAPI, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local-trust study has no contributions and no key: its end takes no truncating WAL
+    checkpoint (a central-trust one's does, above)."""
+    ctx = app_context(app)
+    checkpoints: list[bool] = []
+    checkpoint = ctx.db.checkpoint
+
+    def counted(*, passive: bool = False) -> bool:
+        checkpoints.append(passive)
+        return checkpoint(passive=passive)
+
+    monkeypatch.setattr(ctx.db, "checkpoint", counted)
+    study = await create_study(client, "hetero-mean-laplace")
+    people = await enroll(client, study.id, [1.0] * 4)
+    await start(client, study.id)
+    await submit_batch(client, study.id, 0, "scalar", people, [[0.1]] * 4)
+    result = ResultView.model_validate_json(
+        (await client.get(f"/v1/studies/{study.id}/result")).content
+    )
+    assert result.phase == "finished"
+    assert False not in checkpoints  # no truncating checkpoint (the sweeper's are passive)
+    assert ctx.keys.studies() == []
