@@ -201,27 +201,40 @@ async def _held(
     hold_s: float,
     ready: Callable[[_T], bool],
     at_once: Callable[[], _T | None] = lambda: None,
+    basis: Callable[[], object] | None = None,
 ) -> _T:
     """``first()``, then ``again()`` while the answer is not ``ready`` and ``hold_s`` seconds
     have not passed (a long poll); each ask is ``at_once()`` on the event loop when that can
     answer, else in a worker thread. Transitions committed by this process wake it at once;
     those of other processes (other workers of this server, or replicas) are seen at the next
-    ask, every ``POLL_S``."""
+    ask, every ``POLL_S``. ``basis``: what the answer depends on, cheaper to read than the
+    answer (read with it, in the same thread); a wake-up that finds it unchanged keeps the
+    answer instead of asking again (a held batch answer is tens of thousands of lookups)."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + hold_s
     ask = first
+    answer: _T | None = None
+    on: object = None  # the basis the answer was worked out on
     while True:
         seen = ctx.transitions.count
-        answer = at_once()
-        if answer is None:
-            answer = await asyncio.to_thread(ask)
+        # a wake-up that finds nothing the answer depends on moved keeps it
+        if answer is None or basis is None or await asyncio.to_thread(basis) != on:
+            answer = at_once()
+            if answer is None:
+                on, answer = await asyncio.to_thread(_with_basis, basis, ask)
+            ask = again
+        assert answer is not None
         left = give_up - loop.time()
         if ready(answer) or left <= 0:
             return answer
-        ask = again
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(min(left, POLL_S)):
                 await ctx.transitions.wait(seen)
+
+
+def _with_basis(basis: Callable[[], object] | None, ask: Callable[[], _T]) -> tuple[object, _T]:
+    """``basis()`` read before ``ask()`` (so that a change between them is seen next time)."""
+    return (None if basis is None else basis()), ask()
 
 
 async def task_when_ready(
@@ -286,4 +299,14 @@ async def tasks_when_ready(
         functools.partial(_tasks_of, ctx, study_id, ids),
         hold_s,
         lambda b: bool(b.reports) or not b.waiting,
+        basis=functools.partial(_moves, ctx, study_id),
     )
+
+
+def _moves(ctx: Context, study_id: str) -> tuple[object, ...]:
+    """What a held batch answer (no report task, someone waiting) depends on: the study's phase
+    and current round. Only a transition changes it: a waiting participant has no task, so it
+    reports nothing meanwhile, and one who is done stays done."""
+    state = _state(ctx, study_id)
+    r = state.round
+    return (state.phase, state.rounds, None if r is None else (r.index, r.status))

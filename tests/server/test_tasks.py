@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from fedldp.protocol.core.wire import (
     TaskReport,
     TaskWait,
 )
+from fedldp.server import tasks as tasks_module
 from tests.server.helpers import create_study, enroll, expect_error, start, submit_batch
 
 TASK: TypeAdapter[Task] = TypeAdapter(Task)
@@ -238,3 +240,37 @@ async def test_a_participants_task_is_its_item_of_the_batch_answer(
     await every_task_agrees(client, study_id, one + two)  # stage two's round
     await submit_batch(client, study_id, 1, "scalar", two, [[0.5]] * len(two))
     await every_task_agrees(client, study_id, one + two)  # finished
+
+
+async def test_a_held_batch_is_worked_out_again_only_when_the_study_moves(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A held batch answer is kept through the wake-ups (every POLL_S) that find the study's
+    phase and round unchanged (another study's transitions included), and worked out again as
+    soon as the next round opens."""
+    study_id, one, two = await user_mean(client)
+    other = await create_study(client, "hetero-mean-laplace")  # its transitions wake us too
+    worked: list[int] = []
+    tasks_of_ids = tasks_module._tasks_of
+
+    def counted(*args: Any, **kwargs: Any) -> TaskBatch:
+        worked.append(1)
+        return tasks_of_ids(*args, **kwargs)
+
+    monkeypatch.setattr(tasks_module, "_tasks_of", counted)
+    body = {"participant_ids": [e.participant_id for e in two], "tokens": [e.token for e in two]}
+    hold = 6 * tasks_module.POLL_S
+    started = time.monotonic()
+    held = asyncio.create_task(client.post(f"/v1/studies/{study_id}/tasks?hold={hold}", json=body))
+    await asyncio.sleep(3 * tasks_module.POLL_S)
+    await enroll(client, other.id, [1.0] * 2)
+    await start(client, other.id)  # a transition, of another study
+    await asyncio.sleep(tasks_module.POLL_S)
+    assert not held.done()
+    assert len(worked) == 1  # the first ask only
+    await submit_batch(client, study_id, 0, "histogram", one, [[0.5]] * len(one))  # round 1 opens
+    answer = TaskBatch.model_validate_json((await held).content)
+    assert time.monotonic() - started < hold  # woken by the transition, not the hold's end
+    assert {i.participant_id for i in answer.items()} == {e.participant_id for e in two}
+    assert all(isinstance(i.task, TaskReport) for i in answer.items())
+    assert len(worked) == 2
