@@ -88,16 +88,9 @@ def insert_reports(
     that were inserted by this statement."""
     if not participant_ids:
         return set()
-    dialect = session.get_bind().dialect.name
-    if dialect == "sqlite":
-        return _insert_reports_sqlite(
-            session, study_id, index, received_at, participant_ids, payloads, epsilons, digests
-        )
-    if dialect != "postgresql":  # pragma: no cover - only SQLite and PostgreSQL are supported
-        raise RuntimeError(f"unsupported database {dialect}")
     same: dict[str, Any] = {"study_id": study_id, "round": index, "received_at": received_at}
     each: dict[str, Sequence[Any]] = {
-        "participant_id": participant_ids,
+        "participant_id": list(participant_ids),
         "payload": payloads,
         "epsilon": epsilons,
     }
@@ -105,6 +98,11 @@ def insert_reports(
         same["digest"] = ""
     else:
         each["digest"] = digests
+    dialect = session.get_bind().dialect.name
+    if dialect == "sqlite":
+        return _insert_reports_sqlite(session, study_id, index, same, each)
+    if dialect != "postgresql":  # pragma: no cover - only SQLite and PostgreSQL are supported
+        raise RuntimeError(f"unsupported database {dialect}")
     columns = Columns(same, each)
     # A Core insert into the table (multi-row VALUES batches with RETURNING), not an ORM bulk
     # insert of ReportRow: the same statement without the ORM's per-row bookkeeping.
@@ -117,38 +115,25 @@ def _insert_reports_sqlite(
     session: Session,
     study_id: str,
     index: int,
-    received_at: datetime,
-    participant_ids: Sequence[int],
-    payloads: Sequence[bytes],
-    epsilons: Sequence[float],
-    digests: Sequence[str] | None,
+    same: dict[str, Any],
+    each: dict[str, Sequence[Any]],
 ) -> set[int]:
-    """``insert_reports`` on SQLite: the keys stored already are read first (one range read
-    for a block of ids, which finds none in the usual case), and the others inserted at the
-    driver without ``RETURNING`` (which cost more than the insert). Every SQLite transaction of
-    the server holds the database's write lock from its start (``BEGIN IMMEDIATE``), so no
-    report can be stored between the read and the insert."""
-    ids = list(participant_ids)
+    """``insert_reports`` on SQLite (the rows as ``Columns``' ``same`` and ``each``): the keys
+    stored already are read first (one range read for a block of ids, which finds none in the
+    usual case), and the others inserted at the driver without ``RETURNING`` (which cost more
+    than the insert). Every SQLite transaction of the server holds the database's write lock
+    from its start (``BEGIN IMMEDIATE``), so no report can be stored between the read and the
+    insert."""
+    ids = each["participant_id"]
     stored = set(reported_pids(session, study_id, index, np.asarray(ids, dtype=np.int64)).tolist())
-    same: dict[str, Any] = {"study_id": study_id, "round": index, "received_at": received_at}
-    each: dict[str, Sequence[Any]] = {
-        "participant_id": ids,
-        "payload": payloads,
-        "epsilon": epsilons,
-    }
-    if digests is None:
-        same["digest"] = ""
-    else:
-        each["digest"] = digests
     if stored:
         keep = [j for j, pid in enumerate(ids) if pid not in stored]
         each = {name: [values[j] for j in keep] for name, values in each.items()}
         ids = [ids[j] for j in keep]
     if not ids:
         return set()
-    columns = Columns(same, each)
     tail = " ON CONFLICT DO NOTHING"  # none, under the write lock; a conflict is not an error
-    inserted = columns.insert_sqlite(session, REPORTS, tail)
+    inserted = Columns(same, each).insert_sqlite(session, REPORTS, tail)
     if inserted != len(ids):  # pragma: no cover - the write lock makes this impossible
         raise RuntimeError(f"{len(ids) - inserted} reports appeared during their insert")
     return set(ids)
