@@ -41,15 +41,20 @@ def test_replicas_starting_together_create_the_schema_once() -> None:
     assert errors == []
 
 
-def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
-    db = Database(Settings(database_url=f"sqlite:///{tmp_path}/wal.db"))
+def pragmas(path: Path, *names: str) -> tuple[object, ...]:
+    """The values of these PRAGMAs on a server connection to the SQLite file ``path``."""
+    db = Database(Settings(database_url=f"sqlite:///{path}"))
     try:
         with db.engine.connect() as connection:
-            mode = connection.exec_driver_sql("PRAGMA journal_mode").scalar()
-            timeout = connection.exec_driver_sql("PRAGMA busy_timeout").scalar()
+            return tuple(
+                connection.exec_driver_sql(f"PRAGMA {name}").scalar_one() for name in names
+            )
     finally:
         db.dispose()
-    assert (mode, timeout) == ("wal", 30_000)
+
+
+def test_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:
+    assert pragmas(tmp_path / "wal.db", "journal_mode", "busy_timeout") == ("wal", 30_000)
 
 
 def test_a_new_sqlite_database_takes_large_pages_and_an_old_one_keeps_its_own(
@@ -62,16 +67,10 @@ def test_a_new_sqlite_database_takes_large_pages_and_an_old_one_keeps_its_own(
     made_before.execute("PRAGMA journal_mode=WAL")
     made_before.execute("CREATE TABLE t (x)")
     made_before.close()
-    found: dict[str, tuple[int, int]] = {}
-    for name in ("new.db", "old.db"):
-        db = Database(Settings(database_url=f"sqlite:///{tmp_path / name}"))
-        try:
-            with db.engine.connect() as connection:
-                size = connection.exec_driver_sql("PRAGMA page_size").scalar_one()
-                pages = connection.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar_one()
-        finally:
-            db.dispose()
-        found[name] = (int(size), int(pages))
+    found = {
+        name: pragmas(tmp_path / name, "page_size", "wal_autocheckpoint")
+        for name in ("new.db", "old.db")
+    }
     assert found == {
         "new.db": (PAGE_SIZE, WAL_CHECKPOINT_BYTES // PAGE_SIZE),
         "old.db": (4096, WAL_CHECKPOINT_BYTES // 4096),
