@@ -16,6 +16,7 @@ from fedldp.server import repository as repo
 from fedldp.server.auth import block_token_for, tokens_for
 from fedldp.server.context import Context
 from fedldp.server.errors import (
+    EnrollmentClosed,
     EnrollmentFull,
     EpsilonOutOfRange,
     InvalidRequest,
@@ -58,8 +59,9 @@ def enroll(
     lease_token: str | None = None,
 ) -> EnrollmentBatch:
     """Enroll participants (their ε, metadata and requested ids), numbered by the server with
-    ids outside every lease or, all of them, with the ids they give, which must lie in the lease
-    whose ``lease_token`` the caller holds (``fedldp.server.leases``); the enrollment target,
+    ids outside every lease (only in a study whose enrollment policy is ``open``:
+    EnrollmentClosed otherwise) or, all of them, with the ids they give, which must lie in the
+    lease whose ``lease_token`` the caller holds (``fedldp.server.leases``); the enrollment target,
     when reached, starts the study. The answer holds each participant's token and, for
     consecutive ids, their block token; ``block_only``: the block token alone (the tokens are
     not even computed)."""
@@ -88,6 +90,11 @@ def enroll(
                 lease = leases.authorise(session, study, explicit, lease_token, now)
                 ids = explicit
             else:
+                if study.enrollment == "leased":
+                    raise EnrollmentClosed(
+                        f"study {study_id} enrolls only holders of a lease, with their block's "
+                        "participant ids (its enrollment policy is 'leased')"
+                    )
                 first = lease_rows.take_ids(session, study_id, len(epsilons), None)
                 if first is None:
                     raise StudyNotEnrolling(f"study {study_id} closed its enrollment")

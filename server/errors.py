@@ -14,6 +14,7 @@ __all__ = [
     "BudgetExceeded",
     "DuplicateConflict",
     "DuplicateKey",
+    "EnrollmentClosed",
     "EnrollmentFull",
     "EpsilonOutOfRange",
     "FedldpError",
@@ -202,6 +203,13 @@ class NotLeased(FedldpError):
     """Explicit participant ids outside the caller's lease (or without a valid lease token)."""
 
     code, status = "not_leased", 403
+
+
+class EnrollmentClosed(FedldpError):
+    """Enrollment without a lease in a study whose policy is ``leased``: only holders of a
+    lease enroll there, with their block's explicit participant ids."""
+
+    code, status = "enrollment_closed", 403
 
 
 class LeaseExpired(FedldpError):

@@ -31,6 +31,7 @@ from fedldp.server.errors import (
     BudgetExceeded,
     DuplicateConflict,
     DuplicateKey,
+    EnrollmentClosed,
     EnrollmentFull,
     EpsilonOutOfRange,
     FedldpError,
@@ -263,7 +264,7 @@ def create_study(
 ) -> wire.StudyView:
     """Create a study (admin key needed when the server has one). A name already taken
     answers ``study_exists`` when the request declares what its creator did (protocol, params,
-    seed, enrollment target, population digest: the request may join it), else
+    seed, enrollment target, population digest, enrollment policy: the request may join it), else
     ``study_mismatch`` naming the first field that differs."""
     return studies.create(ctx, body)
 
@@ -334,6 +335,7 @@ _ENROLL = _refusals(
     UnknownStudy,
     LeaseExpired,
     StudyNotEnrolling,
+    EnrollmentClosed,
     EnrollmentFull,
     ParticipantExists,
     EpsilonOutOfRange,

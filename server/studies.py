@@ -100,6 +100,7 @@ def _declared(study: StudyRow) -> dict[str, Any]:
         "seed": study.seed,
         "enrollment_target": study.enrollment_target,
         "population_digest": study.population_digest,
+        "enrollment": study.enrollment,
     }
 
 
@@ -115,8 +116,8 @@ def _mismatch(ctx: Context, name: str, mine: dict[str, Any]) -> None:
         if theirs[field] != value:
             raise StudyMismatch(
                 f"study {name!r} was created with another {field} than this request's: joining "
-                "swarms must declare the same protocol, params, seed, enrollment target and "
-                "population"
+                "swarms must declare the same protocol, params, seed, enrollment target, "
+                "population and enrollment policy"
             )
 
 
@@ -191,6 +192,7 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         epsilon_min=body.epsilon_min,
         epsilon_max=body.epsilon_max,
         population_digest=body.population_digest,
+        enrollment=body.enrollment,
         n_participants=0,
         current_round=None,
         failure_reason=None,

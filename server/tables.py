@@ -95,6 +95,8 @@ class StudyRow(Base):
     leased: Mapped[int] = mapped_column(Integer, default=0)
     # what the creator declared of its population: a keyed digest (see StudyCreate)
     population_digest: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # who may enroll: "open" or "leased" (protocol.core.wire.EnrollmentPolicy)
+    enrollment: Mapped[str] = mapped_column(String(8), default="open", server_default="open")
     current_round: Mapped[int | None]
     failure_reason: Mapped[str | None] = mapped_column(Text)
     warnings: Mapped[list[Any]]

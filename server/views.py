@@ -61,6 +61,7 @@ def study_view(study: StudyRow, rounds: list[RoundRow], now: datetime) -> StudyV
         epsilon_min=EPSILON_MIN if study.epsilon_min is None else study.epsilon_min,
         epsilon_max=EPSILON_MAX if study.epsilon_max is None else study.epsilon_max,
         population_digest=study.population_digest,
+        enrollment="leased" if study.enrollment == "leased" else "open",
     )
 
 

@@ -131,6 +131,12 @@ def _studies_table(views: list[StudyView]) -> Table:
     return table
 
 
+_POLICY = {
+    "open": "open (anyone may enroll)",
+    "leased": "leased (only holders of a lease enroll)",
+}
+
+
 def _study_tables(view: StudyView) -> Group:
     about = Table(title=f"study {view.id}", show_header=False)
     about.add_column("field", style="bold")
@@ -141,6 +147,7 @@ def _study_tables(view: StudyView) -> Group:
     about.add_row("phase", view.phase)
     about.add_row("participants", str(view.n_participants))
     about.add_row("ε accepted", f"{view.epsilon_min:g} to {view.epsilon_max:g}")
+    about.add_row("enrollment", _POLICY[view.enrollment])
     about.add_row("seed", str(view.seed))
     about.add_row("round deadline", f"{view.round_deadline_s:g} s, quorum {view.quorum:g}")
     if view.failure_reason:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from fedldp.client.http.api import ApiClient, PhaseError
+from fedldp.client.http.api import ApiClient, AuthError, InvalidRequestError, PhaseError
 from fedldp.client.http.errors import SwarmError
 from fedldp.client.http.progress import SwarmProgress
 from fedldp.client.http.roster import Roster
@@ -118,13 +118,15 @@ async def join(api: ApiClient, name: str, create: StudyCreate) -> StudyView:
         "seed": create.seed,
         "enrollment_target": create.enrollment_target,
         "population_digest": create.population_digest,
+        "enrollment": create.enrollment,
     }
     for key, value in mine.items():
         if getattr(study, key) != value:
             raise SwarmError(
                 "study_mismatch",
                 f"study {name!r} was created with another {key} than this swarm's: give every "
-                "swarm of a study the same protocol, params, seed and population",
+                "swarm of a study the same protocol, params, seed and population (and a study "
+                "that swarms lease must be created with the enrollment policy 'leased')",
             )
     return study
 
@@ -151,8 +153,13 @@ async def enroll_leases(
             if exc.code in ("nothing_to_lease", "study_not_enrolling"):
                 break
             raise
-        answer = await api.enroll_batch(
-            study.id, _enroll_batch(population, lease.start, lease.stop, block_only), lease
+        answer = await _enrolled(
+            api,
+            study.id,
+            lease.start,
+            lease.stop,
+            _enroll_batch(population, lease.start, lease.stop, block_only),
+            lease,
         )
         slots += range(lease.start, lease.stop)
         ids += answer.participant_ids
@@ -192,7 +199,7 @@ async def enroll(
     async def block(start: int, stop: int) -> None:
         async with gate:  # built inside the gate: one batch is built while another is stored
             batch = _enroll_batch(population, start, stop, block_only, members)
-            answer = await api.enroll_batch(study.id, batch, leases[start])
+            answer = await _enrolled(api, study.id, start, stop, batch, leases[start])
         if answer.participant_ids != list(range(start, stop)):
             raise SwarmError(
                 "enrollment_mismatch",
@@ -213,6 +220,22 @@ async def enroll(
     blocks = tuple(a.block for a in answers.values() if a.block is not None)
     epsilon = np.asarray(population.epsilon, dtype=np.float64)[slots]
     return Roster(slots, ids, tokens, epsilon, blocks)
+
+
+async def _enrolled(
+    api: ApiClient, study_id: str, start: int, stop: int, batch: EnrollBatch, lease: Lease
+) -> EnrollmentBatch:
+    """The server's answer to enrolling population slots ``start..stop-1``; a refusal is the
+    swarm's end at once (SwarmError ``enrollment_refused`` naming the ids and the server's
+    reason): a user left out would only show as a round short of its quorum at the deadline."""
+    try:
+        return await api.enroll_batch(study_id, batch, lease)
+    except (PhaseError, AuthError, InvalidRequestError) as exc:
+        raise SwarmError(
+            "enrollment_refused",
+            f"study {study_id} did not enroll the users of participant ids {start}..{stop - 1} "
+            f"({exc.code}: {exc.detail})",
+        ) from None
 
 
 async def _lease_chunks(

@@ -51,7 +51,8 @@ class NotFoundError(ApiError):
 
 
 class AuthError(ApiError):
-    """invalid_token, token_required, not_leased, admin_key_required, admin_key_invalid."""
+    """invalid_token, token_required, not_leased, enrollment_closed, admin_key_required,
+    admin_key_invalid."""
 
 
 class PhaseError(ApiError):
@@ -92,6 +93,7 @@ _FAMILIES: dict[str, type[ApiError]] = {
             "invalid_token",
             "token_required",
             "not_leased",
+            "enrollment_closed",
             "admin_key_required",
             "admin_key_invalid",
         ),

@@ -365,6 +365,8 @@ async def run_swarm(
                     # that `fedldp simulate` reproduces the release
                     noise_seed=noise_seed(pop.seed) if _central(protocol_name) else None,
                     population_digest=digest,
+                    # its users enroll through leases only: nobody else takes one of their ids
+                    enrollment="leased",
                 )
                 if lease:
                     assert name is not None

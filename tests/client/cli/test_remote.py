@@ -82,6 +82,10 @@ def test_swarm_json_matches_simulate_and_studies_show_it(
     assert code == 0
     shown = json.loads(out)
     assert (shown["id"], shown["phase"], shown["n_participants"]) == (study_id, "finished", 600)
+    assert shown["enrollment"] == "leased"  # the swarm enrolls its users through leases only
+    code, out, _ = run_cli(capsys, "studies", "show", study_id, "--server", server)
+    assert code == 0
+    assert "leased (only holders of a lease enroll)" in out
     code, out, _ = run_cli(
         capsys, "studies", "result", study_id[:8], "--server", server, "--json"
     )  # a unique prefix, as the CLI accepts everywhere it takes an id

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -271,3 +272,119 @@ async def test_batch_agents_use_the_data_drawn_during_enrollment(
     assert drawn == [3]  # all three blocks, before the study started
     assert len(served) == 6  # two rounds of three blocks
     assert all(served)  # each from the data drawn ahead
+
+
+class Intruder(httpx.ASGITransport):
+    """The app in process, where an anonymous caller posts ``posts`` enrollments (alternately
+    single and batch, no credential) into the study right before each of the swarm's first
+    enrollment batches: they race the swarm inside its enrollment. Their answers are kept."""
+
+    def __init__(self, app: FastAPI, posts: int) -> None:
+        super().__init__(app=app)
+        self.posts = posts
+        self.answers: list[httpx.Response] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path.endswith("/participants/batch") and len(self.answers) < self.posts:
+            study = path.removesuffix("/batch")
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app)) as anon:
+                for i in range(self.posts):
+                    single = i % 2 == 0
+                    url = f"{URL}{study}" if single else f"{URL}{path}"
+                    body = {"epsilon": 1.0} if single else {"epsilons": [1.0, 1.0]}
+                    self.answers.append(await anon.post(url, json=body))
+        return await super().handle_async_request(request)
+
+
+async def test_anonymous_enrollments_cannot_sink_a_leasing_swarm(app: FastAPI) -> None:
+    """Issue 23 item 0, the probe: while a leasing swarm of 20,000 enrolled its blocks, one
+    anonymous ``POST …/participants`` took an id of its range and the study failed a round
+    short of its quorum (at the deadline). The swarm's study is now ``leased``: the five posts
+    racing it are refused with 403 ``enrollment_closed`` and the study finishes with the
+    simulator's estimate, every user of the population reporting."""
+    spec = PopulationSpec(users=20_000, samples=4, distribution="two-point", mean=0.25)
+    transport = Intruder(app, posts=5)
+    protocol = get_protocol("user-mean")
+    run = await run_swarm(
+        URL,
+        population=spec,
+        seed=9,
+        create=("user-mean", fill_from_population(protocol, {}, build_population(spec, 9))),
+        progress=False,
+        transport=transport,
+        batch=2000,
+        name="raced",
+        lease=True,
+    )
+    assert len(transport.answers) == 5
+    for answer in transport.answers:
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["code"] == "enrollment_closed"
+    assert run.study.enrollment == "leased"
+    assert run.study.phase == "finished"
+    assert run.study.n_participants == 20_000
+    assert sum(r.received for r in run.study.rounds) == 20_000
+    assert run.result.estimate == pytest.approx(simulated("user-mean", spec, 9), rel=REL)
+
+
+async def test_a_leasing_swarm_does_not_join_an_open_study(app: FastAPI) -> None:
+    """A study anyone may enroll in cannot hold a leasing population (an anonymous user would
+    take one of its places): the swarm refuses it at once, naming the field."""
+    spec = PopulationSpec(users=300, samples=4, distribution="two-point", mean=0.1)
+    protocol = get_protocol("user-mean")
+    params = fill_from_population(protocol, {}, build_population(spec, 3))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=URL) as c:
+        created = await c.post(
+            "/v1/studies",
+            json={"protocol": "user-mean", "params": params, "seed": 1, "name": "open-one"},
+        )
+        assert created.status_code == 201, created.text
+    with pytest.raises(SwarmError) as caught:
+        await swarm(app, "user-mean", spec, 3, batch=300, name="open-one", lease=True)
+    assert caught.value.code == "study_mismatch"
+
+
+class Refusing(httpx.ASGITransport):
+    """The app in process, except that the first enrollment batch is answered as a server
+    answers ids another caller took first (409 ``participant_exists``)."""
+
+    def __init__(self, app: FastAPI) -> None:
+        super().__init__(app=app)
+        self.batches = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/participants/batch"):
+            self.batches += 1
+            if self.batches == 1:
+                detail = "some of participant ids 0..2999 are enrolled already"
+                body = {"code": "participant_exists", "detail": detail}
+                return httpx.Response(409, json=body)
+        return await super().handle_async_request(request)
+
+
+@pytest.mark.parametrize("lease", [False, True])
+async def test_a_swarm_says_at_once_which_users_were_not_enrolled(
+    app: FastAPI, lease: bool
+) -> None:
+    """A refused enrollment ends the swarm at once with the ids and the server's reason, not
+    a round short of its quorum at the deadline (600 s by default)."""
+    spec = PopulationSpec(users=3000, samples=4, distribution="two-point", mean=0.1)
+    protocol = get_protocol("user-mean")
+    shared: dict[str, Any] = {"name": "refused", "lease": True} if lease else {}
+    began = asyncio.get_running_loop().time()
+    with pytest.raises(SwarmError) as caught:
+        await run_swarm(
+            URL,
+            population=spec,
+            seed=2,
+            create=("user-mean", fill_from_population(protocol, {}, build_population(spec, 2))),
+            progress=False,
+            transport=Refusing(app),
+            batch=1000,
+            **shared,
+        )
+    assert asyncio.get_running_loop().time() - began < 30
+    assert caught.value.code == "enrollment_refused"
+    assert "participant_exists" in str(caught.value)
+    assert re.search(r"participant ids \d+\.\.\d+", str(caught.value))
