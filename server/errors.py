@@ -1,8 +1,9 @@
-"""The server's error tree (STYLE.md rule 4): a stable ``code`` and an HTTP status per error.
+"""The server's error tree (docs/architecture.md, convention 4): a stable ``code`` and an HTTP
+status per error.
 
-Services raise these; one exception handler in ``fedldp.server.app`` renders ``{"code", "detail"}``.
-The client maps the codes back to its own exceptions (``fedldp.client.http.api``), so tests assert
-on codes.
+Services raise these; one exception handler in ``fedldp.server.web.app`` renders ``{"code",
+"detail"}``. The client maps the codes back to its own exceptions (``fedldp.client.api.client``), so
+tests assert on codes.
 """
 
 from __future__ import annotations

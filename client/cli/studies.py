@@ -19,11 +19,11 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from fedldp.client.api.client import ApiClient, ApiError, InvalidRequestError, NotFoundError
+from fedldp.client.api.retry import RetryPolicy, stderr_notice
 from fedldp.client.cli.output import render_table
-from fedldp.client.http.agents import SwarmError
-from fedldp.client.http.api import ApiClient, ApiError, InvalidRequestError, NotFoundError
-from fedldp.client.http.retry import RetryPolicy, stderr_notice
-from fedldp.client.http.swarm import view_summary
+from fedldp.client.swarm.agents import SwarmError
+from fedldp.client.swarm.run import view_summary
 from fedldp.protocol.core.wire import ProgressEvent, StudyView
 
 __all__ = [

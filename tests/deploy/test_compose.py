@@ -1,5 +1,6 @@
 """The deployments of ``docker-compose.yml`` (issue #4), run to completion; the result read over
-HTTP from the host equals the in-process simulation of the same seed (DESIGN.md: 1e-9 relative).
+HTTP from the host equals the in-process simulation of the same seed (docs/architecture.md: 1e-9
+relative).
 
 * default mode: the server on SQLite and one swarm;
 * profile ``postgres``: PostgreSQL, two server replicas behind an nginx balancer, and two swarms
@@ -41,10 +42,10 @@ from fedldp.client.cli.main import build_parser
 from fedldp.client.experiments.loading import load_experiment
 from fedldp.client.experiments.results import TIMING_COLUMNS
 from fedldp.client.experiments.runner import run_experiment
-from fedldp.client.http.enrollment import ENROLL_CHUNK
-from fedldp.client.http.server_process import free_port
 from fedldp.client.population.build import build_population, population_spec_from_args
 from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.client.swarm.enrolling import ENROLL_CHUNK
+from fedldp.client.swarm.server_process import free_port
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import ResultView, StudyList, StudyView
 from tests.floats import same_rows

@@ -2,9 +2,9 @@
 enrollment bounds (``EPSILON_MIN``, ``EPSILON_MAX``), a single participant, every report equal.
 
 The server fails a study with the reason when plan, broadcast, aggregate or finalize raises
-``ValueError`` (server/rounds.py); anything else is a protocol bug (the server still isolates it,
-but the reason is a stack trace's last line). So a step either raises ``ValueError`` or returns,
-and a returned result has a finite estimate that survives JSON (no NaN turned into null).
+``ValueError`` (server/services/rounds.py); anything else is a protocol bug (the server still
+isolates it, but the reason is a stack trace's last line). So a step either raises ``ValueError`` or
+returns, and a returned result has a finite estimate that survives JSON (no NaN turned into null).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Leases are enforced (fedldp.server.leases): explicit ids need their lease's token and must lie
-in it, server-numbered ids never fall in a leased block and never get stuck, and a lease not
-fully enrolled in time expires and goes to the next caller."""
+"""Leases are enforced (fedldp.server.services.leases): explicit ids need their lease's token and
+must lie in it, server-numbered ids never fall in a leased block and never get stuck, and a lease
+not fully enrolled in time expires and goes to the next caller."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from sqlalchemy import update
 
 from fedldp.protocol.core.wire import EnrollmentBatch, Lease, StudyView
-from fedldp.server.tables import LeaseRow, utcnow
+from fedldp.server.store.tables import LeaseRow, utcnow
 from tests.server.helpers import app_context, create_study, expect_error
 
 

@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from fedldp.client.cli.main import main
-from fedldp.client.http.server_process import free_port, sqlite_url
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.client.swarm.server_process import free_port, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
 from tests.live import sqlite_server
 
