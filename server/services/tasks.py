@@ -37,8 +37,10 @@ from fedldp.server.store import report_rows
 __all__ = ["task", "task_when_ready", "tasks", "tasks_when_ready"]
 
 _T = TypeVar("_T")
+B = TypeVar("B", np.bool_, BoolArray)
 
 ENROLLING_WAIT_S = 0.5
+ENROLLING_WAIT = "enrollment is open"
 BETWEEN_ROUNDS_WAIT_S = 0.2
 POLL_S = 0.25
 """How often a held request asks the database again (for transitions of other processes)."""
@@ -55,12 +57,27 @@ def _state(ctx: Context, study_id: str, *, fresh: bool = False) -> StudyState:
     return state
 
 
+def _round_wait(k: int) -> str:
+    return f"round {k} is in progress"
+
+
 def _in_later_round(splan: StudyPlan, k: int, pids: IntArray) -> BoolArray:
     """Which of ``pids`` the fixed plan puts in the cohort of some round after round ``k``."""
     later = np.zeros(pids.shape, dtype=np.bool_)
     for j in range(k + 1, len(splan.plan.rounds)):
         later |= splan.membership(j, pids).member
     return later
+
+
+def _decide(member: B, reported: B, later: B, is_open: bool) -> tuple[B, B]:
+    """The rule of a running study's tasks, for one participant (``numpy.bool_``) or columns of
+    them (boolean arrays): whether each has a report task now, and whether it must wait.
+    ``member``: in the current round's cohort; ``reported``: it has reported in that round;
+    ``later``: a later round of the fixed plan has it; ``is_open``: the round takes reports.
+    Neither: nothing is left for it in the study (done)."""
+    pending = member & ~reported
+    report = pending & is_open
+    return report, (pending | later) & ~report
 
 
 def _tasks(
@@ -72,7 +89,7 @@ def _tasks(
         return TaskBatch(
             phase="enrolling",
             waiting=ids,
-            wait_reason="enrollment is open",
+            wait_reason=ENROLLING_WAIT,
             retry_after_s=ENROLLING_WAIT_S,
         )
     r, splan = state.round, state.plan
@@ -81,11 +98,14 @@ def _tasks(
     k = r.index
     pids = np.asarray(ids, dtype=np.int64)
     now_in = splan.membership(k, pids)
-    later = _in_later_round(splan, k, pids)
     members = pids[now_in.member]
     done_k = reported(k, members) if members.size else members
-    pending = now_in.member & ~np.isin(pids, done_k)
-    report = pending & (r.status == "open")
+    report, waiting = _decide(
+        now_in.member,
+        np.isin(pids, done_k),
+        _in_later_round(splan, k, pids),
+        r.status == "open",
+    )
     rp = splan.plan.rounds[k]
     pos = now_in.position[report]
     reports = []
@@ -103,12 +123,11 @@ def _tasks(
                 epsilons=rp.epsilon[pos].tolist(),
             )
         )
-    waiting = (pending | later) & ~report
     return TaskBatch(
         phase="running",
         reports=reports,
         waiting=pids[waiting].tolist(),
-        wait_reason=f"round {k} is in progress",
+        wait_reason=_round_wait(k),
         retry_after_s=BETWEEN_ROUNDS_WAIT_S,
         done=pids[~report & ~waiting].tolist(),  # nothing left for them in this study
     )
@@ -133,24 +152,30 @@ def _position(splan: StudyPlan, k: int, participant_id: int) -> int | None:
 
 
 def _one_task(ctx: Context, state: StudyState, participant_id: int) -> Task:
-    """One participant's task (its credentials checked): what ``_tasks`` answers for it, worked
-    out for the one participant (the per-user path asks this for every user, and the columnar
-    arrays and models cost several times the answer). A report task says whether it is the
-    participant's last (``final``: by the fixed plan no later round has it)."""
+    """One participant's task (its credentials checked): what ``_tasks`` answers for it, by the
+    same rule (``_decide``), worked out for the one participant (the per-user path asks this for
+    every user, and the columnar arrays and models cost several times the answer). A report
+    task says whether it is the participant's last (``final``: by the fixed plan no later round
+    has it)."""
     if state.phase == "enrolling":
-        return TaskWait(reason="enrollment is open", retry_after_s=ENROLLING_WAIT_S)
+        return TaskWait(reason=ENROLLING_WAIT, retry_after_s=ENROLLING_WAIT_S)
     r, splan = state.round, state.plan
     if state.phase == "running" and r is not None and splan is not None:
         k = r.index
         pos = _position(splan, k, participant_id)
-        later = any(
-            _position(splan, j, participant_id) is not None
-            for j in range(k + 1, len(splan.plan.rounds))
+        member = np.bool_(pos is not None)
+        later = np.bool_(
+            any(
+                _position(splan, j, participant_id) is not None
+                for j in range(k + 1, len(splan.plan.rounds))
+            )
         )
-        pending = pos is not None and not report_rows.rounds_reported(
-            ctx.db, state.id, [k], participant_id
+        reported = np.bool_(
+            pos is not None
+            and bool(report_rows.rounds_reported(ctx.db, state.id, [k], participant_id))
         )
-        if pending and r.status == "open":
+        report, waiting = _decide(member, reported, later, r.status == "open")
+        if report:
             assert pos is not None
             rp = splan.plan.rounds[k]
             return TaskReport(
@@ -164,8 +189,8 @@ def _one_task(ctx: Context, state: StudyState, participant_id: int) -> Task:
                 deadline=r.deadline,
                 final=not later,
             )
-        if pending or later:
-            return TaskWait(reason=f"round {k} is in progress", retry_after_s=BETWEEN_ROUNDS_WAIT_S)
+        if waiting:
+            return TaskWait(reason=_round_wait(k), retry_after_s=BETWEEN_ROUNDS_WAIT_S)
     rounds = range(state.rounds)
     history = (
         report_rows.rounds_reported(ctx.db, state.id, rounds, participant_id) if rounds else []

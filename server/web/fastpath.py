@@ -6,9 +6,10 @@ A per-user swarm sends each user's ``GET /v1/studies/{id}/participants/{pid}/tas
 solver and its exception middleware cost the server about as much CPU as the answers themselves.
 ``FastPath`` is a pure ASGI middleware, the innermost of the app's own (inside ``Observe`` and
 ``BodyLimit``: request ids, metrics under the route's template and body caps stay theirs), that
-answers the well-formed requests of these two routes itself, with the route's own pieces: the same
-credentials (``fedldp.server.web.credentials``), body parsing (``routes.report_body``), endpoint
-functions (``routes.get_task``, ``routes.submit_report``), response models and error replies
+answers the well-formed requests of these two routes itself, with the route's own pieces: the path
+patterns of the application's routing table, the same credentials
+(``fedldp.server.web.credentials``), body parsing (``routes.report_body``), endpoint functions
+(``routes.get_task``, ``routes.submit_report``), response models and error replies
 (``fedldp.server.web.replies``). Every other request, and any request of these routes whose path or
 query FastAPI would have to validate (a participant id that is not a plain decimal number, a
 ``hold`` outside ``[0, MAX_HOLD_S]`` or not a plain decimal, any other query parameter), goes on to
@@ -22,12 +23,12 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from fastapi.routing import APIRoute
 from pydantic import TypeAdapter
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fedldp.protocol.core import wire
@@ -38,8 +39,8 @@ from fedldp.server.web.replies import database_unavailable, refusal
 
 __all__ = ["FastPath"]
 
-_TASK = re.compile(r"/v1/studies/([^/]+)/participants/([0-9]{1,18})/task")
-_REPORTS = re.compile(r"/v1/studies/([^/]+)/reports")
+_DECIMAL = re.compile(r"[0-9]{1,18}")
+"""A participant id FastAPI would parse as it is (a plain decimal that fits in 64 bits)."""
 _HOLD = re.compile(rb"hold=([0-9]{1,2}(?:\.[0-9]{1,9})?)")
 _TASK_JSON: TypeAdapter[Any] = TypeAdapter(wire.Task)
 _RECEIPT_JSON = TypeAdapter(wire.Receipt)
@@ -58,10 +59,12 @@ def _hold(query: bytes) -> float | None:
     return hold if hold <= routes.MAX_HOLD_S else None
 
 
-def _route(name: str) -> BaseRoute:
-    """The FastAPI route of endpoint ``name`` (its template labels the request's metrics)."""
+def _route(name: str) -> APIRoute:
+    """The FastAPI route of endpoint ``name``: its path pattern is the one the fast path matches
+    (from the application's routing table: no copy of the template), its template labels the
+    request's metrics."""
     for route in routes.router.routes:
-        if getattr(route, "name", None) == name:
+        if isinstance(route, APIRoute) and route.name == name:
             return route
     raise LookupError(f"no route {name}")  # pragma: no cover - the routes module defines both
 
@@ -71,24 +74,27 @@ class FastPath:
         self.app = app
         self.task_route = _route(routes.get_task.__name__)
         self.report_route = _route(routes.submit_report.__name__)
-        self.report_status: int = getattr(self.report_route, "status_code", 201)
+        self.report_status: int = self.report_route.status_code or 201
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope.get("root_path"):
             method = scope["method"]
             if method == "GET":
-                found = _TASK.fullmatch(scope["path"])
+                found = self.task_route.path_regex.match(scope["path"])
                 hold = None if found is None else _hold(scope["query_string"])
                 if found is not None and hold is not None:
-                    scope["route"] = self.task_route
-                    answer = self._task(scope, receive, found[1], int(found[2]), hold)
-                    await self._reply(scope, receive, send, answer)
-                    return
+                    study_id, pid = found["study_id"], found["participant_id"]
+                    if _DECIMAL.fullmatch(pid):
+                        scope["route"] = self.task_route
+                        answer = self._task(scope, receive, study_id, int(pid), hold)
+                        await self._reply(scope, receive, send, answer)
+                        return
             elif method == "POST" and not scope["query_string"]:
-                found = _REPORTS.fullmatch(scope["path"])
+                found = self.report_route.path_regex.match(scope["path"])
                 if found is not None:
+                    study_id = found["study_id"]
                     scope["route"] = self.report_route
-                    await self._reply(scope, receive, send, self._report(scope, receive, found[1]))
+                    await self._reply(scope, receive, send, self._report(scope, receive, study_id))
                     return
         await self.app(scope, receive, send)
 
