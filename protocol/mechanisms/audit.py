@@ -342,10 +342,10 @@ reports (rows) of that step."""
 def scaled_loss(step: ClientStep, a: UserData, b: UserData) -> Callable[[FloatArray], FloatArray]:
     """The ℓ1 privacy-loss statistic of a Laplace report vector whose noiseless values on A and
     B (``ClientStep.noiseless``) differ by Δ_c on coordinate c and whose noise scale is
-    proportional to Δ_c (Σ_c Δ_c/b_c = ε, every coordinate saturated): each coordinate in units
-    of its Δ_c, coordinates where A and B agree dropped; then ``laplace_loss_statistic``, which
-    is (ε/·)·the exact loss. Any other law keeps the audit sound (it is a statistic of the
-    output) and only loses power."""
+    proportional to Δ_c (every coordinate saturated: Σ_c Δ_c/b_c = ε): each coordinate in units
+    of its Δ_c, coordinates where A and B agree dropped, then ``laplace_loss_statistic``, a
+    constant multiple of the exact privacy loss. Under any other law the audit stays sound (it is
+    a statistic of the output) and only loses power."""
     va, vb = step.noiseless(a), step.noiseless(b)
     delta = np.abs(va - vb)
     keep = delta > 1e-9 * np.maximum(1.0, np.maximum(np.abs(va), np.abs(vb)))
