@@ -264,6 +264,7 @@ def _two_stage(
     *,
     group: int | None = None,
     tight: tuple[bool, bool] = (True, True),
+    variant: str = "",
 ) -> tuple[ClientAudit, ...]:
     """The stage-one and stage-two cases of an Alg-1/Alg-2 protocol (``tight`` for each)."""
     return tuple(
@@ -276,6 +277,7 @@ def _two_stage(
             b,
             scaled_loss,
             tight[k],
+            variant,
         )
         for k, stage in enumerate(("stage-1", "stage-2"))
     )
@@ -318,6 +320,17 @@ CLIENT_AUDITS: tuple[ClientAudit, ...] = (
         _scalars(-_BOUND),
         _scalars(_BOUND),
         f"Alg 1, m = {_M_CLIENT}: {_ENDS}",
+    ),
+    *_two_stage(
+        UserMean(),
+        {"samples_per_user": _M_CLIENT, "heavy_tail": True, "moment_p": 3.0, "moment_bound": 3.2},
+        1_200,
+        _scalars(0.0),
+        _scalars(-_OUTSIDE),
+        _scalars(_OUTSIDE),
+        f"Alg 1-HT (p = 3, M_3 = 3.2), m = {_M_CLIENT}: every sample at −100 against +100 (TP6: "
+        "the clamp to [−D, D] and the clip keep the law)",
+        variant="heavy-tail",
     ),
     _baseline_case(BaselineClippedLaplace(), True, f"B0, m = {_M_BASELINE}: {_ENDS}"),
     _baseline_case(BaselineOneSample(), True, f"B2, m = {_M_BASELINE}: {_ENDS}"),
