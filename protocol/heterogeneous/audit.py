@@ -44,6 +44,7 @@ from fedldp.protocol.mechanisms.audit import (
     Draw,
     client_step,
     laplace_loss_statistic,
+    one_user,
     scaled_loss,
 )
 from fedldp.protocol.mechanisms.randomizers import (
@@ -139,11 +140,6 @@ AUDITS: tuple[AuditCase, ...] = (
 # --------------------------------------------------------------------------- end to end
 
 
-def _user(samples: Any) -> UserData:
-    values = np.asarray(samples)
-    return UserData(values, np.array([values.shape[0]], dtype=np.int64))
-
-
 _SAMPLES = 4
 """Samples per user of the end-to-end cases (the protocols take the user's local mean)."""
 
@@ -173,13 +169,13 @@ def _jl_client(step: ClientStep, a: UserData, b: UserData) -> Callable[[FloatArr
 
 
 def _scalars(value: float) -> UserData:
-    return _user(np.full(_SAMPLES, value))
+    return one_user(np.full(_SAMPLES, value))
 
 
 def _duchi_point(sign: float) -> UserData:
     x = np.zeros((_SAMPLES, DUCHI_DIMENSION))
     x[:, 0] = sign
-    return _user(x)
+    return one_user(x)
 
 
 CLIENT_AUDITS: tuple[ClientAudit, ...] = (
@@ -201,6 +197,17 @@ CLIENT_AUDITS: tuple[ClientAudit, ...] = (
         _scalars(-_OUTSIDE),
         scaled_loss,
         variant="outside",
+    ),
+    ClientAudit(
+        "hetero-mean-laplace",
+        "report",
+        "Alg 1 with eps_cap = 0.5 (enrolled at ε = 1: the plan charges, and the client runs at, "
+        "min(ε_i, eps_cap))",
+        _setup(HeteroLaplaceMean(), {"eps_cap": 0.5}, _scalars(0.0)),
+        _scalars(1.0),
+        _scalars(-1.0),
+        scaled_loss,
+        variant="eps-cap",
     ),
     ClientAudit(
         "hetero-mean-rr",
@@ -237,9 +244,11 @@ CLIENT_AUDITS: tuple[ClientAudit, ...] = (
         f"Alg 5 (k = {JL_ITEMS}, 200 participants: m ≈ 50 and the sign matrix's seed from the "
         "plan): every sample item 0 against item 1, statistic ς·σ[j, 0] on the rows where the "
         "items' signs differ",
-        _setup(HeteroFrequency(), {"domain_size": JL_ITEMS}, _user(np.arange(_SAMPLES) % 4), 200),
-        _user(np.zeros(_SAMPLES, dtype=np.int64)),
-        _user(np.ones(_SAMPLES, dtype=np.int64)),
+        _setup(
+            HeteroFrequency(), {"domain_size": JL_ITEMS}, one_user(np.arange(_SAMPLES) % 4), 200
+        ),
+        one_user(np.zeros(_SAMPLES, dtype=np.int64)),
+        one_user(np.ones(_SAMPLES, dtype=np.int64)),
         _jl_client,
     ),
 )

@@ -71,6 +71,7 @@ __all__ = [
     "client_step",
     "clopper_pearson",
     "laplace_loss_statistic",
+    "one_user",
     "run_audit",
     "run_client_audit",
     "scaled_loss",
@@ -281,6 +282,15 @@ class ClientStep:
     def noiseless(self, data: UserData) -> FloatArray:
         """The report of a Laplace client step without its noise (``NOISELESS_EPSILON``)."""
         return np.asarray(self.privatize(data, 1, 0, NOISELESS_EPSILON)[0], dtype=np.float64)
+
+
+def one_user(samples: ArrayLike, labels: ArrayLike | None = None) -> UserData:
+    """One user's dataset of ``samples`` (and ``labels``, broadcast to one per sample)."""
+    values = np.asarray(samples)
+    y = None
+    if labels is not None:
+        y = np.broadcast_to(np.asarray(labels, dtype=np.float64), values.shape[:1]).copy()
+    return UserData(values, np.array([values.shape[0]], dtype=np.int64), y)
 
 
 def client_step(

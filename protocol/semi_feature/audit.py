@@ -45,6 +45,7 @@ from fedldp.protocol.mechanisms.audit import (
     ClientStep,
     client_step,
     laplace_loss_statistic,
+    one_user,
     scaled_loss,
 )
 from fedldp.protocol.semi_feature.hist_ldp import HistLdp
@@ -62,8 +63,7 @@ _USERS = 200
 
 def neighbour(private: float, label: float, public: float = 0.0) -> UserData:
     """One user with features (``public``, ``private``), the mask ``_MASK`` and ``label``."""
-    values = np.concatenate([[public, private], _MASK])[None, :]
-    return UserData(values, np.array([1], dtype=np.int64), np.array([float(label)]))
+    return one_user(np.concatenate([[public, private], _MASK])[None, :], label)
 
 
 _A = neighbour(0.05, _LABELS["label_high"])

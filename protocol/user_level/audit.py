@@ -48,6 +48,7 @@ from fedldp.protocol.mechanisms.audit import (
     Draw,
     client_step,
     laplace_loss_statistic,
+    one_user,
     scaled_loss,
 )
 from fedldp.protocol.user_level import components as comp
@@ -227,13 +228,6 @@ _HIGH = 0.5
 the member's whole charge."""
 
 
-def _user(samples: Any, labels: Any = None) -> UserData:
-    """One user's dataset of the given samples (and labels)."""
-    values = np.asarray(samples)
-    y = None if labels is None else np.broadcast_to(np.asarray(labels, float), values.shape[:1])
-    return UserData(values, np.array([values.shape[0]], dtype=np.int64), y)
-
-
 def _users(n: int, one: UserData) -> UserData:
     """``n`` users holding ``one``'s dataset."""
     return one.take(np.zeros(n, dtype=np.int64))
@@ -284,15 +278,15 @@ def _two_stage(
 
 
 def _scalars(value: float, m: int = _M_CLIENT) -> UserData:
-    return _user(np.full(m, value))
+    return one_user(np.full(m, value))
 
 
 def _vectors(value: Any, m: int = _M_CLIENT) -> UserData:
-    return _user(np.tile(np.asarray(value, dtype=np.float64), (m, 1)))
+    return one_user(np.tile(np.asarray(value, dtype=np.float64), (m, 1)))
 
 
 def _labeled(x: float, y: Any, m: int = _M_CLIENT) -> UserData:
-    return _user(np.full((m, 1), x), np.resize(np.asarray(y, dtype=np.float64), m))
+    return one_user(np.full((m, 1), x), np.resize(np.asarray(y, dtype=np.float64), m))
 
 
 def _baseline_case(protocol: Protocol[Any], tight: bool, summary: str) -> ClientAudit:
@@ -376,9 +370,9 @@ CLIENT_AUDITS: tuple[ClientAudit, ...] = (
         UserFrequency(),
         {"samples_per_user": _M_CLIENT, "domain_size": 2, "reference_epsilon": _HIGH},
         3_000,
-        _user(np.resize([0, 1], _M_CLIENT)),
-        _user(np.zeros(_M_CLIENT, dtype=np.int64)),
-        _user(np.ones(_M_CLIENT, dtype=np.int64)),
+        one_user(np.resize([0, 1], _M_CLIENT)),
+        one_user(np.zeros(_M_CLIENT, dtype=np.int64)),
+        one_user(np.ones(_M_CLIENT, dtype=np.int64)),
         "Alg 2-H on A = 2 items (high regime), a member of group 1, which serves the Hadamard "
         "coefficient that items 0 and 1 move from +1/√2 to −1/√2: every sample item 0 against "
         "every sample item 1",

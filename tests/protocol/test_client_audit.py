@@ -75,11 +75,24 @@ def test_a_client_step_is_ldp_at_its_charge_and_reaches_it(case: ClientAudit) ->
         assert audit.upper >= audit.epsilon, audit
 
 
+CAPPED = "hetero-mean-laplace:report:eps-cap"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [c for c in CASES if c.tight], ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.tight and c.name != CAPPED], ids=lambda c: c.name
+)
 def test_half_the_noise_in_a_client_step_is_caught(case: ClientAudit) -> None:
     audit = run_client_audit(case, EPSILON, draws=DRAWS, seed=12, noise=0.5)
     assert audit.lower > audit.epsilon, audit
+
+
+def test_eps_cap_holds_whatever_epsilon_the_client_step_is_handed() -> None:
+    # the heterogeneous client step runs at min(ε, eps_cap): handed twice its charge of 0.5, it
+    # still releases at 0.5 (so this case has no half-noise control)
+    audit = run_client_audit(_case(CAPPED), EPSILON, draws=DRAWS, seed=12, noise=0.5)
+    assert audit.epsilon == 0.5
+    assert audit.lower <= audit.epsilon <= audit.upper, audit
 
 
 # --------------------------------------------------------------------------- injected leaks
