@@ -439,7 +439,7 @@ def test_the_cluster_profile_runs_an_experiment_as_local_processes_do(
 # needs; .dockerignore keeps everything else out (docs/ alone was 69 MB of the 158 MB sent).
 CONTEXT = ("pyproject.toml", "README.md", "fedldp/__init__.py", "fedldp/py.typed")
 CONTEXT_TREES = ("protocol/", "client/", "server/", "deploy/wheelhouse/")
-# The context less the wheelhouse (sources and README.md: 1.7 MB when written): it stays well
+# The context less the wheelhouse (sources and README.md: 1.3 MB when written): it stays well
 # below this, while one stray folder (docs/, tests/, .git) would not.
 CONTEXT_SOURCES_MAX_BYTES = 4_000_000
 
