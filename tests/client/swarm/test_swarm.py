@@ -120,7 +120,7 @@ async def test_leasing_swarms_share_one_study(app: FastAPI) -> None:
     # every user reported exactly once per round it was in, whichever swarm ran it
     assert sum(r.received for r in first.study.rounds) == 5000
     assert first.stats.reports + second.stats.reports == 5000
-    # each says how many users it served (leases of ENROLL_CHUNK ids: one swarm may get none)
+    # each says how many users it served (a swarm that asks once every block is leased gets none)
     served = [first.summary()["users_served"], second.summary()["users_served"]]
     assert sum(served) == 5000
     assert served == [first.users_served, second.users_served]
