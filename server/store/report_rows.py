@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from fedldp.protocol.core.base.records import FloatArray, IntArray
 from fedldp.server.store.db import Database
-from fedldp.server.store.repository import (
+from fedldp.server.store.sql import (
     CONTRIBUTIONS,
     IN_CHUNK,
     REPORTS,

@@ -9,7 +9,7 @@ import pytest
 from fedldp.protocol.core.wire import EnrollBatch, ReportBatch, StudyCreate
 from fedldp.server.runtime.context import Context
 from fedldp.server.services import enrollment, ingest, studies
-from fedldp.server.store import report_rows
+from fedldp.server.store import report_rows, sql
 from fedldp.server.store import repository as repo
 from fedldp.server.store.tables import utcnow
 
@@ -64,7 +64,7 @@ def test_lookups_by_ids_find_exactly_the_stored_reports(
 
 
 def test_lookups_span_more_ids_than_one_in_list(ctx: Context, study_id: str) -> None:
-    spread = [p * 1000 for p in range(2 * repo.IN_CHUNK)] + REPORTED  # several IN-lists
+    spread = [p * 1000 for p in range(2 * sql.IN_CHUNK)] + REPORTED  # several IN-lists
     with ctx.transaction() as session:
         found = report_rows.reported_pids(session, study_id, 0, np.array(spread, dtype=np.int64))
         stored = report_rows.existing_reports(session, study_id, 0, "bit", spread)
