@@ -24,7 +24,8 @@ member): no lost receipt, no double count. A swarm that stops instead must say w
 the client's error tree: a clear failure); anything else is a wrong outcome, and exits 1.
 
 Prints per scenario and swarm mode: the fault's duration, the 503 (and 502) answers, refused or
-broken connections, retries, the time from the fault's end to the swarm's end, and the outcome.
+broken connections, retries, the time from the fault's end to the first report stored after it
+and to the swarm's end, and the outcome.
 Scenarios that cannot run here (not root, no PostgreSQL, no nginx) are skipped with the reason.
 
     python benchmarks/bench_faults.py [--scenario NAME ...] [--size ci|bench] [--fault-s S]
@@ -121,6 +122,7 @@ class FaultGate(httpx.AsyncBaseTransport):
         self.inner = httpx.AsyncHTTPTransport()
         self.pause_after = pause_after
         self.stored = 0
+        self.stored_at: list[float] = []  # when each report request was answered 2xx
         self.statuses: Counter[int] = Counter()
         self.failures: Counter[str] = Counter()
         self.study_id = ""
@@ -149,6 +151,7 @@ class FaultGate(httpx.AsyncBaseTransport):
         self.statuses[response.status_code] += 1
         if 200 <= response.status_code < 300 and parts[-1] in ("reports", "batch"):
             self.stored += 1
+            self.stored_at.append(time.monotonic())
             if self.stored == self.pause_after:
                 self.paused.set()
         return response
@@ -289,8 +292,10 @@ class Row:
     broken: int
     """Requests whose connection was refused or lost (to the server or the balancer)."""
     retries: int
+    resumed_s: float | None
+    """From the fault's end to the first report stored after it (None: none was left)."""
     after_fault_s: float
-    """From the fault's end to the swarm's end."""
+    """From the fault's end to the swarm's end (negative: it ended during the fault)."""
     outcome: str
     """``estimate equal``, ``clear failure: CODE: …``, or ``WRONG: …``."""
 
@@ -323,6 +328,11 @@ def outcome(s: Swarm, url: str, query: Query) -> str:
     return "estimate equal"
 
 
+def resumed(stored_at: list[float], ended: float) -> float | None:
+    after = [t - ended for t in stored_at if t >= ended]
+    return round(min(after), 2) if after else None
+
+
 def rows(
     scenario: str, members: list[Swarm], fault: tuple[float, float], url: str, query: Query
 ) -> list[Row]:
@@ -336,6 +346,7 @@ def rows(
             s.gate.statuses[502],
             sum(s.gate.failures.values()),
             s.retries.count,
+            resumed(s.gate.stored_at, ended),
             round(s.ended - ended, 2),
             outcome(s, url, query),
         )
@@ -670,17 +681,22 @@ SCENARIOS: dict[str, Callable[[Run], list[Row]]] = {
 
 def table(results: list[Row], skipped: dict[str, str]) -> str:
     lines = [
-        "| scenario | swarm | fault | 503s | 502s | broken conn. | retries | end after fault "
-        "| outcome |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| scenario | swarm | fault | 503s | 502s | broken conn. | retries | first report after "
+        "| end after | outcome |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r.scenario} | {r.mode} | {r.fault_s:.1f} s | {r.got_503} | {r.got_502} | "
-            f"{r.broken} | {r.retries} | {r.after_fault_s:.1f} s | {r.outcome} |"
+            f"{r.broken} | {r.retries} | {_seconds(r.resumed_s)} | {r.after_fault_s:.1f} s | "
+            f"{r.outcome} |"
         )
-    lines += [f"| {name} | | | | | | | | skipped: {why} |" for name, why in skipped.items()]
+    lines += [f"| {name} | | | | | | | | | skipped: {why} |" for name, why in skipped.items()]
     return "\n".join(lines)
+
+
+def _seconds(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f} s"
 
 
 def main(argv: list[str] | None = None) -> int:
