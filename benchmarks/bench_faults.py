@@ -12,7 +12,8 @@ server processes (``python -m fedldp.server``), and mid-round one fault is injec
   ``studies`` in the same transaction), then started again; the swarms are already running and
   waiting for a server to answer;
 * ``replica-kill``: two replicas on one PostgreSQL schema behind nginx (``deploy/nginx.conf``,
-  on loopback ports), one of them SIGKILLed and started again.
+  on loopback ports), one of them SIGKILLed and started again;
+* ``none``: the baseline, no fault (SQLite; the swarms paused and resumed at once).
 
 The swarms pause (in their transport) once a third of round 0's reports are stored; the fault
 begins, the swarms go on into it, the fault ends after ``--fault-s`` seconds. The swarms retry as
@@ -25,7 +26,7 @@ the client's error tree: a clear failure); anything else is a wrong outcome, and
 
 Prints per scenario and swarm mode: the fault's duration, the 503 (and 502) answers, refused or
 broken connections, retries, the time from the fault's end to the first report stored after it
-and to the swarm's end, and the outcome.
+and to the swarm's end, the swarm's whole run, and the outcome.
 Scenarios that cannot run here (not root, no PostgreSQL, no nginx) are skipped with the reason.
 
     python benchmarks/bench_faults.py [--scenario NAME ...] [--size ci|bench] [--fault-s S]
@@ -186,6 +187,7 @@ class Swarm:
     retries: RetryCount = field(default_factory=RetryCount)
     run: SwarmResult | None = None
     error: BaseException | None = None
+    began: float = 0.0
     ended: float = 0.0
 
 
@@ -223,6 +225,7 @@ class SwarmThread:
         await asyncio.gather(*(self._one(s) for s in self.members))
 
     async def _one(self, s: Swarm) -> None:
+        s.began = time.monotonic()
         try:
             s.run = await run_swarm(
                 self.url,
@@ -296,6 +299,8 @@ class Row:
     """From the fault's end to the first report stored after it (None: none was left)."""
     after_fault_s: float
     """From the fault's end to the swarm's end (negative: it ended during the fault)."""
+    swarm_s: float
+    """The swarm's whole run."""
     outcome: str
     """``estimate equal``, ``clear failure: CODE: …``, or ``WRONG: …``."""
 
@@ -348,6 +353,7 @@ def rows(
             s.retries.count,
             resumed(s.gate.stored_at, ended),
             round(s.ended - ended, 2),
+            round(s.ended - s.began, 1),
             outcome(s, url, query),
         )
         for s in members
@@ -668,7 +674,21 @@ def replica_kill(run: Run) -> list[Row]:
         return rows("replica-kill", members, (began, ended), balancer, on_postgres(schema))
 
 
+def no_fault(run: Run) -> list[Row]:
+    """The baseline: the same swarms on SQLite, paused mid-round and resumed at once."""
+    with server(sqlite_url(run.folder / "fedldp.db"), run.folder / "server.log") as process:
+        members = swarms(run.size, run.seed, pause=True)
+        thread = SwarmThread(process.url, members).start()
+        thread.wait_paused()
+        began = time.monotonic()
+        thread.resume()
+        thread.join()
+        query = on_sqlite(run.folder / "fedldp.db")
+        return rows("none", members, (began, began), process.url, query)
+
+
 SCENARIOS: dict[str, Callable[[Run], list[Row]]] = {
+    "none": no_fault,
     "postgres-restart": postgres_restart,
     "disk-full": disk_full,
     "migration-kill": migration_kill,
@@ -682,16 +702,16 @@ SCENARIOS: dict[str, Callable[[Run], list[Row]]] = {
 def table(results: list[Row], skipped: dict[str, str]) -> str:
     lines = [
         "| scenario | swarm | fault | 503s | 502s | broken conn. | retries | first report after "
-        "| end after | outcome |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| end after | swarm's run | outcome |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r.scenario} | {r.mode} | {r.fault_s:.1f} s | {r.got_503} | {r.got_502} | "
             f"{r.broken} | {r.retries} | {_seconds(r.resumed_s)} | {r.after_fault_s:.1f} s | "
-            f"{r.outcome} |"
+            f"{r.swarm_s:.1f} s | {r.outcome} |"
         )
-    lines += [f"| {name} | | | | | | | | | skipped: {why} |" for name, why in skipped.items()]
+    lines += [f"| {name} |{' |' * 9} skipped: {why} |" for name, why in skipped.items()]
     return "\n".join(lines)
 
 
