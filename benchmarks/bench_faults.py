@@ -16,23 +16,24 @@ server processes (``python -m fedldp.server``), and mid-round one fault is injec
 * ``none``: the baseline, no fault (SQLite; the swarms paused and resumed at once).
 
 The swarms pause (in their transport) once a third of round 0's reports are stored; the fault
-begins, the swarms go on into it, the fault ends after ``--fault-s`` seconds. The swarms retry as
-``fedldp swarm --timeout 60`` does (503 with ``Retry-After``, refused connections, and for their
-idempotent requests lost answers and a balancer's 502/504). Each swarm must end with the
-in-process simulator's estimate for the same seed (1e-9 relative, as the e2e tests), every round
-closed with its whole cohort, and the database holding exactly one report per (round, cohort
-member): no lost receipt, no double count. A swarm that stops instead must say why (a code of
-the client's error tree: a clear failure); anything else is a wrong outcome, and exits 1.
+begins, the swarms go on into it, the fault ends after ``--fault-s`` seconds (the migration kill
+ends when the restarted server answers; the killed replica's, when it answers again). The swarms
+retry as ``fedldp swarm --timeout 60`` does (503 with ``Retry-After``, refused connections, and
+for their idempotent requests lost answers and a balancer's 502/504). Each swarm must end with
+the in-process simulator's estimate for the same seed (1e-9 relative, as the e2e tests), every
+round closed with its whole cohort, and the database holding exactly one report per (round,
+cohort member): no lost receipt, no double count. A swarm that stops instead must say why (a
+code of the client's error tree: a clear failure); anything else is a wrong outcome, and exits 1.
 
 Prints per scenario and swarm mode: the fault's duration, the 503 (and 502) answers, refused or
 broken connections, retries, the time from the fault's end to the first report stored after it
 and to the swarm's end, the swarm's whole run, and the outcome.
 Scenarios that cannot run here (not root, no PostgreSQL, no nginx) are skipped with the reason.
 
-    python benchmarks/bench_faults.py [--scenario NAME ...] [--size ci|bench] [--fault-s S]
-                                      [--json PATH]
+    python benchmarks/bench_faults.py [--scenario NAME [--scenario NAME ...]] [--size ci|bench]
+                                      [--fault-s S] [--seed S] [--json PATH] [--keep DIR]
 
-``tests/e2e/test_faults.py`` runs every scenario at ``--size ci``.
+``tests/e2e/test_faults.py`` runs the four faults at ``--size ci``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from typing import Any
 import httpx
 import numpy as np
 import psycopg
+from alembic import command
 from sqlalchemy import create_engine
 
 from fedldp.client.http.errors import ApiError, SwarmError
@@ -102,7 +104,7 @@ class Size:
 
 
 SIZES = {
-    "ci": Size(300, 8, 1200, 100, 4, 16, 16),
+    "ci": Size(300, 8, 1200, 100, 4, 16, 64),
     "bench": Size(4000, 64, 40_000, 1000, 8, 64, 128),
 }
 
@@ -588,8 +590,6 @@ def migration_kill(run: Run) -> list[Row]:
         engine = create_engine(url)
         stack.callback(engine.dispose)
         with engine.begin() as connection:
-            from alembic import command
-
             command.upgrade(alembic_config(connection), OLD_REVISION)
         query = on_postgres(schema)
         # holding rounds stops the upgrade at 0003, inside its transaction
