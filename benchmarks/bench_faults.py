@@ -1,11 +1,13 @@
 """Benchmark: faults survived. A per-user and a batch-mode swarm run studies at once against real
 server processes (``python -m fedldp.server``), and mid-round one fault is injected:
 
-* ``postgres-restart``: the local PostgreSQL cluster is stopped and started again
-  (``pg_ctlcluster --skip-systemctl-redirect VERSION main stop``/``start``, as root) under a
-  server on a schema of this run's;
-* ``disk-full``: the SQLite database sits on a small tmpfs mounted for the run (as root), and a
-  file fills that disk to the last byte, then is deleted;
+* ``postgres-restart``: a PostgreSQL cluster made for the run (``pg_createcluster``, as root;
+  dropped afterwards) is stopped and started again (``pg_ctlcluster --skip-systemctl-redirect
+  VERSION NAME stop``/``start``) under a server on it: the shared local cluster, which other
+  tests and programs use, is never stopped;
+* ``disk-full``: the SQLite database sits on a small tmpfs mounted for the run (as root); its WAL
+  is emptied (a truncating checkpoint, so that the next write must grow it), and a file fills
+  that disk to the last byte, then is deleted;
 * ``migration-kill``: a PostgreSQL schema made by the first revision (``0001_initial``) is
   upgraded by a starting server, which is SIGKILLed in the middle of the upgrade (a table lock
   held by this script stops it at revision ``0003_round_counts``, after ``0002`` altered
@@ -397,9 +399,9 @@ def postgres_schema() -> Iterator[str]:
             connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-def on_postgres(schema: str) -> Query:
+def on_postgres(schema: str, url: str = POSTGRES_URL) -> Query:
     def query(sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        with psycopg.connect(with_options(plain(POSTGRES_URL), schema)) as connection:
+        with psycopg.connect(with_options(plain(url), schema)) as connection:
             return connection.execute(sql, args).fetchall()
 
     return query
@@ -413,31 +415,45 @@ def on_sqlite(database: Path) -> Query:
     return query
 
 
-def cluster_command(action: str) -> list[str]:
-    """``pg_ctlcluster`` for the local cluster (Debian's; as root)."""
-    if os.geteuid() != 0:
-        raise Skip("restarting PostgreSQL needs root (pg_ctlcluster)")
-    versions = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
-    if not versions or shutil.which("pg_ctlcluster") is None:
-        raise Skip("no local PostgreSQL cluster (pg_ctlcluster, /etc/postgresql)")
-    return ["pg_ctlcluster", "--skip-systemctl-redirect", versions[-1], "main", action]
+@dataclass(frozen=True)
+class Cluster:
+    """A PostgreSQL cluster of this run's (Debian's ``pg_createcluster``, trust authentication on
+    a free loopback port): stopping it disturbs no one's sessions on the shared local cluster."""
 
+    version: str
+    name: str
+    port: int
 
-def cluster(action: str) -> None:
-    began = time.monotonic()
-    subprocess.run(cluster_command(action), check=True, capture_output=True, timeout=120)
-    print(f"pg_ctlcluster {action}: {time.monotonic() - began:.1f} s", file=sys.stderr)
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def ctl(self, action: str) -> None:
+        """``pg_ctlcluster … ACTION`` (stop: ``fast``, its default, ends every session)."""
+        command = ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, action]
+        began = time.monotonic()
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+        print(f"pg_ctlcluster {action}: {time.monotonic() - began:.1f} s", file=sys.stderr)
 
 
 @contextlib.contextmanager
-def postgres_restored() -> Iterator[None]:
-    """PostgreSQL is running again on exit, whatever happened meanwhile."""
-    status = cluster_command("status")
+def own_cluster() -> Iterator[Cluster]:
+    """A running cluster of this run's, dropped (stopped first) on exit whatever happened."""
+    if os.geteuid() != 0:
+        raise Skip("a PostgreSQL cluster of the bench's own needs root (pg_createcluster)")
+    versions = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
+    if not versions or shutil.which("pg_createcluster") is None:
+        raise Skip("no PostgreSQL server here (Debian's pg_createcluster, /etc/postgresql)")
+    cluster = Cluster(versions[-1], f"fedldpfaults{os.getpid()}", free_port())
+    create = ["pg_createcluster", cluster.version, cluster.name, "-p", str(cluster.port)]
+    # initdb's options: trust (loopback only), and no fsync of a throwaway cluster's files
+    subprocess.run([*create, "--", "--auth=trust", "--no-sync"], check=True, capture_output=True)
     try:
-        yield
+        cluster.ctl("start")
+        yield cluster
     finally:
-        if subprocess.run(status, capture_output=True, check=False).returncode != 0:
-            cluster("start")
+        drop = ["pg_dropcluster", "--stop", cluster.version, cluster.name]
+        subprocess.run(drop, check=False, capture_output=True)
 
 
 # --------------------------------------------------------------------------- servers
@@ -517,25 +533,21 @@ class Run:
 
 
 def postgres_restart(run: Run) -> list[Row]:
-    cluster_command("status")  # root and a cluster, or skip
     with contextlib.ExitStack() as stack:
-        schema = stack.enter_context(postgres_schema())
-        stack.enter_context(postgres_restored())  # exits before the schema is dropped
-        url = with_options(POSTGRES_URL, schema)
-        process = stack.enter_context(server(url, run.folder / "server.log"))
+        cluster = stack.enter_context(own_cluster())
+        process = stack.enter_context(server(cluster.url, run.folder / "server.log"))
         members = swarms(run.size, run.seed, pause=True)
         thread = SwarmThread(process.url, members).start()
         thread.wait_paused()
-        with psycopg.connect(plain(POSTGRES_URL), autocommit=True) as connection:
-            connection.execute("CHECKPOINT")  # so that stopping has little left to write
         began = time.monotonic()
-        cluster("stop")
+        cluster.ctl("stop")
         thread.resume()
         time.sleep(run.fault_s)
-        cluster("start")
+        cluster.ctl("start")
         ended = time.monotonic()
         thread.join()
-        return rows("postgres-restart", members, (began, ended), process.url, on_postgres(schema))
+        query = on_postgres("public", cluster.url)
+        return rows("postgres-restart", members, (began, ended), process.url, query)
 
 
 def fill(path: Path) -> int:
@@ -552,6 +564,17 @@ def fill(path: Path) -> int:
                         raise
                     break
     return written
+
+
+def empty_wal(database: Path, timeout: float = 30.0) -> None:
+    """Copy SQLite's WAL into the database and truncate it to zero bytes, so that the next write
+    must grow it: on a full disk, a write that fits in WAL frames already copied would succeed."""
+    deadline = time.monotonic() + timeout
+    with contextlib.closing(sqlite3.connect(database, timeout=timeout)) as db:
+        while db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:  # a reader in the WAL
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the WAL of {database} stayed busy for {timeout:g} s")
+            time.sleep(0.05)
 
 
 def disk_full(run: Run) -> list[Row]:
@@ -573,6 +596,7 @@ def disk_full(run: Run) -> list[Row]:
         thread.wait_paused()
         filler = disk / "filler"
         stack.callback(filler.unlink, missing_ok=True)
+        empty_wal(database)
         began = time.monotonic()
         fill(filler)
         thread.resume()
