@@ -68,15 +68,15 @@ import psycopg
 from alembic import command
 from sqlalchemy import create_engine
 
-from fedldp.client.http.errors import ApiError, SwarmError
-from fedldp.client.http.retry import RetryPolicy
-from fedldp.client.http.server_process import ServerProcess, free_port, sqlite_url
-from fedldp.client.http.swarm import SwarmResult, run_swarm
+from fedldp.client.api.errors import ApiError, SwarmError
+from fedldp.client.api.retry import RetryPolicy
 from fedldp.client.population.build import AnyPopulation, PopulationSpec, build_population
 from fedldp.client.simulate import SimulationResult, fill_from_population, simulate
+from fedldp.client.swarm.run import SwarmResult, run_swarm
+from fedldp.client.swarm.server_process import ServerProcess, free_port, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import RoundsView, StudyView
-from fedldp.server.schema import alembic_config, head
+from fedldp.server.store.schema import alembic_config, head
 
 RELATIVE = 1e-9
 """HTTP and in-process estimates agree to this (the e2e tests' tolerance): summation order only."""

@@ -1,4 +1,5 @@
-"""Server settings (STYLE.md rule 5): one pydantic-settings class, ``FEDLDP_`` env prefix."""
+"""Server settings (docs/architecture.md, convention 5): one pydantic-settings class, ``FEDLDP_``
+env prefix."""
 
 from __future__ import annotations
 
