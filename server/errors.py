@@ -235,8 +235,9 @@ class KeyUnavailable(FedldpError):
 
 
 class DatabaseUnavailable(FedldpError):
-    """The database refused or timed out a connection or a lock (PostgreSQL's connection limit,
-    a pool with no free connection, SQLite's busy timeout): nothing of the request was committed.
-    503 with ``Retry-After``: fedldp's clients ask again."""
+    """The database refused, lost or timed out a connection or a lock (PostgreSQL's connection
+    limit or a restart, a pool with no free connection, SQLite's busy timeout) or found its disk
+    full: nothing of the request was committed. 503 with ``Retry-After``: fedldp's clients ask
+    again."""
 
     code, status = "database_unavailable", 503

@@ -13,8 +13,10 @@ Retries (exponential backoff with jitter, ``RetryPolicy``):
 * always, for failures where the server cannot have acted: connection refused or timed out while
   connecting, no free pooled connection, and the 429 and 503 answers (``Retry-After`` honoured);
 * for idempotent requests also on read/write errors and timeouts, where the request may or may not
-  have reached the server. GETs are idempotent, and so are the task batch and both report
-  submissions: a report resent after a lost answer is stored once and comes back as a duplicate.
+  have reached the server, and on a gateway's 502 and 504 (a load balancer whose server died or
+  timed out with the request: a lost answer too). GETs are idempotent, and so are the task batch
+  and both report submissions: a report resent after a lost answer is stored once and comes back
+  as a duplicate.
 
 A 4xx answer is never retried: it would fail the same way again. The policy may also bound the
 retries by time and report each wait (``fedldp.client.api.retry``; the command line prints them).
@@ -111,6 +113,9 @@ _IDEMPOTENT_RETRIED = (
     httpx.WriteTimeout,
 )
 _RETRIED_STATUSES = frozenset({429, 503})
+_IDEMPOTENT_RETRIED_STATUSES = frozenset({502, 504})
+"""A gateway's answers for a server that failed or timed out with the request: it may have acted
+(nginx passes a POST on to another replica only when it was not sent yet)."""
 
 
 # --------------------------------------------------------------------------- the client
@@ -222,6 +227,9 @@ class ApiClient:
         if admin and self.admin_key is not None:
             headers["x-admin-key"] = self.admin_key
         retryable = _ALWAYS_RETRIED + _IDEMPOTENT_RETRIED if idempotent else _ALWAYS_RETRIED
+        statuses = (
+            _RETRIED_STATUSES | _IDEMPOTENT_RETRIED_STATUSES if idempotent else _RETRIED_STATUSES
+        )
         attempt, began = 1, self._clock()
         while True:
             retry_after: float | None = None
@@ -244,7 +252,7 @@ class ApiClient:
                 if 200 <= answer.status < 300:
                     return answer
                 error = error_from_answer(answer)
-                if answer.status not in _RETRIED_STATUSES:
+                if answer.status not in statuses:
                     raise error
                 unavailable = UnavailableError(error.code, error.detail, error.status)
                 cause, reason = error, f"{error.status} {error.code}"
@@ -432,7 +440,9 @@ class ApiClient:
                         error = error_from_answer(
                             Answer(response.status_code, dict(response.headers), response.content)
                         )
-                        if response.status_code not in _RETRIED_STATUSES:
+                        if response.status_code not in (
+                            _RETRIED_STATUSES | _IDEMPOTENT_RETRIED_STATUSES
+                        ):
                             raise error
                         raise UnavailableError(error.code, error.detail, error.status)
                     async for message in messages(response.aiter_lines()):

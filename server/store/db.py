@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fedldp.server.settings import Settings
@@ -110,16 +111,33 @@ class Database:
         For the per-request lookups of the task endpoint, whose cost was mostly the ORM's."""
         if not self.is_sqlite:
             sql = sql.replace("?", "%s")
-        raw = self.engine.raw_connection()
-        try:
+        with self._driver(sql) as raw:
             cursor = raw.cursor()
             try:
                 cursor.execute(sql, params)
                 return list(cursor.fetchall())
             finally:
                 cursor.close()
+
+    @contextmanager
+    def _driver(self, sql: str) -> Iterator[Any]:
+        """A pooled connection of the driver's own, back to the pool on exit (which ends the
+        driver's read transaction, if any). SQLAlchemy wraps the driver's errors only around
+        the statements it runs itself: here they are wrapped alike (a refused connection, a
+        full disk: ``OperationalError``, which the app answers with 503 ``database_unavailable``),
+        and a connection that raised one is dropped from the pool instead of being reused."""
+        driver_error: type[Exception] = self.engine.dialect.loaded_dbapi.Error
+        try:
+            raw = self.engine.raw_connection()
+        except driver_error as exc:
+            raise DBAPIError.instance(sql, None, exc, driver_error) from exc
+        try:
+            yield raw
+        except driver_error as exc:
+            raw.invalidate(exc)
+            raise DBAPIError.instance(sql, None, exc, driver_error) from exc
         finally:
-            raw.close()  # back to the pool, which ends the driver's read transaction, if any
+            raw.close()
 
     @contextmanager
     def write_turn(self) -> Iterator[None]:
@@ -148,15 +166,12 @@ class Database:
         ``passive``: copy what it can without waiting for anyone and leave the WAL's size (the
         sweeper's, so that writers seldom reach ``WAL_CHECKPOINT_BYTES`` and checkpoint
         themselves)."""
-        mode = "PASSIVE" if passive else "TRUNCATE"
-        raw = self.engine.raw_connection()  # outside any transaction (no BEGIN IMMEDIATE)
-        try:
+        sql = f"PRAGMA wal_checkpoint({'PASSIVE' if passive else 'TRUNCATE'})"
+        with self._driver(sql) as raw:  # outside any transaction (no BEGIN IMMEDIATE)
             cursor = raw.cursor()
-            cursor.execute(f"PRAGMA wal_checkpoint({mode})")
+            cursor.execute(sql)
             (busy, _, _) = cursor.fetchone() or (0, 0, 0)
             cursor.close()
-        finally:
-            raw.close()
         return bool(busy)
 
     def dispose(self) -> None:

@@ -62,6 +62,12 @@ async def _sweeper(ctx: Context) -> None:
     while True:
         try:
             await asyncio.to_thread(sweep, ctx)
+        except (OperationalError, PoolTimeout) as exc:  # a fault, not a bug: one line, no trace
+            log.warning(
+                "sweep: database unavailable (%s); retrying in %.1f s",
+                str(exc).splitlines()[0],
+                ctx.settings.sweep_interval_s,
+            )
         except Exception:
             log.exception("sweep failed; retrying in %.1f s", ctx.settings.sweep_interval_s)
         await asyncio.sleep(ctx.settings.sweep_interval_s)

@@ -29,12 +29,14 @@ def refusal(exc: FedldpError) -> JSONResponse:
 
 
 def database_unavailable(method: str, path: str, exc: Exception) -> JSONResponse:
-    """503 ``database_unavailable`` with ``Retry-After`` (a refused connection, a pool with no
-    free connection, a lock that timed out: nothing of the request was committed)."""
+    """503 ``database_unavailable`` with ``Retry-After`` (a refused or lost connection, a pool
+    with no free connection, a lock that timed out, a full disk: nothing of the request was
+    committed)."""
     log.warning("database unavailable on %s %s: %s", method, path, exc)
     return error_reply(
         DatabaseUnavailable.status,
         DatabaseUnavailable.code,
-        "the database refused or timed out the request's connection or lock; try again",
+        "the database failed the request (a refused or lost connection, a lock that timed out, "
+        "a full disk: the server's log says which); nothing of it was stored; try again",
         {"Retry-After": "1"},
     )

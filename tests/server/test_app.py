@@ -3,6 +3,7 @@ errors render as ``{"code", "detail"}``, and no input, however bad, gets a 500."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,7 +31,9 @@ from fedldp.protocol.core.wire import (
     TaskReport,
     TaskWait,
 )
+from fedldp.server.runtime.context import Context
 from fedldp.server.services import studies
+from fedldp.server.web import app as server_app
 from tests.server.helpers import create_study, expect_error, start, submit_batch
 
 USERS = 2000
@@ -171,6 +174,34 @@ async def test_a_database_that_refuses_is_a_503_to_retry(
     refused = await client.get("/v1/studies")
     expect_error(refused, 503, "database_unavailable")
     assert refused.headers["retry-after"] == "1"
+
+
+async def test_a_database_fault_in_the_sweeper_is_one_warning_line(
+    ctx: Context, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A database restarting or a full disk fails every sweep while it lasts: a line each, not a
+    traceback (kept for bugs), and the sweeper goes on."""
+    swept = asyncio.Event()
+
+    def refuse(_: Context) -> None:
+        swept.set()
+        raise sqlalchemy.exc.OperationalError(
+            "BEGIN IMMEDIATE", {}, Exception("database or disk is full\nmore")
+        )
+
+    monkeypatch.setattr(server_app, "sweep", refuse)
+    sweeper = asyncio.create_task(server_app._sweeper(ctx))
+    await asyncio.wait_for(swept.wait(), 10)
+    await asyncio.sleep(0.05)
+    assert not sweeper.done()  # still sweeping
+    sweeper.cancel()
+    records = [r for r in caplog.records if r.name == "fedldp.server"]
+    assert records
+    for record in records:
+        assert record.levelname == "WARNING"
+        assert record.exc_info is None
+        assert "database or disk is full" in record.getMessage()
+        assert "\n" not in record.getMessage()
 
 
 @pytest.mark.parametrize("path", ["/v1/studies/x/participants", "/v1/studies/x/predict"])

@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import sqlalchemy.exc
 
 from fedldp.server.settings import Settings
 from fedldp.server.store.db import PAGE_SIZE, WAL_CHECKPOINT_BYTES, Database
@@ -100,3 +101,29 @@ def test_processes_on_one_sqlite_file_take_turns_to_write(tmp_path: Path) -> Non
     finally:
         first.dispose()
         second.dispose()
+
+
+def test_the_drivers_errors_in_direct_reads_are_sqlalchemys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Database.read`` and ``checkpoint`` run on the driver's connection, where SQLAlchemy wraps
+    no error: a refused connection (PostgreSQL restarting) or a full disk must still reach the app
+    as ``OperationalError`` (503 database_unavailable, not 500), and the connection that failed
+    must leave the pool."""
+    db = Database(Settings(database_url=f"sqlite:///{tmp_path / 'fedldp.db'}"))
+    try:
+        with pytest.raises(sqlalchemy.exc.OperationalError, match="no such table"):
+            db.read("SELECT x FROM missing WHERE y = ?", (1,))
+        assert db.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert db.read("SELECT ?", (7,)) == [(7,)]  # a new connection serves the next read
+
+        def refuse() -> None:
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(db.engine, "raw_connection", refuse)
+        with pytest.raises(sqlalchemy.exc.OperationalError, match="disk is full"):
+            db.read("SELECT 1", ())
+        with pytest.raises(sqlalchemy.exc.OperationalError, match="disk is full"):
+            db.checkpoint()
+    finally:
+        db.dispose()

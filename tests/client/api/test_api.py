@@ -289,6 +289,27 @@ async def test_non_idempotent_requests_are_not_retried_after_a_lost_answer(
     assert sleep.delays == []
 
 
+@pytest.mark.parametrize("status", [502, 504])
+async def test_a_gateways_502_and_504_are_retried_for_idempotent_requests_only(status: int) -> None:
+    # nginx's answer when the replica it passed the request to died or timed out with it: the
+    # replica may have stored the report (which then comes back as a duplicate), or created the
+    # study (which must not be created twice)
+    bad_gateway = httpx.Response(status, text="<html>Bad Gateway</html>")
+    client, sleep, seen = make_client(sequence(bad_gateway, httpx.Response(200, json=RECEIPT)))
+    async with client:
+        receipt = await client.submit_report("s1", REPORT)
+    assert receipt.round == 1
+    assert len(seen) == 2
+    assert len(sleep.delays) == 1
+    client, sleep, seen = make_client(sequence(bad_gateway, httpx.Response(201, json={})))
+    async with client:
+        with pytest.raises(ServerError) as info:
+            await client.create_study(StudyCreate(protocol="user-mean", seed=1))
+    assert info.value.status == status
+    assert len(seen) == 1
+    assert sleep.delays == []
+
+
 def test_retry_policy_validates() -> None:
     with pytest.raises(ValueError, match="attempts"):
         RetryPolicy(attempts=0)
