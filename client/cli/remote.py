@@ -245,7 +245,8 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
         action="store_true",
         help="share the study NAME with other swarms: the first creates it, the others join; "
         "each leases disjoint blocks of participant ids and runs those users (for "
-        "docker compose --scale swarm=K; every swarm gets the same seed and population)",
+        "docker compose --scale swarm=K; every swarm gets the same seed, population and "
+        "behaviour options)",
     )
     for bound, default in (("min", EPSILON_MIN), ("max", EPSILON_MAX)):
         parser.add_argument(
