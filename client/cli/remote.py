@@ -37,6 +37,7 @@ from fedldp.client.cli.studies import (
     resolve_study_id,
     retry_policy,
 )
+from fedldp.client.extras import require_database_driver
 from fedldp.client.http.api import ApiClient
 from fedldp.client.http.retry import RetryPolicy
 from fedldp.client.http.server_process import ServerProcess, exec_server, free_port, sqlite_url
@@ -116,6 +117,7 @@ def _check_batch(batch: int | None) -> None:
 
 
 def _run_server(args: argparse.Namespace) -> int:
+    require_database_driver(args.database_url)
     env = {"FEDLDP_ADMIN_KEY": args.admin_key} if args.admin_key else {}
     if args.database_url:
         env["FEDLDP_DATABASE_URL"] = args.database_url
