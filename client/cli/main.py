@@ -168,7 +168,7 @@ examples:
       --items 100 --zipf 1 --epsilon-uniform 0.5:2 --seed 3
   fedldp simulate --protocol user-mean --csv users.csv --epsilon-column eps --seed 0
   fedldp simulate --protocol user-mean --users 20000 --samples 16 --seed 1 \\
-      --dropout 0.2 --late 0.05:30 --round-deadline 10 --quorum 0.7
+      --dropout 0.2 --late 0.05:30 --round-deadline 10 --quorum 0.5
   fedldp simulate --protocol hetero-frequency --users 20000 --distribution categorical \\
       --items 20 --seed 1 --attack max-gain --attackers 0.05 --targets 3
 """
