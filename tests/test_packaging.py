@@ -41,13 +41,13 @@ def wheel(build: tuple[Path, str]) -> Path:
 def test_the_build_warns_of_nothing_in_the_configuration(build: tuple[Path, str]) -> None:
     """Issue 23: every install printed setuptools' deprecation of the TOML-table license (twice)
     and a warning that the dashboard's folder was absent from the packages configuration."""
-    _, output = build
+    wheel, output = build
     assert "BuildBackendWarning" not in output, output
     assert "project.license" not in output, output
     assert "is absent from the `packages` configuration" not in output, output
-    metadata = zipfile.ZipFile(build[0])
-    (name,) = [n for n in metadata.namelist() if n.endswith(".dist-info/METADATA")]
-    assert "License-Expression: MIT" in metadata.read(name).decode().splitlines()
+    archive = zipfile.ZipFile(wheel)
+    (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+    assert "License-Expression: MIT" in archive.read(metadata).decode().splitlines()
 
 
 def test_wheel_holds_only_the_fedldp_namespace(wheel: Path) -> None:
