@@ -81,9 +81,10 @@ DIGEST_PURPOSE = 0x44
 
 def population_digest(seed: int, spec: Mapping[str, Any]) -> str:
     """A public fingerprint of a run's population: HMAC-SHA256 of the canonical JSON of its spec
-    (sorted keys, no spaces) under a key derived from the private population seed. Swarms of one
-    run (same seed, same spec) declare the same digest, so a server can refuse a swarm whose
-    population differs; without the private seed it cannot tell which spec a digest belongs to."""
+    (sorted keys, no spaces) under a key derived from the private population seed (a swarm's spec
+    includes its behaviour options when some users misbehave). Swarms of one run (same seed,
+    same spec) declare the same digest, so a server can refuse a swarm whose population differs;
+    without the private seed it cannot tell which spec a digest belongs to."""
     population_seed = derive_seeds(seed)[1]
     state = np.random.SeedSequence(population_seed, spawn_key=(DIGEST_PURPOSE,))
     key = state.generate_state(8, np.uint32).tobytes()

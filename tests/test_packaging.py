@@ -20,15 +20,34 @@ PIP_WHEEL = [*PIP, "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The wheel built from this tree, and what the build printed."""
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
+    done = subprocess.run(
         [*PIP_WHEEL, "--wheel-dir", str(out), str(ROOT)],
         check=True,
         capture_output=True,
+        text=True,
     )
     (found,) = out.glob("fedldp-*.whl")
-    return found
+    return found, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(build: tuple[Path, str]) -> Path:
+    return build[0]
+
+
+def test_the_build_warns_of_nothing_in_the_configuration(build: tuple[Path, str]) -> None:
+    """Issue 23: every install printed setuptools' deprecation of the TOML-table license (twice)
+    and a warning that the dashboard's folder was absent from the packages configuration."""
+    wheel, output = build
+    assert "BuildBackendWarning" not in output, output
+    assert "project.license" not in output, output
+    assert "is absent from the `packages` configuration" not in output, output
+    archive = zipfile.ZipFile(wheel)
+    (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+    assert "License-Expression: MIT" in archive.read(metadata).decode().splitlines()
 
 
 def test_wheel_holds_only_the_fedldp_namespace(wheel: Path) -> None:

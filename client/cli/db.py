@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from fedldp.client.extras import require_database_driver
 from fedldp.client.swarm.server_process import exec_server
 
 __all__ = ["add_db_parser"]
@@ -24,6 +25,7 @@ COMMANDS = (
 
 
 def _run_db(args: argparse.Namespace) -> int:
+    require_database_driver(args.database_url)
     argv = ["db", args.db_command]
     if args.database_url:
         argv += ["--database-url", args.database_url]

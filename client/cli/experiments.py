@@ -13,10 +13,10 @@ Subparsers = Any
 
 _RUN_EPILOG = """\
 examples:
-  fedldp experiment run experiments/heterogeneous-weights.yaml --out results/hw --jobs 2
+  fedldp experiment run experiments/heterogeneous-e1-weighting.yaml --out results/hw --jobs 2
   fedldp experiment plot results/hw
   fedldp experiment check results/hw
-  fedldp experiment run experiments/heterogeneous-weights.yaml --cluster tcp://scheduler:8786
+  fedldp experiment run experiments/heterogeneous-e1-weighting.yaml --cluster tcp://scheduler:8786
 
 The run writes DIR/trials.csv (one row per trial, appended as each ends) and DIR/experiment.yaml;
 rerunning skips the trials already in the CSV, so an interrupted run resumes. With --cluster
@@ -143,8 +143,9 @@ def add_reproduce_parser(subparsers: Subparsers) -> None:
         description="Run the papers' experiment files (the repository's experiments/ folder), "
         "draw their figures and write OUT/REPORT.md with every claim: paper's value, measured "
         "value, holds/partly/fails.",
-        epilog="examples:\n  fedldp reproduce --list\n  fedldp reproduce heterogeneous-weights "
-        "--out results/reproduce\n  fedldp reproduce --scale paper --jobs 2",
+        epilog="examples:\n  fedldp reproduce --list\n"
+        "  fedldp reproduce heterogeneous-e1-weighting --out results/reproduce\n"
+        "  fedldp reproduce --scale paper --jobs 2",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("names", nargs="*", metavar="NAME", help="experiments (default: all)")

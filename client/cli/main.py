@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from typing import Any, NoReturn
 
 from rich.console import Console
@@ -167,7 +169,7 @@ examples:
       --items 100 --zipf 1 --epsilon-uniform 0.5:2 --seed 3
   fedldp simulate --protocol user-mean --csv users.csv --epsilon-column eps --seed 0
   fedldp simulate --protocol user-mean --users 20000 --samples 16 --seed 1 \\
-      --dropout 0.2 --late 0.05:30 --round-deadline 10 --quorum 0.7
+      --dropout 0.2 --late 0.05:30 --round-deadline 10 --quorum 0.5
   fedldp simulate --protocol hetero-frequency --users 20000 --distribution categorical \\
       --items 20 --seed 1 --attack max-gain --attackers 0.05 --targets 3
 """
@@ -289,8 +291,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``fedldp`` with ``argv`` (default sys.argv[1:]); returns the exit status."""
+    """Run ``fedldp`` with ``argv`` (default sys.argv[1:]); returns the exit status. A reader
+    that closes stdout early (``fedldp reproduce --list | head``) ends any command quietly."""
     one_blas_thread()
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # the pipe may break here at the latest (also after --help)
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
@@ -299,6 +312,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return handler(args)
+    except BrokenPipeError:
+        raise
     except (ValueError, OSError) as e:
         sys.stderr.write(f"error: {one_line_error(e)}\n")
         return 2
+
+
+def _closed_pipe() -> int:
+    """Stdout's reader is gone: no message, and the status of a Unix tool that SIGPIPE ended
+    (128 + 13, as a shell reports it). Stdout is pointed at /dev/null so that the interpreter's
+    last flush of what could not be written fails no more (it would print a traceback)."""
+    with suppress(OSError, ValueError):  # ValueError: a stdout without a descriptor
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 128 + signal.SIGPIPE

@@ -39,6 +39,7 @@ from fedldp.client.cli.studies import (
     resolve_study_id,
     retry_policy,
 )
+from fedldp.client.extras import require_database_driver
 from fedldp.client.population.build import (
     AnyPopulation,
     add_population_arguments,
@@ -116,6 +117,7 @@ def _check_batch(batch: int | None) -> None:
 
 
 def _run_server(args: argparse.Namespace) -> int:
+    require_database_driver(args.database_url)
     env = {"FEDLDP_ADMIN_KEY": args.admin_key} if args.admin_key else {}
     if args.database_url:
         env["FEDLDP_DATABASE_URL"] = args.database_url
@@ -245,7 +247,8 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
         action="store_true",
         help="share the study NAME with other swarms: the first creates it, the others join; "
         "each leases disjoint blocks of participant ids and runs those users (for "
-        "docker compose --scale swarm=K; every swarm gets the same seed and population)",
+        "docker compose --scale swarm=K; every swarm gets the same seed, population and "
+        "behaviour options)",
     )
     for bound, default in (("min", EPSILON_MIN), ("max", EPSILON_MAX)):
         parser.add_argument(

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fedldp.client.experiments.spec import Trial
+from fedldp.client.extras import optional_import
 
 __all__ = ["CONNECT_TIMEOUT_S", "WORKER_TIMEOUT_S", "cluster_rows", "connect"]
 
@@ -35,15 +36,9 @@ WORKER_TIMEOUT_S = 120.0
 def connect(address: str) -> Iterator[Any]:
     """A ``distributed.Client`` of the scheduler at ``address`` with at least one worker,
     closed on exit; ValueError when the extra is missing or the scheduler cannot be used."""
+    distributed = optional_import("distributed", "cluster")
     try:
-        from distributed import Client
-    except ImportError:
-        raise ValueError(
-            "--cluster needs Dask distributed, the optional extra of fedldp: "
-            "pip install 'fedldp[cluster]'"
-        ) from None
-    try:
-        client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as e:
         raise ValueError(
             f"cannot reach the Dask scheduler at {address} "

@@ -27,6 +27,7 @@ from fedldp.client.experiments.aggregate import (
 from fedldp.client.experiments.derived import with_derived
 from fedldp.client.experiments.results import read_rows
 from fedldp.client.experiments.spec import PlotSpec
+from fedldp.client.extras import optional_import
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -152,13 +153,12 @@ def draw(
     rows: Sequence[Mapping[str, str]], plot: PlotSpec, manifest: Mapping[str, Any]
 ) -> tuple[Figure, list[Series]]:
     """The figure of ``plot`` from ``rows`` and the series it draws (for tests and reports)."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import NullLocator
-
+    figure = optional_import("matplotlib.figure", "plot")
+    ticker = optional_import("matplotlib.ticker", "plot")
     series = plot_series(rows, plot)
     numeric = x_is_numeric(rows, plot)
     norm = next((r.get("error_norm") for r in rows if r.get("error_norm")), None)
-    fig = Figure(figsize=(7.5, 5.0), layout="constrained")
+    fig = figure.Figure(figsize=(7.5, 5.0), layout="constrained")
     ax = fig.add_subplot()
     measured = f"measured {_short_stat(plot.stat)}" if plot.y == "error" else "measured"
     # a theory the lines share (one that does not depend on the hue) is drawn once, in grey
@@ -197,7 +197,7 @@ def draw(
         # tick the grid values themselves, written plainly (4000, not 4×10³)
         xs = sorted({x for s in series for x in s.x})
         ax.set_xticks(xs, _spaced_labels(xs, log=plot.logx))
-        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
     if plot.logy:
         ax.set_yscale("log")
     if not numeric and series:

@@ -26,6 +26,7 @@ from fedldp.client.experiments.plot import plot_directory
 from fedldp.client.experiments.results import read_rows
 from fedldp.client.experiments.runner import RunSummary, provenance, run_experiment
 from fedldp.client.experiments.spec import Experiment, Trial
+from fedldp.client.extras import optional_import
 
 __all__ = [
     "ReproducedExperiment",
@@ -108,6 +109,7 @@ def reproduce(
         raise ValueError(f"unknown experiment {unknown[0]!r}; see fedldp reproduce --list")
     chosen = list(names) or list(known)
     experiments = [load_experiment(known[n], scale) for n in chosen]  # all validated first
+    optional_import("matplotlib.figure", "plot")  # before the trials, not after them
     done = []
     for experiment in experiments:
         directory = out / experiment.spec.name

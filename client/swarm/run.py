@@ -160,18 +160,39 @@ def view_summary(
 
 
 def _population(
-    population: AnyPopulation | PopulationSpec, seed: int | None
+    population: AnyPopulation | PopulationSpec, seed: int | None, behaviour: Behaviour | None
 ) -> tuple[AnyPopulation, str]:
-    """The population and its digest (``population_digest`` of its spec, or of its public
-    description when given built)."""
+    """The population and its digest: ``population_digest`` of its spec (or of its public
+    description when given built), with the behaviour's options when some users misbehave (they
+    draw other users' roles, so swarms that share a study must agree on them too; an honest
+    swarm's digest is its population's alone)."""
     if isinstance(population, PopulationSpec):
         if seed is None:
             raise ValueError("a PopulationSpec needs a seed")
+        pop: AnyPopulation = build_population(population, seed)
         spec: JSON = population.model_dump(mode="json")
-        return build_population(population, seed), population_digest(seed, spec)
-    if seed is not None and seed != population.seed:
-        raise ValueError(f"seed {seed} differs from the population's seed {population.seed}")
-    return population, population_digest(population.seed, population.describe())
+    else:
+        if seed is not None and seed != population.seed:
+            raise ValueError(f"seed {seed} differs from the population's seed {population.seed}")
+        pop, spec = population, population.describe()
+    if behaviour is not None and not behaviour.honest:
+        spec = {**spec, "behaviour": behaviour.describe()}
+    return pop, population_digest(pop.seed, spec)
+
+
+async def _join(api: ApiClient, name: str, spec: StudyCreate) -> StudyView:
+    """``join``, whose refusal (``study_mismatch``) also says what the population digest
+    covers: the field it names may be that digest when only the behaviour options differ."""
+    try:
+        return await join(api, name, spec)
+    except SwarmError as exc:
+        if exc.code != "study_mismatch":
+            raise
+        raise SwarmError(
+            exc.code,
+            f"{exc.detail} (population_digest covers the population, the seed and the behaviour "
+            "options: --dropout, --late, --join-late, --attack, --attackers, --targets)",
+        ) from None
 
 
 def _central(protocol_name: str) -> bool:
@@ -307,7 +328,8 @@ async def run_swarm(
     combined with ``processes`` > 1.
 
     ``lease=True`` (with ``create`` and a ``name``) lets several swarms share one study: the
-    first creates it (enrollment target = the population size), the others join it by name;
+    first creates it (enrollment target = the population size), the others (same seed,
+    population and ``behaviour``: ``study_mismatch`` otherwise) join it by name;
     each leases disjoint blocks of participant ids, enrolls and runs those users, and the study
     starts by itself once the whole population is enrolled (``docker compose --scale swarm=K``).
     ``epsilon_min``/``epsilon_max`` (with ``create``): the ε range the study accepts (the server
@@ -325,7 +347,7 @@ async def run_swarm(
         raise ValueError(f"batch must lie in [1, {MAX_BATCH}]")
     if processes < 1 or (processes > 1 and transport is not None):
         raise ValueError("processes must be >= 1 (and 1 with a custom transport)")
-    pop, digest = _population(population, seed)
+    pop, digest = _population(population, seed, behaviour)
     roles = _roles(behaviour, pop.population_seed)
     if roles is not None and roles.behaviour.join_late > 0 and lease:
         raise ValueError("join-late users need the whole population in one swarm (no lease)")
@@ -370,7 +392,7 @@ async def run_swarm(
                 )
                 if lease:
                     assert name is not None
-                    study = await join(api, name, spec)
+                    study = await _join(api, name, spec)
                 else:
                     study = await api.create_study(spec)
             else:

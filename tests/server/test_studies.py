@@ -112,11 +112,8 @@ async def test_invalid_params_name_the_problem(client: httpx.AsyncClient) -> Non
 # --------------------------------------------------------------------------- enrollment
 
 
-@pytest.mark.parametrize(
-    "participant",
-    [{"epsilon": 0}, {"epsilon": -1.0}, {}, {"epsilon": "high"}, {"epsilon": 1, "x": 2}],
-)
-async def test_enrollment_needs_a_positive_epsilon(
+@pytest.mark.parametrize("participant", [{}, {"epsilon": "high"}, {"epsilon": 1, "x": 2}])
+async def test_enrollment_needs_an_epsilon(
     client: httpx.AsyncClient, participant: dict[str, Any]
 ) -> None:
     study = await create_study(client, "hetero-mean-rr")
@@ -124,6 +121,28 @@ async def test_enrollment_needs_a_positive_epsilon(
     expect_error(await client.post(url, json=participant), 422, "invalid_request")
     batch = {"participants": [{"epsilon": 1.0}, participant]}
     expect_error(await client.post(f"{url}/batch", json=batch), 422, "invalid_request")
+    assert (await study_view(client, study.id)).n_participants == 0
+
+
+@pytest.mark.parametrize("eps", [0, 0.0, -0.0, -1.0, -1e300])
+async def test_a_non_positive_epsilon_is_out_of_range(
+    client: httpx.AsyncClient, eps: float
+) -> None:
+    """Issue 23: ε <= 0 got the generic invalid_request (the wire's own bound), unlike every
+    other ε outside the study's range: now the same epsilon_out_of_range, in the single and
+    both batch forms."""
+    study = await create_study(client, "hetero-mean-rr")
+    url = f"/v1/studies/{study.id}/participants"
+    body = expect_error(await client.post(url, json={"epsilon": eps}), 422, "epsilon_out_of_range")
+    assert "1e-06 <= ε <= 1000" in body.detail
+    for batch in (
+        {"participants": [{"epsilon": 1.0}, {"epsilon": eps}]},
+        {"epsilons": [1.0, eps]},
+    ):
+        body = expect_error(
+            await client.post(f"{url}/batch", json=batch), 422, "epsilon_out_of_range"
+        )
+        assert "participant 1" in body.detail
     assert (await study_view(client, study.id)).n_participants == 0
 
 

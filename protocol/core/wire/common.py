@@ -13,7 +13,6 @@ MAX_ID = 2**31 - 1
 MAX_DEADLINE_S = 100 * 365.25 * 86400.0
 """Longest deadline a study may set (100 years; far larger ones overflow a datetime)."""
 NonNegInt = Annotated[int, Field(ge=0, le=MAX_ID)]
-PositiveFloat = Annotated[float, Field(gt=0)]
 Seed = Annotated[int, Field(ge=0, lt=2**63)]
 EPSILON_MIN = 1e-6
 """Smallest ε a participant may enroll with (any study): below it no estimate is meaningful, and
@@ -22,6 +21,16 @@ EPSILON_MAX = 1e3
 """Largest ε a participant may enroll with (any study); a study may narrow it (``epsilon_max``)."""
 Deadline = Annotated[float, Field(gt=0, le=MAX_DEADLINE_S, description="seconds")]
 EpsilonBound = Annotated[float, Field(ge=EPSILON_MIN, le=EPSILON_MAX)]
+Epsilon = Annotated[
+    float,
+    Field(
+        description="the participant's ε; enrollment refuses one outside the study's range "
+        "(epsilon_min..epsilon_max), zero and negative ones included, with epsilon_out_of_range"
+    ),
+]
+"""A participant's declared ε: any finite number on the wire, so that every ε outside the study's
+range (ε <= 0 as much as one above ``EPSILON_MAX``) gets the one code ``epsilon_out_of_range``
+from the enrollment's range check, not ``invalid_request`` from the body's validation."""
 
 
 class Model(BaseModel):

@@ -17,10 +17,10 @@ from fedldp.protocol.core.wire.common import (
     MAX_METADATA_KEYS,
     MAX_METADATA_VECTOR,
     MAX_SAMPLES,
+    Epsilon,
     MetadataKey,
     Model,
     NonNegInt,
-    PositiveFloat,
     Request,
     either,
 )
@@ -76,7 +76,7 @@ class EnrollRequest(Request):
     """One participant: its ε, public metadata and, for leased enrollment, the id it takes
     from its swarm's lease (whose token then goes in ``Authorization: Bearer``)."""
 
-    epsilon: PositiveFloat
+    epsilon: Epsilon
     metadata: Metadata = Field(default_factory=dict)
     participant_id: NonNegInt | None = Field(
         default=None,
@@ -102,9 +102,7 @@ class EnrollBatch(Request):
     participants: (
         Annotated[list[EnrollRequest], Field(min_length=1, max_length=MAX_BATCH)] | None
     ) = None
-    epsilons: Annotated[list[PositiveFloat], Field(min_length=1, max_length=MAX_BATCH)] | None = (
-        None
-    )
+    epsilons: Annotated[list[Epsilon], Field(min_length=1, max_length=MAX_BATCH)] | None = None
     metadata: MetadataColumns = Field(default_factory=dict)
     participant_ids: Annotated[list[NonNegInt], Field(max_length=MAX_BATCH)] | None = None
     block_only: bool = Field(

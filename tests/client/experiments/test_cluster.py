@@ -3,13 +3,12 @@ extra or an unreachable scheduler is a clear error before any trial runs."""
 
 from __future__ import annotations
 
-import builtins
 import csv
 import io
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -110,14 +109,8 @@ def test_jobs_and_cluster_exclude_each_other(tmp_path: Path) -> None:
 def test_without_the_extra_the_error_names_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_import = builtins.__import__
-
-    def no_dask(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "distributed" or name.startswith("distributed."):
-            raise ImportError(f"No module named {name!r}")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_dask)
+    for name in [n for n in sys.modules if n == "distributed" or n.startswith("distributed.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # the import system refuses them
     (tmp_path / "e.yaml").write_text(SWEEP)
     experiment = load_experiment(tmp_path / "e.yaml")
     with pytest.raises(ValueError, match=r"pip install 'fedldp\[cluster\]'"):

@@ -44,7 +44,7 @@ def test_missing_packages_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
         raise ImportError(name)
 
     datasets._column.cache_clear()
-    monkeypatch.setattr("fedldp.client.population.datasets.importlib.import_module", refuse)
+    monkeypatch.setattr("fedldp.client.extras.importlib.import_module", refuse)
     with pytest.raises(ValueError, match=r"fedldp\[data\]"):
         datasets.income_law("gss-income")
     datasets._column.cache_clear()

@@ -186,7 +186,7 @@ def test_diabetes_needs_scikit_learn(monkeypatch: pytest.MonkeyPatch) -> None:
         raise ImportError(name)
 
     monkeypatch.setattr(importlib, "import_module", missing)
-    with pytest.raises(ImportError, match="pip install 'scikit-learn"):
+    with pytest.raises(ImportError, match=r"pip install 'fedldp\[data\]'"):
         diabetes_population(SEED, 1.0)
 
 

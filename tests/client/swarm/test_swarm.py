@@ -21,6 +21,7 @@ import pytest
 from fastapi import FastAPI
 
 from fedldp.client.api.client import AuthError
+from fedldp.client.behaviour import Behaviour
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.seeds import population_digest
 from fedldp.client.simulate import fill_from_population, simulate
@@ -208,6 +209,41 @@ async def test_a_swarm_joins_only_a_study_declared_alike(app: FastAPI) -> None:
         )
     assert caught.value.code == "study_mismatch"
     assert "params" in str(caught.value)
+
+
+async def test_a_swarm_with_other_behaviour_cannot_join(app: FastAPI) -> None:
+    """Issue 23: a swarm that differed from a study's creator only in its behaviour options
+    (which draw other users' roles) joined it, leased nothing and printed the creator's estimate
+    under its own options. The options are in the population digest: the same ones join, any
+    other (none, another fraction, another attack, another option) is refused."""
+    spec = PopulationSpec(users=400, samples=4, distribution="two-point", mean=0.1)
+    kw: dict[str, Any] = {"batch": 400, "name": "behaved", "lease": True}
+    attack = Behaviour(attack="output", attackers=0.1)
+    first = await swarm(app, "hetero-mean-laplace", spec, 1, behaviour=attack, **kw)
+    again = await swarm(app, "hetero-mean-laplace", spec, 1, behaviour=attack, **kw)
+    assert again.study_id == first.study_id
+    assert again.users_served == 0
+    assert again.result.estimate == first.result.estimate
+    others = [
+        None,
+        Behaviour(),
+        Behaviour(attack="output", attackers=0.2),
+        Behaviour(attack="input", attackers=0.1),
+        Behaviour(attack="output", attackers=0.1, late_fraction=0.1, late_delay_s=0.01),
+    ]
+    for other in others:
+        with pytest.raises(SwarmError) as caught:
+            await swarm(app, "hetero-mean-laplace", spec, 1, behaviour=other, **kw)
+        assert caught.value.code == "study_mismatch"
+        assert "population_digest" in str(caught.value)  # the field that differs
+        assert "--attack" in str(caught.value)  # and what it covers
+    honest = {**kw, "name": "honest"}
+    plain = await swarm(app, "hetero-mean-laplace", spec, 1, **honest)
+    # an honest swarm's digest is its population's alone, as before behaviour counted
+    assert plain.study.population_digest == population_digest(1, spec.model_dump(mode="json"))
+    with pytest.raises(SwarmError) as caught:
+        await swarm(app, "hetero-mean-laplace", spec, 1, behaviour=attack, **honest)
+    assert caught.value.code == "study_mismatch"
 
 
 def test_the_population_digest_hides_the_population() -> None:

@@ -66,7 +66,7 @@ def test_payloads_are_discriminated_and_strict() -> None:
 
 def test_request_models_reject_bad_input() -> None:
     with pytest.raises(ValidationError):
-        EnrollRequest(epsilon=0.0)
+        EnrollRequest.model_validate({"epsilon": "1.0"})
     with pytest.raises(ValidationError):
         EnrollRequest.model_validate({"epsilon": float("inf")})
     with pytest.raises(ValidationError):
@@ -136,7 +136,7 @@ def test_enroll_batch_columns_share_the_dict_of_repeated_metadata(
         {"epsilons": [1.0], "participants": [{"epsilon": 1.0}]},
         {"epsilons": [1.0, 1.0], "metadata": {"samples": [4.0]}},
         {"epsilons": [1.0], "participant_ids": [1, 2]},
-        {"epsilons": [0.0]},
+        {"epsilons": ["1.0"]},
         {"participants": [{"epsilon": 1.0}], "participant_ids": [0]},
     ],
 )
