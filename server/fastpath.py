@@ -10,10 +10,10 @@ answers the well-formed requests of these two routes itself, with the route's ow
 same credentials (``fedldp.server.credentials``), body parsing (``routes.report_body``), endpoint
 functions (``routes.get_task``, ``routes.submit_report``), response models and error replies
 (``fedldp.server.replies``). Every other request, and any request of these routes whose path or
-query FastAPI would have to validate (a participant id that is not a plain decimal number, a
-``hold`` outside ``[0, MAX_HOLD_S]`` or not a plain decimal, any other query parameter), goes on
-to FastAPI, whose routes also keep these two endpoints in the OpenAPI document. The answers are
-byte for byte FastAPI's (tests/server/test_fastpath.py asks both).
+query FastAPI would have to validate (a participant id that is not a plain decimal number within
+``[0, MAX_ID]``, a ``hold`` outside ``[0, MAX_HOLD_S]`` or not a plain decimal, any other query
+parameter), goes on to FastAPI, whose routes also keep these two endpoints in the OpenAPI
+document. The answers are byte for byte FastAPI's (tests/server/test_fastpath.py asks both).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from fedldp.server.replies import database_unavailable, refusal
 
 __all__ = ["FastPath"]
 
-_TASK = re.compile(r"/v1/studies/([^/]+)/participants/([0-9]{1,18})/task")
+_TASK = re.compile(r"/v1/studies/([^/]+)/participants/([0-9]{1,10})/task")
 _REPORTS = re.compile(r"/v1/studies/([^/]+)/reports")
 _HOLD = re.compile(rb"hold=([0-9]{1,2}(?:\.[0-9]{1,9})?)")
 _TASK_JSON: TypeAdapter[Any] = TypeAdapter(wire.Task)
@@ -78,10 +78,11 @@ class FastPath:
             method = scope["method"]
             if method == "GET":
                 found = _TASK.fullmatch(scope["path"])
-                hold = None if found is None else _hold(scope["query_string"])
-                if found is not None and hold is not None:
+                pid = None if found is None else int(found[2])
+                hold = None if pid is None or pid > wire.MAX_ID else _hold(scope["query_string"])
+                if found is not None and pid is not None and hold is not None:
                     scope["route"] = self.task_route
-                    answer = self._task(scope, receive, found[1], int(found[2]), hold)
+                    answer = self._task(scope, receive, found[1], pid, hold)
                     await self._reply(scope, receive, send, answer)
                     return
             elif method == "POST" and not scope["query_string"]:
