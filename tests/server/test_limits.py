@@ -25,11 +25,13 @@ from fedldp.protocol.core.wire import MAX_BATCH, EnrollmentBatch, StudyView, Tas
 from fedldp.server.errors import BodyTooLarge
 from fedldp.server.limits import (
     BATCH_CAPS,
+    BATCH_VALUES,
     LEGIT_ITEMS,
     MARGIN,
-    MAX_VALUES,
+    MAX_DEPTH,
     BodyLimit,
     ItemCount,
+    grown,
     json_count,
 )
 from tests.server.helpers import create_study, expect_error
@@ -40,23 +42,29 @@ CHUNK = 65_536
 
 
 class Sent:
-    """A request body streamed from pieces, ``CHUNK`` bytes at a time, counting what was taken."""
+    """A request body streamed from pieces, ``CHUNK`` bytes at a time, counting what was taken
+    (and its items, when given an ``ItemCount``)."""
 
-    def __init__(self, pieces: Iterator[bytes]) -> None:
+    def __init__(self, pieces: Iterator[bytes], count: ItemCount | None = None) -> None:
         self.pieces = pieces
+        self.count = count
         self.taken = 0
+
+    def _taken(self, chunk: bytes) -> bytes:
+        self.taken += len(chunk)
+        if self.count is not None:
+            self.count.feed(chunk)
+        return chunk
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         buffer = b""
         for piece in self.pieces:
             buffer += piece
             while len(buffer) >= CHUNK:
-                self.taken += CHUNK
-                yield buffer[:CHUNK]
+                yield self._taken(buffer[:CHUNK])
                 buffer = buffer[CHUNK:]
         if buffer:
-            self.taken += len(buffer)
-            yield buffer
+            yield self._taken(buffer)
 
 
 def flood(size: int = FLOOD) -> Iterator[bytes]:
@@ -114,21 +122,30 @@ async def test_a_chunked_body_beyond_the_cap_is_read_up_to_it(client: httpx.Asyn
     assert BATCH_CAPS["/tasks"] < body.taken <= BATCH_CAPS["/tasks"] + CHUNK
 
 
-def test_values_spread_over_small_containers_are_counted_in_all() -> None:
-    count = ItemCount()
+@pytest.mark.parametrize("route", sorted(BATCH_VALUES))
+def test_values_spread_over_small_containers_are_counted_in_all(route: str) -> None:
+    limit = BATCH_VALUES[route]
+    count = ItemCount(values=limit)
     count.feed(b'{"features": [')
     row = b"[" + b"0," * 999 + b"0],"  # 1,000 values per row: no container too large
-    while count.counted <= MAX_VALUES - 1001:  # no refusal below the limit
+    while count.counted <= limit - 1001:  # no refusal below the limit
         count.feed(row)
     with pytest.raises(BodyTooLarge, match="JSON values"):
         count.feed(row)
+
+
+def test_a_body_nested_beyond_the_depth_is_refused() -> None:
+    count = ItemCount(values=10**6)
+    count.feed(b"[" * MAX_DEPTH + b"]" * MAX_DEPTH)  # as deep as allowed
+    with pytest.raises(BodyTooLarge, match="nests deeper"):
+        count.feed(b"[" * (MAX_DEPTH + 1))
 
 
 # --------------------------------------------------------------------------- the counting
 
 
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.floats(allow_nan=False) | st.text(alphabet='a,"\\[]{}\n\x00é'),
+    st.none() | st.booleans() | st.floats(allow_nan=False) | st.text(alphabet='a,"\\[]{}\n\x00é '),
     lambda inner: (
         st.lists(inner, max_size=6)
         | st.dictionaries(st.text(alphabet='k,"\\[]{', max_size=4), inner, max_size=6)
@@ -154,7 +171,7 @@ def test_the_count_is_exact_however_the_body_is_cut(value: Any, cuts: list[int])
     text = json.dumps(value, ensure_ascii=False).encode()
     counted, widest = _exact(value)
     for members, refused in ((max(widest, 1), False), (max(widest - 1, 1), widest > 1)):
-        count = ItemCount(members=members)
+        count = ItemCount(members=members, values=10**6)
         bounds = sorted({0, len(text), *(min(c, len(text)) for c in cuts)})
         try:
             for start, stop in itertools.pairwise(bounds):
@@ -170,21 +187,31 @@ def test_the_count_is_exact_however_the_body_is_cut(value: Any, cuts: list[int])
 # --------------------------------------------------------------------------- legitimate bodies
 
 
-def legit_body(route: str) -> Iterator[bytes]:
-    """The largest legitimate body of a batch route, made as it is sent: its most items, each
-    the largest (the item of ``LEGIT_ITEMS`` repeated), written with ``json.dumps``' spaces."""
-    items, one = LEGIT_ITEMS[route]
-    grown = {k: f"@{k}@" if isinstance(v, list) or k == "packed" else v for k, v in one.items()}
-    for piece in re.split(r'("@\w+@")', json.dumps(grown)):
-        key = piece.strip('"@')
-        if piece != f'"@{key}@"':
+def legit_body(items: int, form: dict[str, Any]) -> Iterator[bytes]:
+    """The body of ``items`` items of a ``LEGIT_ITEMS`` form (``limits.grown(form, items)`` as
+    ``json.dumps`` writes it), made as it is sent."""
+    repeated: dict[str, Any] = {}
+
+    def mark(node: dict[str, Any]) -> dict[str, Any]:  # what grows, replaced by a marker
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if isinstance(value, list) or key == "packed":
+                out[key] = marker = f"@{len(repeated)}@"
+                repeated[marker] = value
+            else:
+                out[key] = mark(value) if isinstance(value, dict) else value
+        return out
+
+    for piece in re.split(r'("@[0-9]+@")', json.dumps(mark(form))):
+        value = repeated.get(piece.strip('"'))
+        if value is None:
             yield piece.encode()
-        elif key == "packed":  # the packed rows, one after the other
+        elif isinstance(value, str):  # the packed rows, one after the other
             yield b'"'
-            yield from _repeat(one[key].encode(), items)
+            yield from _repeat(value.encode(), items)
             yield b'"'
         else:
-            item = json.dumps(one[key][0]).encode()
+            item = json.dumps(value[0]).encode()
             yield b"[" + item
             yield from _repeat(b", " + item, items - 1)
             yield b"]"
@@ -208,29 +235,35 @@ async def _consume(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 @pytest.mark.parametrize("route", sorted(LEGIT_ITEMS))
-async def test_the_largest_legitimate_body_of_each_batch_route_passes(route: str) -> None:
+async def test_the_largest_legitimate_bodies_of_each_batch_route_pass(route: str) -> None:
+    items, forms = LEGIT_ITEMS[route]
+    sizes, counts = [], []
     limit = BodyLimit(_consume, single=1 << 20)
     transport = httpx.ASGITransport(app=limit)
     async with httpx.AsyncClient(transport=transport, base_url="http://limits.test") as http:
-        body = Sent(legit_body(route))
-        response = await http.post(f"/v1/studies/s{route}", content=body)
-    assert response.status_code == 200, response.text
-    size = int(response.text)
-    # the cap is the body and its margin (within the bytes json.dumps' items vary by)
-    assert size <= BATCH_CAPS[route] <= size * (1 + MARGIN) * 1.001, (size, BATCH_CAPS[route])
+        for form in forms:
+            body = Sent(legit_body(items, form), ItemCount(values=BATCH_VALUES[route]))
+            response = await http.post(f"/v1/studies/s{route}", content=body)
+            assert response.status_code == 200, response.text
+            sizes.append(int(response.text))
+            counts.append(body.count.counted if body.count else 0)
+    # the caps are those of the largest form, and their margin
+    assert BATCH_CAPS[route] == int(max(sizes) * (1 + MARGIN)), (sizes, BATCH_CAPS[route])
+    assert BATCH_VALUES[route] == int(max(counts) * (1 + MARGIN)), (counts, BATCH_VALUES[route])
 
 
 def test_the_legitimate_bodies_are_what_the_wire_models_take() -> None:
-    """Each legitimate item makes a valid body (the caps measure real requests)."""
+    """Each form of a legitimate item makes a valid body (the caps measure real requests)."""
     models: dict[str, type[BaseModel]] = {
         "/participants/batch": wire.EnrollBatch,
         "/tasks": wire.TaskBatchRequest,
         "/reports/batch": wire.ReportBatch,
         "/predict": wire.PredictRequest,
     }
-    assert set(models) == set(LEGIT_ITEMS) == set(BATCH_CAPS)
-    for route, (_, one) in LEGIT_ITEMS.items():
-        models[route].model_validate_json(json.dumps(one))
+    assert set(models) == set(LEGIT_ITEMS) == set(BATCH_CAPS) == set(BATCH_VALUES)
+    for route, (_, forms) in LEGIT_ITEMS.items():
+        for form in forms:
+            models[route].model_validate_json(json.dumps(grown(form, 3)))
 
 
 async def test_a_full_batch_enrolls_and_asks_for_its_tasks(client: httpx.AsyncClient) -> None:
