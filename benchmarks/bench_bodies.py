@@ -3,20 +3,22 @@ still passes.
 
 Starts ``python -m fedldp.server`` (uvicorn) on a temporary SQLite database, then:
 
-* sends three uploads at once of an 80 MB body of ε's (``{"epsilons": [1.0, 1.0, …]}``, 16
-  million items) to ``POST /v1/studies/{id}/participants/batch``, once with ``Content-Length``
-  and once chunked (``Transfer-Encoding: chunked``), each written as fast as the server takes it
-  until the answer arrives; meanwhile ``GET /health`` is asked every 10 ms. Targets: every upload
-  is answered 413 ``body_too_large``; the server's peak RSS (``VmHWM``, reset before) exceeds its
+* sends an 80 MB body of ε's (``{"epsilons": [1.0, 1.0, …]}``, 16 million items) to
+  ``POST /v1/studies/{id}/participants/batch`` from three uploaders at once (``--seconds S``:
+  each sending one upload after another for S seconds), once with ``Content-Length`` and once
+  chunked (``Transfer-Encoding: chunked``), each body written as fast as the server takes it
+  until the answer arrives; meanwhile ``GET /health`` is asked every 10 ms. Targets: every upload is
+  answered 413 ``body_too_large``; the server's peak RSS (``VmHWM``, reset before) exceeds its
   RSS before the uploads by less than 50 MB; no ``/health`` answer takes 100 ms or more. Also
-  printed: the bytes each upload got to send before its answer, and its time to answer.
+  printed: the time to the answer, and the most bytes an upload wrote before it (into the
+  sockets' buffers: the server stops reading at the refusal).
 * enrolls one full batch (``MAX_BATCH`` ε's): target 201, with its time printed.
 
 Before issue 23 the body was read and parsed whole: RSS went from 151 MB to 1.09 GB (1.25 GB for
 three in parallel), the 422 came after 6 s and ``/health`` stalled 3-5 s.
 Exits 1 if a target is missed.
 
-    python benchmarks/bench_bodies.py [--megabytes M] [--uploads U]
+    python benchmarks/bench_bodies.py [--megabytes M] [--uploads U] [--seconds S]
 """
 
 from __future__ import annotations
@@ -134,27 +136,37 @@ async def health_latencies(host: str, port: int, stop: asyncio.Event) -> list[fl
 async def floods(
     server: ServerProcess, pid: int, path: str, args: argparse.Namespace, chunked: bool
 ) -> tuple[list[Upload], list[float], float]:
-    """Uploads at once, with ``/health`` polled meanwhile: their results, the health latencies
-    and the growth of the server's peak RSS (MB)."""
+    """``args.uploads`` uploaders at once, each sending upload after upload for ``args.seconds``,
+    with ``/health`` polled meanwhile: the uploads, the health latencies and the growth of the
+    server's peak RSS (MB)."""
     _, before = memory_mb(pid)
     reset_peak(pid)
     stop = asyncio.Event()
     health = asyncio.create_task(health_latencies(server.host, server.port, stop))
     size = args.megabytes * 10**6
-    uploads = await asyncio.gather(
-        *(upload(server.host, server.port, path, size, chunked) for _ in range(args.uploads))
-    )
+    ends = time.perf_counter() + args.seconds
+
+    async def uploader() -> list[Upload]:
+        done = [await upload(server.host, server.port, path, size, chunked)]
+        while time.perf_counter() < ends:
+            done.append(await upload(server.host, server.port, path, size, chunked))
+        return done
+
+    uploads = await asyncio.gather(*(uploader() for _ in range(args.uploads)))
     await asyncio.sleep(0.2)  # the server's memory after it let go of the uploads
     stop.set()
     latencies = await health
     peak, _ = memory_mb(pid)
-    return list(uploads), latencies, peak - before
+    return [u for each in uploads for u in each], latencies, peak - before
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--megabytes", type=int, default=80, help="size of each upload (MB)")
     parser.add_argument("--uploads", type=int, default=3, help="uploads at once")
+    parser.add_argument(
+        "--seconds", type=float, default=0.0, help="each uploader's uploads go on this long"
+    )
     args = parser.parse_args(argv)
     ok = True
     with tempfile.TemporaryDirectory(prefix="fedldp-bench-") as tmp:
@@ -183,12 +195,17 @@ def main(argv: list[str] | None = None) -> int:
                     passed = refused and growth < RSS_LIMIT_MB and slowest < HEALTH_LIMIT_S
                     ok &= passed
                     framing = "chunked" if chunked else "Content-Length"
-                    print(f"{args.uploads} uploads of {args.megabytes} MB, {framing}:")
-                    for u in uploads:
-                        print(
-                            f"  answer {u.status} {u.code} after {u.sent / 1e3:8.1f} kB sent, "
-                            f"{u.seconds * 1e3:7.1f} ms"
-                        )
+                    print(
+                        f"{args.uploads} uploaders of {args.megabytes} MB bodies for "
+                        f"{args.seconds:g} s, {framing}: {len(uploads)} uploads, "
+                        f"{sum(u.status == 413 for u in uploads)} answered 413 body_too_large"
+                    )
+                    times = sorted(u.seconds for u in uploads)
+                    print(
+                        f"  answer after {times[len(times) // 2] * 1e3:.1f} ms (median), "
+                        f"{times[-1] * 1e3:.1f} ms (slowest); at most "
+                        f"{max(u.sent for u in uploads) / 1e6:.1f} MB written before it"
+                    )
                     print(
                         f"  server peak RSS {growth:+6.1f} MB (limit +{RSS_LIMIT_MB:.0f}); "
                         f"/health slowest {slowest * 1e3:5.1f} ms of {len(latencies)} "
