@@ -180,8 +180,8 @@ byte caps alone would not: a value may take two bytes."""
 
 
 MAX_DEPTH = 64
-"""Deepest nesting of arrays and objects a batch body may have (its legitimate ones nest 4
-deep; JSON parsers refuse some hundreds anyway)."""
+"""Deepest nesting of arrays and objects a batch body may have (its legitimate ones nest 5 deep
+at most; the parser refuses some hundreds anyway)."""
 
 
 class ItemCount:
@@ -190,8 +190,8 @@ class ItemCount:
     ``members`` or, at the end of a chunk, the body more than ``values``. A scan, not a parse:
     the text between two brackets, braces or strings is counted by its commas in one C call (a
     body of numbers costs one call per chunk), a string without escapes is skipped by one
-    regular expression match, any other by a search for its closing quote. Malformed JSON is left
-    to the parser that reads the body afterwards."""
+    regular expression match (a list's run of them too), any other by a search for its closing
+    quote. Malformed JSON is left to the parser that reads the body afterwards."""
 
     _TOKENS = (b"[", b"]", b"{", b"}", b'"')
     """What the scan stops at: a bracket, a brace, the quote that opens a string."""
