@@ -257,16 +257,29 @@ def _put(node: Any, at: Location, value: int) -> Any:
     return out
 
 
-async def post(world: World, field: BodyField, value: int) -> httpx.Response:
-    study_id = world.study_for(field.path)
-    url = field.path.format(study_id=study_id)
+async def send(world: World, path: str, body: dict[str, Any]) -> httpx.Response:
+    """POST ``body`` to ``path`` (of its study), as participant 0 (its token as bearer, and in
+    the body of a batch)."""
+    study_id = world.study_for(path)
     headers = world.token(study_id, "0")
-    body = _put(BASES[field.path], field.location, value)
-    return await world.http.post(url, json=body, headers=headers)
+    if path.endswith(("/tasks", "/reports/batch")):
+        body = {"tokens": [headers["Authorization"].removeprefix("Bearer ")], **body}
+    return await world.http.post(path.format(study_id=study_id), json=body, headers=headers)
+
+
+async def post(world: World, field: BodyField, value: int) -> httpx.Response:
+    return await send(world, field.path, _put(BASES[field.path], field.location, value))
 
 
 def test_every_integer_body_field_has_a_valid_body_to_go_in(app: FastAPI) -> None:
     assert {f.path for f in integer_fields(app)} <= set(BASES)
+
+
+async def test_the_bodies_the_fields_go_in_are_accepted(world: World, app: FastAPI) -> None:
+    """So that a refusal of a body with an out-of-range integer is the integer's."""
+    for path in sorted(BASES, key=lambda p: p.endswith("/leases")):  # enrollment first
+        response = await send(world, path, BASES[path])
+        assert response.status_code < 300, (path, response.text)
 
 
 async def test_every_integer_body_field_refuses_the_special_values(
