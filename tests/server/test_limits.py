@@ -60,9 +60,11 @@ class Sent:
         buffer = b""
         for piece in self.pieces:
             buffer += piece
-            while len(buffer) >= CHUNK:
-                yield self._taken(buffer[:CHUNK])
-                buffer = buffer[CHUNK:]
+            start = 0
+            while len(buffer) - start >= CHUNK:
+                yield self._taken(buffer[start : start + CHUNK])
+                start += CHUNK
+            buffer = buffer[start:]
         if buffer:
             yield self._taken(buffer)
 
