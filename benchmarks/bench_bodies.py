@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
+from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
 from fedldp.protocol.core.wire import MAX_BATCH
 
 RSS_LIMIT_MB = 50.0

@@ -8,17 +8,17 @@ Two studies (``--study``):
   sparse-linear data, ridge λ = 0.4, G = 1.4, γ = 0.9, D = 2, Kashin gradients by default),
   10^5 participants with 64 samples each, ε = 1: 40 HTTP rounds, each waiting for the last.
 
-For each worker count in ``--workers`` (default 1 and 2: issue 15), starts a real server
-(``python -m fedldp.server --workers K``) on a temporary SQLite database and runs a swarm of
-``--users`` participants in batch mode against it; then simulates the same seed in process (the
-median of three runs, one at 10^6 users). Prints each HTTP time and its ratio to the in-process
-time (target <= 3 at the best worker count, as bench_peruser judges its rate), where the HTTP time
-went (from the server's own timestamps: enrollment and start, each round from opening to
-closing), the CPU seconds and peak RSS of the server (all its processes) and of the swarm (this
-process while it ran the swarm, and its worker processes), and checks that every run gives the
-in-process estimate (1e-9 relative, DESIGN.md). At 10^6 users (``--users 1000000``) the targets
-are the peak RSS instead (issue 15): server < 500 MiB, swarm < 1 GiB; the ratio is printed. Exits
-1 if a target is missed or the estimates differ.
+For each worker count in ``--workers`` (default 1 and 2: issue 15), starts a real server (``python
+-m fedldp.server --workers K``) on a temporary SQLite database and runs a swarm of ``--users``
+participants in batch mode against it; then simulates the same seed in process (the median of three
+runs, one at 10^6 users). Prints each HTTP time and its ratio to the in-process time (target <= 3 at
+the best worker count, as bench_peruser judges its rate), where the HTTP time went (from the
+server's own timestamps: enrollment and start, each round from opening to closing), the CPU seconds
+and peak RSS of the server (all its processes) and of the swarm (this process while it ran the
+swarm, and its worker processes), and checks that every run gives the in-process estimate (1e-9
+relative, docs/architecture.md). At 10^6 users (``--users 1000000``) the targets are the peak RSS
+instead (issue 15): server < 500 MiB, swarm < 1 GiB; the ratio is printed. Exits 1 if a target is
+missed or the estimates differ.
 
     python benchmarks/bench_e2e.py [--study user-mean|user-sgd] [--users N] [--samples M]
                                    [--workers K[,K...]] [--batch B] [--concurrency C]
@@ -41,12 +41,13 @@ from typing import Any
 import httpx
 import numpy as np
 
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
-from fedldp.client.http.swarm import DEFAULT_CONCURRENCY, SwarmResult, run_swarm
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.client.swarm.run import DEFAULT_CONCURRENCY, SwarmResult, run_swarm
+from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import RoundsView, RoundView
+from fedldp.threads import one_blas_thread
 
 RATIO_TARGET = 3.0
 IN_PROCESS_RUNS = 3
@@ -195,6 +196,7 @@ def report(args: argparse.Namespace, h: HttpRun, in_process: float) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    one_blas_thread()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--study", choices=sorted(STUDIES), default="user-mean")
     parser.add_argument("--users", type=int, default=100_000)

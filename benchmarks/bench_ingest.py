@@ -39,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedldp.client.http.api import ApiClient
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
+from fedldp.client.api.client import ApiClient
+from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
 from fedldp.protocol.core.wire import (
     MAX_BATCH,
     BatchReceipt,
@@ -52,6 +52,7 @@ from fedldp.protocol.core.wire import (
     ScalarPayload,
     StudyCreate,
 )
+from fedldp.threads import one_blas_thread
 
 RSS_GROWTH_LIMIT = 0.10
 """Largest relative growth of the server's RSS after the first stage (the warm-up)."""
@@ -300,6 +301,7 @@ async def bench(
 
 
 def main(argv: list[str] | None = None) -> int:
+    one_blas_thread()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--reports", type=int, default=400_000, help="reports sent in batches")
     parser.add_argument("--batch", type=int, default=10_000, help="reports per batch request")

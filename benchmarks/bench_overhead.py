@@ -1,4 +1,4 @@
-"""Benchmark: what the observation middleware (request id, metrics; fedldp.server.observe) adds
+"""Benchmark: what the observation middleware (request id, metrics; fedldp.server.web.observe) adds
 to one request (issue 12: the per-user path must stay cheap).
 
 Calls the ASGI callables directly (no server, no socket, no client library) in a loop, for
@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 
 from fedldp.protocol.core.wire import EnrollmentBatch, StudyCreate, StudyView
-from fedldp.server.app import create_app
-from fedldp.server.observe import Observe
 from fedldp.server.settings import Settings
+from fedldp.server.web.app import create_app
+from fedldp.server.web.observe import Observe
 
 
 async def call(app: Any, method: str, path: str, headers: list[tuple[bytes, bytes]]) -> int:

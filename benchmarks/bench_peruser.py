@@ -1,19 +1,19 @@
 """Benchmark: the per-user swarm (every simulated user its own conversation with the server) against
 a real server, next to the batch mode on the same population, in one run (issue 15, item 1).
 
-For each server worker count in ``--workers`` (default 1 and 2), starts a real server
-(``python -m fedldp.server``, ``FEDLDP_WORKERS=K``) on a temporary SQLite database. For each
-protocol (one-round ``baseline-clipped-laplace`` and two-round ``user-mean``;
-``--users`` N = 10,000 users with 64 two-point samples each, ε = 1) it runs the swarm twice in a
-fresh spawned process each: per user (``fedldp swarm`` without ``--batch``: one task request and
-one report request per user and round, each with the user's own token) and in batch mode. For
-each run it prints users/s (end to end: create, enroll, start, every user's rounds, the result),
-requests per user (the swarm's own count of task and report requests), the CPU seconds and peak
-RSS of the swarm process and of the server (its processes together; the peak is reset before each
-run), and the per-user run's ratio to the batch run. It checks that every run's estimate equals
-``fedldp simulate`` of the same seed (relative 1e-9, DESIGN.md). Exits 1 if an estimate differs
-or, unless ``--no-targets``, if a protocol's per-user runs are all below the target of 1,000
-users/s (the best worker count counts: the target is for this machine, used as well as it can be).
+For each server worker count in ``--workers`` (default 1 and 2), starts a real server (``python -m
+fedldp.server``, ``FEDLDP_WORKERS=K``) on a temporary SQLite database. For each protocol (one-round
+``baseline-clipped-laplace`` and two-round ``user-mean``; ``--users`` N = 10,000 users with 64
+two-point samples each, ε = 1) it runs the swarm twice in a fresh spawned process each: per user
+(``fedldp swarm`` without ``--batch``: one task request and one report request per user and round,
+each with the user's own token) and in batch mode. For each run it prints users/s (end to end:
+create, enroll, start, every user's rounds, the result), requests per user (the swarm's own count of
+task and report requests), the CPU seconds and peak RSS of the swarm process and of the server (its
+processes together; the peak is reset before each run), and the per-user run's ratio to the batch
+run. It checks that every run's estimate equals ``fedldp simulate`` of the same seed (relative 1e-9,
+docs/architecture.md). Exits 1 if an estimate differs or, unless ``--no-targets``, if a protocol's
+per-user runs are all below the target of 1,000 users/s (the best worker count counts: the target is
+for this machine, used as well as it can be).
 
 Both processes share this machine's cores (and whatever else runs on it): the users/s are
 end-to-end rates under that contention, and the CPU seconds say where the time went.
@@ -38,11 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
-from fedldp.client.http.swarm import run_swarm_sync
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.client.swarm.run import run_swarm_sync
+from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
+from fedldp.threads import one_blas_thread
 
 USERS_PER_S_TARGET = 1_000.0
 PROTOCOLS = ("baseline-clipped-laplace", "user-mean")
@@ -212,6 +213,7 @@ def run_protocol(
 
 
 def main(argv: list[str] | None = None) -> int:
+    one_blas_thread()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--users", type=int, default=10_000)
     parser.add_argument("--samples", type=int, default=64)

@@ -20,6 +20,7 @@ from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.seeds import derive_seeds
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
+from fedldp.threads import one_blas_thread
 
 RATIO_TARGET = 1.5
 MEMORY_TARGET_GIB = 2.0
@@ -32,6 +33,7 @@ def peak_rss_gib() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    one_blas_thread()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--protocol", default="user-mean")
     parser.add_argument("--users", type=int, default=1_000_000)

@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
+from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
+from fedldp.threads import one_blas_thread
 
 PROTOCOL = "hetero-mean-laplace"
 RSS_GROWTH_LIMIT = 0.10
@@ -292,6 +293,7 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> int:
+    one_blas_thread()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--minutes", type=float, default=5.0, help="how long to run")
     parser.add_argument("--users", type=int, default=2_000, help="participants per study")

@@ -1,10 +1,11 @@
 """What simulated users do besides the protocol: drop out, answer late, join late, or attack.
 
-DESIGN.md "Behaviour": behaviour is drawn from the *private* population seed (never sent to the
-server), per user, from the counter-based stream ``behaviour_key(population_seed)`` keyed by the
-user's population slot (``fedldp.protocol.core.streams``), so ``fedldp simulate``, ``fedldp
-swarm`` and the Python API draw exactly the same roles and agree to 1e-9 whenever the server
-closes its rounds on the same reports. Draw ``j`` of a user's stream is fixed:
+docs/architecture.md, "Events, behaviour, experiments": behaviour is drawn from the *private*
+population seed (never sent to the server), per user, from the counter-based stream
+``behaviour_key(population_seed)`` keyed by the user's population slot
+(``fedldp.protocol.core.streams``), so ``fedldp simulate``, ``fedldp swarm`` and the Python API draw
+exactly the same roles and agree to 1e-9 whenever the server closes its rounds on the same reports.
+Draw ``j`` of a user's stream is fixed:
 
 * draw 0: it **joins late** (enrolls after the study started; the server refuses it, so it is not
   among the n participants) when below ``join_late``;
@@ -44,15 +45,8 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from fedldp.client.seeds import behaviour_key
-from fedldp.protocol.core.base import (
-    BoolArray,
-    FloatArray,
-    IntArray,
-    Params,
-    Protocol,
-    RoundTask,
-    UserData,
-)
+from fedldp.protocol.core.base.protocol import Params, Protocol
+from fedldp.protocol.core.base.records import BoolArray, FloatArray, IntArray, RoundTask, UserData
 from fedldp.protocol.core.streams import StreamKey, UserStreams
 from fedldp.protocol.mechanisms.randomizers import jl_sign
 from fedldp.protocol.user_level import components as comp

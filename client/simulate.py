@@ -1,6 +1,6 @@
 """The in-process simulator: drive any catalogue protocol over a population, chunk by chunk.
 
-This is the fast path of DESIGN.md ("The same protocol objects run in two ways"): the same
+This is the fast path of docs/architecture.md, "The three parts": the same
 plan → broadcast → privatize → check → aggregate → finalize steps the server and the swarm run,
 with the same seeds, so the HTTP path must reproduce its estimate. One run seed is split by
 ``derive_seeds`` into the public study seed (plans, cohorts) and the private population seed (data,
@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from fedldp.client.behaviour import Behaviour, Roles, respond
-from fedldp.client.cli.output import result_summary
 from fedldp.client.population.build import AnyPopulation
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
+from fedldp.client.results import result_summary
 from fedldp.client.seeds import derive_seeds, noise_seed, round_key
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.base.protocol import Params, Predictor, Protocol
@@ -84,7 +84,7 @@ class SimulationResult:
         return tuple(dict.fromkeys(every))
 
     def as_json(self) -> JSON:
-        """The result summary (fedldp.client.cli.output.result_summary) plus the population
+        """The result summary (fedldp.client.results.result_summary) plus the population
         description."""
         summary = result_summary(
             protocol=self.protocol,

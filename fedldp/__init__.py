@@ -21,11 +21,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fedldp.client.http.api import ApiClient
-    from fedldp.client.http.swarm import run_swarm, run_swarm_sync
+    from fedldp.client.api.client import ApiClient
     from fedldp.client.population.build import build_population
     from fedldp.client.population.spec import PopulationSpec
     from fedldp.client.simulate import simulate
+    from fedldp.client.swarm.run import run_swarm, run_swarm_sync
     from fedldp.protocol.catalogue import CATALOGUE, get_protocol
 
 __all__ = [
@@ -40,9 +40,9 @@ __all__ = [
 ]
 
 _HOMES = {
-    "ApiClient": "fedldp.client.http.api",
-    "run_swarm": "fedldp.client.http.swarm",
-    "run_swarm_sync": "fedldp.client.http.swarm",
+    "ApiClient": "fedldp.client.api.client",
+    "run_swarm": "fedldp.client.swarm.run",
+    "run_swarm_sync": "fedldp.client.swarm.run",
     "build_population": "fedldp.client.population.build",
     "PopulationSpec": "fedldp.client.population.spec",
     "simulate": "fedldp.client.simulate",

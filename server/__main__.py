@@ -1,7 +1,7 @@
 """``python -m fedldp.server [--host H] [--port P] [--workers K]``: run the aggregation server with
 uvicorn (K worker processes behind one supervisor: ``fedldp.server.worker``);
 ``python -m fedldp.server db upgrade|current|history`` shows or upgrades the database's schema
-(``fedldp.server.schema_cli``).
+(``fedldp.server.store.schema_cli``).
 
 Settings come from the environment (``FEDLDP_DATABASE_URL``, ``FEDLDP_ADMIN_KEY``,
 ``FEDLDP_LOG_LEVEL``, ``FEDLDP_LOG_FORMAT``, …; see ``fedldp.server.settings``); the flags
@@ -19,20 +19,22 @@ from typing import Any
 
 import uvicorn
 
-from fedldp.server import wire_io
-from fedldp.server.app import create_app
-from fedldp.server.db import Database
-from fedldp.server.observe import configure_logging
-from fedldp.server.schema import SchemaError
-from fedldp.server.schema_cli import add_db_parser, run_db
 from fedldp.server.settings import Settings
+from fedldp.server.store.db import Database
+from fedldp.server.store.schema import SchemaError
+from fedldp.server.store.schema_cli import add_db_parser, run_db
+from fedldp.server.web import wire_io
+from fedldp.server.web.app import create_app
+from fedldp.server.web.observe import configure_logging
 from fedldp.server.worker import SUPERVISOR_PID, tune_memory
+from fedldp.threads import one_blas_thread
 
 SHUTDOWN_GRACE_S = 5
 """How long a stopping server waits for open requests (event streams among them) to end."""
 
 
 def main(argv: list[str] | None = None) -> None:
+    one_blas_thread()  # before the workers start: they inherit the environment
     parser = argparse.ArgumentParser(prog="python -m fedldp.server", description=__doc__)
     parser.add_argument("--host", help="interface to bind (default $FEDLDP_HOST or 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default $FEDLDP_PORT or 8000)")
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         "port": settings.port,
         "log_level": settings.log_level,
         "log_config": None,  # configure_logging did it (text or JSON, with request ids)
-        "access_log": False,  # fedldp.server.observe logs each request at debug level
+        "access_log": False,  # fedldp.server.web.observe logs each request at debug level
         # open event streams of running studies would otherwise hold a shutdown until they end
         "timeout_graceful_shutdown": SHUTDOWN_GRACE_S,
         "http": wire_io.PROTOCOL,  # one send per answer

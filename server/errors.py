@@ -1,8 +1,9 @@
-"""The server's error tree (STYLE.md rule 4): a stable ``code`` and an HTTP status per error.
+"""The server's error tree (docs/architecture.md, convention 4): a stable ``code`` and an HTTP
+status per error.
 
-Services raise these; one exception handler in ``fedldp.server.app`` renders ``{"code", "detail"}``.
-The client maps the codes back to its own exceptions (``fedldp.client.http.api``), so tests assert
-on codes.
+Services raise these; one exception handler in ``fedldp.server.web.app`` renders ``{"code",
+"detail"}``. The client maps the codes back to its own exceptions (``fedldp.client.api.client``), so
+tests assert on codes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ __all__ = [
     "BudgetExceeded",
     "DuplicateConflict",
     "DuplicateKey",
+    "EnrollmentClosed",
     "EnrollmentFull",
     "EpsilonOutOfRange",
     "FedldpError",
@@ -202,6 +204,13 @@ class NotLeased(FedldpError):
     """Explicit participant ids outside the caller's lease (or without a valid lease token)."""
 
     code, status = "not_leased", 403
+
+
+class EnrollmentClosed(FedldpError):
+    """Enrollment without a lease in a study whose policy is ``leased``: only holders of a
+    lease enroll there, with their block's explicit participant ids."""
+
+    code, status = "enrollment_closed", 403
 
 
 class LeaseExpired(FedldpError):

@@ -1,4 +1,5 @@
-"""Server settings (STYLE.md rule 5): one pydantic-settings class, ``FEDLDP_`` env prefix."""
+"""Server settings (docs/architecture.md, convention 5): one pydantic-settings class, ``FEDLDP_``
+env prefix."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ class Settings(BaseSettings):
         ge=1024,
         description="largest request body of every batch route (enrollment, task and report "
         "batches) and of predictions; default: each its own cap, derived from its most items "
-        "and its largest legitimate item (fedldp.server.limits.BATCH_CAPS)",
+        "and its largest legitimate item (fedldp.server.web.limits.BATCH_CAPS)",
     )
     key_dir: Path | None = Field(
         None,

@@ -13,8 +13,8 @@ What lives in a worker's memory and stays correct across workers:
   worker's request or sweeper may close a round, exactly one does. Every worker runs the deadline
   sweeper; its passes are transitions of that kind, so two sweeping at once is only redundant;
 * caches hold what never changes once written (plans of started studies, token HMACs, study
-  secrets) or snapshots that expire (``fedldp.server.states``: at most 0.25 s behind a transition
-  another worker made);
+  secrets) or snapshots that expire (``fedldp.server.runtime.states``: at most 0.25 s behind a
+  transition another worker made);
 * long polls and event streams wake at once on their own worker's transitions and read the
   database every quarter second (``events_poll_s``) for the others'; events are rows, so every
   worker serves the same numbered stream;
@@ -36,9 +36,10 @@ import sys
 
 from fastapi import FastAPI
 
-from fedldp.server.app import create_app
-from fedldp.server.observe import configure_logging
 from fedldp.server.settings import Settings
+from fedldp.server.web.app import create_app
+from fedldp.server.web.observe import configure_logging
+from fedldp.threads import one_blas_thread
 
 __all__ = ["GC_THRESHOLDS", "MALLOC_ARENAS", "SUPERVISOR_PID", "app", "tune_memory"]
 
@@ -86,6 +87,7 @@ def _die_with_supervisor() -> None:
 def app() -> FastAPI:
     """The app of one worker (uvicorn calls this factory in each worker process)."""
     _die_with_supervisor()
+    one_blas_thread()
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
     application = create_app(settings)

@@ -22,6 +22,12 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from fedldp.threads import one_blas_thread
+
+# as every process fedldp starts does (the e2e tests' servers and swarms among them): the same BLAS
+# thread count in the tests' own process, so in-process sums are summed as theirs are
+one_blas_thread()
+
 settings.register_profile("fedldp", deadline=None)
 settings.load_profile("fedldp")
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
+from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from fedldp.protocol.core.streams import UserStreams
 from tests.live import sqlite_server
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "clients.md"
-RELATIVE = 1e-9  # DESIGN.md: HTTP and in-process estimates agree up to the order of sums
+RELATIVE = 1e-9  # docs/architecture.md: HTTP and in-process estimates agree up to the order of sums
 SEED = 21
 USERS = 40
 

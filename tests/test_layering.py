@@ -8,7 +8,15 @@ ast (function-level imports included: an import at call time is still an edge).
   to build on another must be added to ``FAMILY_EXTRA`` here, on purpose. ``catalogue`` imports
   every family.
 * ``fedldp.client`` and ``fedldp.server`` never import each other.
-* No import circle between the modules of ``fedldp.client`` or ``fedldp.protocol``.
+* The server's layers (``web`` → ``services`` → ``runtime`` → ``store``, docs/architecture.md)
+  import only themselves, the layers below and ``settings``/``errors``, which import no other
+  server module; only ``store`` builds SQL (no query construct, no ``session.add``/``get``/
+  ``execute`` elsewhere).
+* The client's parts import only what ``CLIENT_ALLOWED`` lists: the API client (``api``) nothing
+  of the client, the swarm the API client and the population, the command line anything, and
+  nothing imports the command line.
+* No import circle between the modules of ``fedldp.client``, ``fedldp.protocol`` or
+  ``fedldp.server``.
 """
 
 from __future__ import annotations
@@ -30,6 +38,37 @@ ALLOWED_SUBPACKAGES: dict[str, set[str]] = {
 }
 FAMILY_EXTRA: dict[str, set[str]] = {}
 """A family that builds on another names it here (none does)."""
+SERVER_LAYERS = ("web", "services", "runtime", "store")
+"""Each imports only itself and the ones after it."""
+SERVER_SHARED = {"settings", "errors"}
+"""Beside the layers: any layer imports them; they import no other server module."""
+CLIENT_ALLOWED: dict[str, set[str]] = {
+    "api": set(),
+    "seeds": set(),
+    "results": set(),
+    "behaviour": {"seeds"},
+    "population": {"seeds"},
+    "simulate": {"behaviour", "population", "results", "seeds"},
+    "swarm": {"api", "behaviour", "population", "results", "seeds"},
+    "experiments": {"behaviour", "population", "results", "seeds", "simulate"},
+    "cli": {
+        "api",
+        "behaviour",
+        "experiments",
+        "population",
+        "results",
+        "seeds",
+        "simulate",
+        "swarm",
+    },
+}
+"""Each part of ``fedldp.client`` (a sub-package or a top-level module) and the others it may
+import."""
+SQL_FREE_SQLALCHEMY = {"Engine", "event"}
+"""What a server module outside ``store`` may import from ``sqlalchemy`` itself (types and the
+event hooks the metrics count queries with); ``sqlalchemy.orm.Session`` (a type) and
+``sqlalchemy.exc`` (errors) come from their own modules."""
+SESSION_SQL = {"add", "add_all", "delete", "execute", "flush", "get", "merge", "query", "scalars"}
 
 
 def imported_names(path: Path) -> set[str]:
@@ -133,7 +172,91 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize("part", ["protocol", "client"])
+def server_layer(path: Path) -> str | None:
+    """``store`` for ``server/store/db.py``; None for the modules beside the layers."""
+    parts = path.relative_to(ROOT / "server").parts
+    return parts[0] if len(parts) > 1 and parts[0] in SERVER_LAYERS else None
+
+
+def server_target(name: str) -> str | None:
+    """The layer (or shared module) a ``fedldp.server.…`` import reaches, None for the package
+    itself (its ``__version__``)."""
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 and parts[2] != "__version__" else None
+
+
+@pytest.mark.parametrize("path", modules("server"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_server_layers_import_only_downwards(path: Path) -> None:
+    own = server_layer(path)
+    shared = path.parent == ROOT / "server" and path.stem in SERVER_SHARED
+    if own is None and not shared:  # __init__, __main__, worker: the process entry points
+        return
+    allowed = SERVER_SHARED | (
+        set() if own is None else set(SERVER_LAYERS[SERVER_LAYERS.index(own) :])
+    )
+    wrong = {
+        name
+        for name in imported_names(path)
+        if name.startswith("fedldp.server.")
+        and (target := server_target(name)) is not None
+        and target not in allowed
+        and not (shared and target == path.stem)
+    }
+    if shared:
+        wrong |= {n for n in imported_names(path) if n.startswith("fedldp.server.")}
+    assert not wrong, f"{path.relative_to(ROOT)} ({own or 'shared'}) imports {sorted(wrong)}"
+
+
+def client_part(name: str) -> str | None:
+    """``swarm`` for ``fedldp.client.swarm.run``; None for ``fedldp.client`` itself."""
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 else None
+
+
+@pytest.mark.parametrize("path", modules("client"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_client_parts_import_only_what_they_build_on(path: Path) -> None:
+    own = client_part(module_name(path))
+    if own is None:
+        return
+    assert own in CLIENT_ALLOWED, f"{path.relative_to(ROOT)}: a new part? list it in CLIENT_ALLOWED"
+    wrong = {
+        name
+        for name in imported_names(path)
+        if name.startswith("fedldp.client.")
+        and client_part(name) not in CLIENT_ALLOWED[own] | {own}
+    }
+    assert not wrong, f"{path.relative_to(ROOT)} ({own}) imports {sorted(wrong)}"
+
+
+def sql_outside_store(path: Path) -> list[str]:
+    """What ``path`` does that only ``server/store`` may: import query constructs from
+    ``sqlalchemy``, or call ``session.add``/``get``/``execute``/… ."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "sqlalchemy":
+            found += [a.name for a in node.names if a.name not in SQL_FREE_SQLALCHEMY]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "session"
+            and node.func.attr in SESSION_SQL
+        ):
+            found.append(f"session.{node.func.attr} (line {node.lineno})")
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in modules("server") if server_layer(p) != "store"],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_only_the_store_builds_sql(path: Path) -> None:
+    assert not sql_outside_store(path), f"{path.relative_to(ROOT)}: {sql_outside_store(path)}"
+
+
+@pytest.mark.parametrize("part", ["protocol", "client", "server"])
 def test_no_import_circle(part: str) -> None:
     paths = {module_name(p): p for p in modules(part) if p.name != "__init__.py"}
     graph = {
@@ -156,16 +279,26 @@ def test_nothing_imports_the_old_top_level_names() -> None:
 def test_walker_sees_forbidden_edges(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text(
-        "import httpx\nfrom fedldp.server.app import create_app\n"
+        "import httpx\nfrom fedldp.server.web.app import create_app\n"
         "def f():\n    from fedldp.client.cli import main\nfrom . import sibling\n"
     )
     assert imported_names(bad) == {
         "httpx",
-        "fedldp.server.app",
-        "fedldp.server.app.create_app",
+        "fedldp.server.web.app",
+        "fedldp.server.web.app.create_app",
         "fedldp.client.cli",
         "fedldp.client.cli.main",
     }
+    sql = tmp_path / "sql.py"
+    sql.write_text(
+        "from sqlalchemy import Engine, select\n"
+        "def f(session):\n    session.add(1)\n    session.commit()\n"
+    )
+    assert sql_outside_store(sql) == ["select", "session.add (line 3)"]
+    assert server_layer(ROOT / "server/store/db.py") == "store"
+    assert server_layer(ROOT / "server/worker.py") is None
+    assert server_target("fedldp.server.web.app.create_app") == "web"
+    assert server_target("fedldp.server.__version__") is None
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     assert subpackage("fedldp.protocol.core.wire") == "core"

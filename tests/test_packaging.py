@@ -42,11 +42,12 @@ def test_wheel_holds_only_the_fedldp_namespace(wheel: Path) -> None:
     }
     assert sources - set(names) == set(), "modules missing from the wheel (pyproject packages)"
     assert "fedldp/py.typed" in names
-    assert "fedldp/server/migrations/script.py.mako" in names
+    assert "fedldp/server/store/migrations/script.py.mako" in names
     static = {
-        f"fedldp/server/static/{path.name}" for path in (ROOT / "server" / "static").iterdir()
+        f"fedldp/server/web/static/{path.name}"
+        for path in (ROOT / "server" / "web" / "static").iterdir()
     }
-    assert {"fedldp/server/static/index.html", "fedldp/server/static/app.js"} <= static
+    assert {"fedldp/server/web/static/index.html", "fedldp/server/web/static/app.js"} <= static
     assert static - set(names) == set(), "dashboard files missing from the wheel (package-data)"
 
 
@@ -73,7 +74,7 @@ def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
         capture_output=True,
     )
     script = (
-        "import importlib.util, fedldp, fedldp.client.http.swarm, fedldp.server.app\n"
+        "import importlib.util, fedldp, fedldp.client.swarm.run, fedldp.server.web.app\n"
         f"assert fedldp.__file__.startswith({str(fresh)!r}), fedldp.__file__\n"
         "assert callable(fedldp.simulate) and callable(fedldp.run_swarm)\n"
         "assert 'user-mean' in fedldp.CATALOGUE\n"
@@ -95,5 +96,7 @@ def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
         [*fedldp_db, "current", "--database-url", url], capture_output=True, text=True, cwd=tmp_path
     )
     assert current.returncode == 0, current.stderr
-    revisions = sorted(p.stem for p in (ROOT / "server/migrations/versions").glob("[0-9]*.py"))
+    revisions = sorted(
+        p.stem for p in (ROOT / "server/store/migrations/versions").glob("[0-9]*.py")
+    )
     assert current.stdout == f"{revisions[-1]} (head)\n"

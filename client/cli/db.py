@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fedldp.client.http.server_process import exec_server
+from fedldp.client.swarm.server_process import exec_server
 
 __all__ = ["add_db_parser"]
 

@@ -35,6 +35,7 @@ from fedldp.client.population.build import (
     population_spec_from_args,
 )
 from fedldp.client.simulate import ProgressFn, StudyFailed, fill_from_population, simulate
+from fedldp.threads import one_blas_thread
 
 __all__ = ["COMMANDS", "build_parser", "main", "protocol_catalogue"]
 
@@ -289,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``fedldp`` with ``argv`` (default sys.argv[1:]); returns the exit status."""
+    one_blas_thread()
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)

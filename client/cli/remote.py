@@ -3,7 +3,7 @@
 * ``server`` becomes ``python -m fedldp.server`` (client/ never imports server/; ``os.execve`` on
   POSIX, so the pid that ``fedldp server`` started with is the server's: signals, SIGKILL
   included, reach it, and nothing is left serving when that pid dies);
-* ``swarm`` runs a simulated population against a server (``fedldp.client.http.swarm``) and prints
+* ``swarm`` runs a simulated population against a server (``fedldp.client.swarm.run``) and prints
 the result
   next to the ground truth, or with ``--json`` the object of ``fedldp simulate --json`` plus
   ``study_id``;
@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedldp.client.api.client import ApiClient
+from fedldp.client.api.retry import RetryPolicy
 from fedldp.client.cli.output import render_table
 from fedldp.client.cli.params import add_behaviour_arguments, behaviour_from_args, parse_params
 from fedldp.client.cli.studies import (
@@ -37,10 +39,6 @@ from fedldp.client.cli.studies import (
     resolve_study_id,
     retry_policy,
 )
-from fedldp.client.http.api import ApiClient
-from fedldp.client.http.retry import RetryPolicy
-from fedldp.client.http.server_process import ServerProcess, exec_server, free_port, sqlite_url
-from fedldp.client.http.swarm import SwarmResult, run_swarm
 from fedldp.client.population.build import (
     AnyPopulation,
     add_population_arguments,
@@ -48,6 +46,8 @@ from fedldp.client.population.build import (
     population_spec_from_args,
 )
 from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.client.swarm.run import SwarmResult, run_swarm
+from fedldp.client.swarm.server_process import ServerProcess, exec_server, free_port, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import EPSILON_MAX, EPSILON_MIN, MAX_BATCH
 
@@ -341,7 +341,8 @@ def _run_run(args: argparse.Namespace) -> int:
 def simulation_comparison(
     run: SwarmResult, estimate: float | list[float], elapsed_s: float
 ) -> dict[str, Any]:
-    """The in-process estimate beside the HTTP one: agree to 1e-9 relative (DESIGN.md)."""
+    """The in-process estimate beside the HTTP one: they agree to 1e-9 relative
+    (docs/architecture.md, "The three parts")."""
     import numpy as np
 
     remote_estimate = np.asarray(run.result.estimate, dtype=np.float64)

@@ -19,11 +19,11 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from fedldp.client.api.client import ApiClient, ApiError, InvalidRequestError, NotFoundError
+from fedldp.client.api.retry import RetryPolicy, stderr_notice
 from fedldp.client.cli.output import render_table
-from fedldp.client.http.agents import SwarmError
-from fedldp.client.http.api import ApiClient, ApiError, InvalidRequestError, NotFoundError
-from fedldp.client.http.retry import RetryPolicy, stderr_notice
-from fedldp.client.http.swarm import view_summary
+from fedldp.client.swarm.agents import SwarmError
+from fedldp.client.swarm.run import view_summary
 from fedldp.protocol.core.wire import ProgressEvent, StudyView
 
 __all__ = [
@@ -131,6 +131,12 @@ def _studies_table(views: list[StudyView]) -> Table:
     return table
 
 
+_POLICY = {
+    "open": "open (anyone may enroll)",
+    "leased": "leased (only holders of a lease enroll)",
+}
+
+
 def _study_tables(view: StudyView) -> Group:
     about = Table(title=f"study {view.id}", show_header=False)
     about.add_column("field", style="bold")
@@ -141,6 +147,7 @@ def _study_tables(view: StudyView) -> Group:
     about.add_row("phase", view.phase)
     about.add_row("participants", str(view.n_participants))
     about.add_row("ε accepted", f"{view.epsilon_min:g} to {view.epsilon_max:g}")
+    about.add_row("enrollment", _POLICY[view.enrollment])
     about.add_row("seed", str(view.seed))
     about.add_row("round deadline", f"{view.round_deadline_s:g} s, quorum {view.quorum:g}")
     if view.failure_reason:

@@ -42,10 +42,9 @@ from fedldp.client.experiments.cluster import cluster_rows, connect
 from fedldp.client.experiments.conduct import conduct_of
 from fedldp.client.experiments.results import TrialsCsv, flatten
 from fedldp.client.experiments.spec import Experiment, Trial, cell
+from fedldp.threads import VARIABLES, one_blas_thread
 
 __all__ = ["RunSummary", "provenance", "run_experiment", "run_trial"]
-
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @dataclass(frozen=True)
@@ -68,6 +67,7 @@ def run_trial(trial: Trial) -> dict[str, str]:
     from fedldp.client.simulate import StudyFailed, fill_from_population, simulate
     from fedldp.protocol.catalogue import get_protocol
 
+    one_blas_thread()  # a Dask worker's process was started by dask, not by fedldp
     # CPU time of this worker, not wall time: on a shared machine the wall time of a trial
     # measures the other jobs as much as the trial (the report sums these as CPU seconds)
     started = time.process_time()
@@ -156,8 +156,8 @@ def _write_manifest(experiment: Experiment, out: Path) -> None:
 @contextmanager
 def _one_thread_each() -> Iterator[None]:
     """Spawned workers inherit the environment: one BLAS/OpenMP thread each."""
-    saved = {k: os.environ.get(k) for k in _THREAD_VARS}
-    os.environ.update(dict.fromkeys(_THREAD_VARS, "1"))
+    saved = {k: os.environ.get(k) for k in VARIABLES}
+    os.environ.update(dict.fromkeys(VARIABLES, "1"))
     try:
         yield
     finally:

@@ -255,7 +255,7 @@ def trivial_regression_risk(law: BinnedLaw) -> float:
 def evaluate_summary(
     summary: JSON, population: AnyPopulation, predictions: FloatArray | None = None
 ) -> JSON:
-    """``summary`` (``fedldp.client.cli.output.result_summary``) with the truth and the error of a
+    """``summary`` (``fedldp.client.results.result_summary``) with the truth and the error of a
     learning protocol replaced by the task's own (the population's raw truth, θ_true or E[y], is not
     what these protocols estimate), plus an ``evaluation`` object:
 

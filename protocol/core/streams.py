@@ -1,12 +1,12 @@
 """Counter-based random streams, one per participant, drawn for many participants at once.
 
-STYLE.md rule 9 asks that participant ``i``'s randomness be a function of (root seed, ``i``) only:
-not of how many other participants exist, of chunk sizes, concurrency or process count. A
-``numpy.random.Generator`` per participant gives that, but costs about 40 µs to build, which is
-40 s for a population of 10^6 users. Here draw ``j`` of participant ``i`` under a key is instead a
-pure function ``H(key, i, j)`` (the counter-based design of Salmon et al., SC'11, and of JAX's
-PRNG), so a whole block of participants is drawn with a few vectorised numpy passes, and a lone
-client drawing its own row gets bit-for-bit the same numbers.
+Convention 9 of docs/architecture.md asks that participant ``i``'s randomness be a function of (root
+seed, ``i``) only: not of how many other participants exist, of chunk sizes, concurrency or process
+count. A ``numpy.random.Generator`` per participant gives that, but costs about 40 µs to build,
+which is 40 s for a population of 10^6 users. Here draw ``j`` of participant ``i`` under a key is
+instead a pure function ``H(key, i, j)`` (the counter-based design of Salmon et al., SC'11, and of
+JAX's PRNG), so a whole block of participants is drawn with a few vectorised numpy passes, and a
+lone client drawing its own row gets bit-for-bit the same numbers.
 
 ``H`` packs ``(i, j)`` into one 64-bit word (``i < 2**40``, ``j < 2**24``) and applies two rounds
 of the SplitMix64 finaliser (Stafford's Mix13) with two 64-bit key words between them. Every step

@@ -26,28 +26,55 @@ their own.
 ℓ1 privacy-loss statistic of a Laplace mechanism of equal scale on every coordinate. The
 mechanisms' own worst-case inputs live with their families (``fedldp.protocol.user_level.audit``
 for the user-level randomizers); ``fedldp.protocol.catalogue.AUDITS`` lists them.
+
+End to end (``ClientAudit``, ``run_client_audit``): the same test on the reports a catalogue
+protocol's own client step (``Protocol.privatize``) produces in one round, with the broadcast of
+that round (the earlier rounds run first, on a background population, through the protocol's own
+privatize and aggregate), at the ε the plan charges the audited participant for that round (what
+the ledger records), for two neighbouring datasets of that participant. A leak anywhere between
+the plan and the randomizer (a client step that passes more ε than it is charged, or draws less
+noise) shows here, where a randomizer-level case would not see it.
+``fedldp.protocol.catalogue.CLIENT_AUDITS`` lists the cases of every local protocol.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 from scipy.special import betaincinv
 
-from fedldp.protocol.core.base.records import FloatArray
+from fedldp.protocol.core.base.protocol import Params, Protocol
+from fedldp.protocol.core.base.records import (
+    JSON,
+    FloatArray,
+    Plan,
+    ReportChunk,
+    RoundTask,
+    UserData,
+    jsonable,
+)
+from fedldp.protocol.core.streams import UserStreams, stream_key
 
 __all__ = [
     "AuditCase",
+    "ClientAudit",
+    "ClientStep",
     "Draw",
     "PrivacyAudit",
+    "Statistic",
     "audit_samples",
+    "client_step",
     "clopper_pearson",
     "laplace_loss_statistic",
+    "one_user",
     "run_audit",
+    "run_client_audit",
+    "scaled_loss",
 ]
 
 
@@ -197,3 +224,197 @@ def run_audit(
         raise ValueError(f"noise must be finite and > 0, got {noise}")
     a, b = case.draw(epsilon / noise, draws, rng)
     return audit_samples(a, b, epsilon, bins=bins, confidence=confidence)
+
+
+# --------------------------------------------------------------------------- end to end
+
+NOISELESS_EPSILON = 1e200
+"""The ε at which ``ClientStep.noiseless`` runs a Laplace client step: its noise scale (a
+sensitivity over ε) is ~1e-200, below every rounding of the report, so the report is its
+noiseless value, computed by the protocol's own code."""
+
+_BLOCK = 10_000
+"""Reports privatized per call of ``ClientStep.privatize`` (each gets its own copy of the data)."""
+
+_PURPOSE = 0xA0D17
+"""Purpose word of the audit's stream keys (``fedldp.protocol.core.streams.stream_key``)."""
+
+
+@dataclass(frozen=True)
+class ClientStep:
+    """One participant's client step in one round of a planned study: the protocol's own
+    ``privatize`` with that round's task (the broadcast as clients receive it,
+    ``Protocol.client_broadcast``), the ε the plan charges the participant in that round
+    (``RoundPlan.epsilon``, what the ledger records) and its group."""
+
+    protocol: Protocol[Any]
+    params: Params
+    plan: Plan
+    round: int
+    task: RoundTask
+    slot: int
+    epsilon: float
+    group: int
+
+    def privatize(
+        self, data: UserData, draws: int, seed: int, epsilon: float | None = None
+    ) -> FloatArray:
+        """``draws`` reports of a participant holding ``data`` (one user's dataset), each with
+        its own stream under ``seed``, at the charged ε (or ``epsilon``)."""
+        if data.n_users != 1:
+            raise ValueError("the audited dataset is one user's")
+        eps = self.epsilon if epsilon is None else float(epsilon)
+        key = stream_key(seed, _PURPOSE, self.round)
+        out = []
+        for start in range(0, draws, _BLOCK):  # blocks keep the copies of the data small
+            size = min(_BLOCK, draws - start)
+            rows = self.protocol.privatize(
+                self.params,
+                self.task,
+                data.take(np.zeros(size, dtype=np.int64)),
+                np.full(size, eps),
+                np.full(size, self.group, dtype=np.int64),
+                UserStreams(key, np.arange(start, start + size)),
+            )
+            out.append(np.asarray(rows, dtype=np.float64).reshape(size, -1))
+        return np.concatenate(out)
+
+    def noiseless(self, data: UserData) -> FloatArray:
+        """The report of a Laplace client step without its noise (``NOISELESS_EPSILON``)."""
+        return np.asarray(self.privatize(data, 1, 0, NOISELESS_EPSILON)[0], dtype=np.float64)
+
+
+def one_user(samples: ArrayLike, labels: ArrayLike | None = None) -> UserData:
+    """One user's dataset of ``samples`` (and ``labels``, broadcast to one per sample)."""
+    values = np.asarray(samples)
+    y = None
+    if labels is not None:
+        y = np.broadcast_to(np.asarray(labels, dtype=np.float64), values.shape[:1]).copy()
+    return UserData(values, np.array([values.shape[0]], dtype=np.int64), y)
+
+
+def client_step(
+    protocol: Protocol[Any],
+    raw_params: Mapping[str, Any],
+    epsilon: ArrayLike,
+    background: UserData,
+    round_index: int,
+    *,
+    metadata: Mapping[str, NDArray[Any]] | None = None,
+    group: int | None = None,
+    seed: int = 0,
+) -> ClientStep:
+    """Plan a study of ``background.n_users`` participants enrolled at ``epsilon``, run its
+    rounds before ``round_index`` on ``background`` (each cohort member's own data, through the
+    protocol's privatize, check and aggregate), and return the client step of round
+    ``round_index`` for its first cohort member (of ``group``, when given)."""
+    params = protocol.parse_params(raw_params)
+    n = background.n_users
+    eps = np.broadcast_to(np.asarray(epsilon, dtype=np.float64), (n,)).copy()
+    plan = protocol.plan(params, eps, metadata or {}, seed)
+    outputs: list[JSON] = []
+    for k, rp in enumerate(plan.rounds[:round_index]):
+        task = RoundTask.of(rp, protocol.broadcast(params, plan, k, outputs))
+        sent = RoundTask.of(rp, protocol.client_broadcast(task.broadcast))
+        streams = UserStreams(stream_key(seed, _PURPOSE, 1 << 20, k), rp.cohort)
+        rows = protocol.privatize(
+            params, sent, background.take(rp.cohort), rp.epsilon, rp.groups(), streams
+        )
+        ok = protocol.check(params, task, rp.epsilon, rows)
+        ok &= protocol.check_members(params, plan, task, rp.cohort, rows)
+        if not np.all(ok):
+            raise ValueError(f"background reports of round {k} fail the protocol's checks")
+        chunk = ReportChunk(rp.cohort, rp.epsilon, rp.groups(), rows)
+        outputs.append(jsonable(protocol.aggregate(params, plan, k, task.broadcast, [chunk])))
+    rp = plan.rounds[round_index]
+    members = np.flatnonzero(rp.groups() == group) if group is not None else np.arange(1)
+    if members.size == 0:
+        raise ValueError(f"round {round_index} has no member in group {group}")
+    i = int(members[0])
+    task = RoundTask.of(rp, protocol.broadcast(params, plan, round_index, outputs))
+    return ClientStep(
+        protocol,
+        params,
+        plan,
+        round_index,
+        RoundTask.of(rp, protocol.client_broadcast(task.broadcast)),
+        int(rp.cohort[i]),
+        float(rp.epsilon[i]),
+        int(rp.groups()[i]),
+    )
+
+
+Statistic = Callable[[ClientStep, UserData, UserData], Callable[[FloatArray], FloatArray]]
+"""Given the step and the neighbouring datasets A and B, the scalar statistic of a block of
+reports (rows) of that step."""
+
+
+def scaled_loss(step: ClientStep, a: UserData, b: UserData) -> Callable[[FloatArray], FloatArray]:
+    """The ℓ1 privacy-loss statistic of a Laplace report vector whose noiseless values on A and
+    B (``ClientStep.noiseless``) differ by Δ_c on coordinate c and whose noise scale is
+    proportional to Δ_c (every coordinate saturated: Σ_c Δ_c/b_c = ε): each coordinate in units
+    of its Δ_c, coordinates where A and B agree dropped, then ``laplace_loss_statistic``, a
+    constant multiple of the exact privacy loss. Under any other law the audit stays sound (it is
+    a statistic of the output) and only loses power."""
+    va, vb = step.noiseless(a), step.noiseless(b)
+    delta = np.abs(va - vb)
+    keep = delta > 1e-9 * np.maximum(1.0, np.maximum(np.abs(va), np.abs(vb)))
+    if not np.any(keep):
+        raise ValueError("the two datasets give the same noiseless report")
+    unit = delta[keep]
+
+    def statistic(z: FloatArray) -> FloatArray:
+        out = laplace_loss_statistic(z[:, keep] / unit, va[keep] / unit, vb[keep] / unit)
+        return np.asarray(out, dtype=np.float64)
+
+    return statistic
+
+
+@dataclass(frozen=True)
+class ClientAudit:
+    """A catalogue protocol's client step in one round, on its worst-case neighbouring datasets.
+
+    ``setup(epsilon)`` plans a study with every participant enrolled at ``epsilon`` and returns
+    the audited participant's step (``client_step``); ``a`` and ``b`` are that participant's two
+    datasets (neighbours under the protocol's privacy definition); ``statistic`` reduces a report
+    to a scalar. ``tight``: the loss reaches the charged ε on some event.
+    """
+
+    protocol: str
+    round: str
+    summary: str
+    setup: Callable[[float], ClientStep]
+    a: UserData
+    b: UserData
+    statistic: Statistic
+    tight: bool = True
+    variant: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.protocol}:{self.round}" + (f":{self.variant}" if self.variant else "")
+
+
+def run_client_audit(
+    case: ClientAudit,
+    epsilon: float,
+    *,
+    draws: int,
+    seed: int,
+    noise: float = 1.0,
+    bins: int = 40,
+    confidence: float = 0.999,
+) -> PrivacyAudit:
+    """Audit ``case`` with every participant enrolled at ``epsilon``: the audit's ε is what the
+    plan charges the audited participant in the round. ``noise`` < 1 runs the client step at
+    charge/noise (the negative control of ``run_audit``)."""
+    if not (math.isfinite(noise) and noise > 0):
+        raise ValueError(f"noise must be finite and > 0, got {noise}")
+    step = case.setup(epsilon)
+    statistic = case.statistic(step, case.a, case.b)
+    run_eps = step.epsilon / noise
+    za = step.privatize(case.a, draws, seed, run_eps)
+    zb = step.privatize(case.b, draws, seed + 1, run_eps)
+    return audit_samples(
+        statistic(za), statistic(zb), step.epsilon, bins=bins, confidence=confidence
+    )

@@ -1,12 +1,12 @@
 """Local randomizers and their theory (heterogeneous-ldp.md §1.5, §2, §3; user-level-ldp.md §2.1).
 
 Every sampler is a pure vectorised function over a block of users: ε is an array (one value per
-user), the first axis of the data is the user axis, and randomness comes from an explicit
-``rng: RandomSource`` (a numpy Generator or ``fedldp.protocol.core.streams.UserStreams``). Each
-sampler draws a FIXED number of values per user per call, never conditionally, so a user gets
-identical output whether drawn alone or in a block (STYLE.md rule 9). Beside each sampler sit the
-functions of its theory (noise scale, keep probability, debiasing factor, variance) that estimators
-and tests use.
+user), the first axis of the data is the user axis, and randomness comes from an explicit ``rng:
+RandomSource`` (a numpy Generator or ``fedldp.protocol.core.streams.UserStreams``). Each sampler
+draws a FIXED number of values per user per call, never conditionally, so a user gets identical
+output whether drawn alone or in a block (docs/architecture.md, convention 9). Beside each sampler
+sit the functions of its theory (noise scale, keep probability, debiasing factor, variance) that
+estimators and tests use.
 """
 
 from __future__ import annotations

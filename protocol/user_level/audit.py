@@ -15,14 +15,42 @@ Fixed public constants: D = 1, m = 256 samples (B = 8 stage-one bins) and N_ref 
 Alg 1; C = 8 components over 128 000 users for Alg 2 (the §3.3 regime of the audited ε decides
 how many components a user serves); m = 8 for the baselines (the item-level baseline draws m
 Laplace values per user).
+
+``CLIENT_AUDITS``: the end-to-end cases (``fedldp.protocol.mechanisms.audit.ClientAudit``) of
+every user-level catalogue protocol and round kind: the protocol's own ``privatize`` at the ε its
+plan charges, stage two with the interval stage one found on a background population whose users
+all hold the middle of the range (so the interval lies strictly inside it and the ends of the
+range clip to its ends). The neighbours are two whole local datasets (user-level LDP): every
+sample at one end of its range against every sample at the other end, which puts each component
+the user serves at opposite ends of its bound; the statistic is the ℓ1 privacy loss of the
+Laplace report, every coordinate in units of its noiseless difference
+(``fedldp.protocol.mechanisms.audit.scaled_loss``). Stage one's message is a one-hot bin plus
+Laplace noise per component, stage two's a clipped mean plus Laplace noise per component; a
+user serves r components at ε/r each in the §3.3 low regime (chosen by ``reference_epsilon`` for
+``user-mean-linf``, ``-l1`` and ``user-classify``, to audit that composition) and one at its
+whole charge in the high regime (``user-frequency``, ``user-regress``: the member audited serves
+the component the two datasets move end to end).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import numpy as np
 
-from fedldp.protocol.core.base.records import FloatArray
-from fedldp.protocol.mechanisms.audit import AuditCase, Draw, laplace_loss_statistic
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.records import FloatArray, UserData
+from fedldp.protocol.mechanisms.audit import (
+    AuditCase,
+    ClientAudit,
+    ClientStep,
+    Draw,
+    client_step,
+    laplace_loss_statistic,
+    one_user,
+    scaled_loss,
+)
 from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.baselines import (
@@ -31,9 +59,13 @@ from fedldp.protocol.user_level.baselines import (
     BaselineOneSample,
     BaselineParams,
 )
+from fedldp.protocol.user_level.binned import UserClassify, UserRegress
 from fedldp.protocol.user_level.layout import Families, choose_layout
+from fedldp.protocol.user_level.means import UserMean
+from fedldp.protocol.user_level.multi_d import UserFrequency, UserMeanL1, UserMeanL2, UserMeanLinf
+from fedldp.protocol.user_level.sgd import UserSgd
 
-__all__ = ["AUDITS"]
+__all__ = ["AUDITS", "CLIENT_AUDITS"]
 
 _BOUND = 1.0
 _M = 256
@@ -179,3 +211,208 @@ AUDITS: tuple[AuditCase, ...] = (
     ),
 )
 """The user-level randomizers' audit cases, by name (``fedldp.protocol.catalogue.AUDITS``)."""
+
+
+# --------------------------------------------------------------------------- end to end
+
+_M_CLIENT = 256
+"""m of the end-to-end cases: B = 8 stage-one bins of width h = D/4, so the stage-two interval
+(three bins widened by Δ on each side, width 3h + 2Δ) lies strictly inside [−D, D] and the ends
+of the range clip to its ends (with m = 64 it is wider than the range, and the ends do not
+reach it: not tight)."""
+_LOW = 20.0
+"""reference_epsilon of the §3.3 low regime (ε_ref >= C ln n for C = 2, n < e^10): one group,
+every member serves all C components at ε/C."""
+_HIGH = 0.5
+"""reference_epsilon of the §3.3 high regime (ε_ref < 1): C groups of one component, served at
+the member's whole charge."""
+
+
+def _users(n: int, one: UserData) -> UserData:
+    """``n`` users holding ``one``'s dataset."""
+    return one.take(np.zeros(n, dtype=np.int64))
+
+
+def _setup(
+    protocol: Protocol[Any],
+    params: Mapping[str, Any],
+    n: int,
+    background: UserData,
+    round_index: int,
+    group: int | None = None,
+) -> Callable[[float], ClientStep]:
+    def setup(eps: float) -> ClientStep:
+        return client_step(protocol, params, eps, _users(n, background), round_index, group=group)
+
+    return setup
+
+
+def _two_stage(
+    protocol: Protocol[Any],
+    params: Mapping[str, Any],
+    n: int,
+    background: UserData,
+    a: UserData,
+    b: UserData,
+    summary: str,
+    *,
+    group: int | None = None,
+    tight: tuple[bool, bool] = (True, True),
+    variant: str = "",
+) -> tuple[ClientAudit, ...]:
+    """The stage-one and stage-two cases of an Alg-1/Alg-2 protocol (``tight`` for each)."""
+    return tuple(
+        ClientAudit(
+            protocol.name,
+            stage,
+            summary,
+            _setup(protocol, params, n, background, k, group),
+            a,
+            b,
+            scaled_loss,
+            tight[k],
+            variant,
+        )
+        for k, stage in enumerate(("stage-1", "stage-2"))
+    )
+
+
+def _scalars(value: float, m: int = _M_CLIENT) -> UserData:
+    return one_user(np.full(m, value))
+
+
+def _vectors(value: Any, m: int = _M_CLIENT) -> UserData:
+    return one_user(np.tile(np.asarray(value, dtype=np.float64), (m, 1)))
+
+
+def _labeled(x: float, y: Any, m: int = _M_CLIENT) -> UserData:
+    return one_user(np.full((m, 1), x), np.resize(np.asarray(y, dtype=np.float64), m))
+
+
+def _baseline_case(protocol: Protocol[Any], tight: bool, summary: str) -> ClientAudit:
+    params = {"samples_per_user": _M_BASELINE, "bound": _BOUND}
+    return ClientAudit(
+        protocol.name,
+        "report",
+        summary,
+        _setup(protocol, params, 2, _scalars(0.0, _M_BASELINE), 0),
+        _scalars(-_BOUND, _M_BASELINE),
+        _scalars(_BOUND, _M_BASELINE),
+        scaled_loss,
+        tight,
+    )
+
+
+_ENDS = "every sample at −D against every sample at +D"
+
+CLIENT_AUDITS: tuple[ClientAudit, ...] = (
+    *_two_stage(
+        UserMean(),
+        {"samples_per_user": _M_CLIENT, "bound": _BOUND},
+        1_200,
+        _scalars(0.0),
+        _scalars(-_BOUND),
+        _scalars(_BOUND),
+        f"Alg 1, m = {_M_CLIENT}: {_ENDS}",
+    ),
+    *_two_stage(
+        UserMean(),
+        {"samples_per_user": _M_CLIENT, "heavy_tail": True, "moment_p": 3.0, "moment_bound": 3.2},
+        1_200,
+        _scalars(0.0),
+        _scalars(-_OUTSIDE),
+        _scalars(_OUTSIDE),
+        f"Alg 1-HT (p = 3, M_3 = 3.2), m = {_M_CLIENT}: every sample at −100 against +100 (TP6: "
+        "the clamp to [−D, D] and the clip keep the law)",
+        variant="heavy-tail",
+    ),
+    _baseline_case(BaselineClippedLaplace(), True, f"B0, m = {_M_BASELINE}: {_ENDS}"),
+    _baseline_case(BaselineOneSample(), True, f"B2, m = {_M_BASELINE}: {_ENDS}"),
+    _baseline_case(
+        BaselineItemLevel(),
+        False,
+        f"B1, m = {_M_BASELINE}: {_ENDS} (the mean of m Laplace draws: loss < ε on every event "
+        "of positive probability, so not tight)",
+    ),
+    *_two_stage(
+        UserMeanLinf(),
+        {"samples_per_user": _M_CLIENT, "dimension": 2, "reference_epsilon": _LOW},
+        2_600,
+        _vectors([0.0, 0.0]),
+        _vectors([-_BOUND, -_BOUND]),
+        _vectors([_BOUND, _BOUND]),
+        f"Alg 2 (ℓ∞, d = 2, low regime: both coordinates at ε/2): {_ENDS} on each coordinate",
+    ),
+    *_two_stage(
+        UserMeanL2(),
+        {"samples_per_user": 16, "dimension": 2, "reference_epsilon": _HIGH},
+        3_000,
+        _vectors([0.0, 0.0], 16),
+        _vectors([_BOUND, 0.0], 16),
+        _vectors([-_BOUND, 0.0], 16),
+        "Alg 2-K (d = 2, m = 16, high regime: one Kashin coefficient per user): every sample at "
+        "D·e_1 against every sample at −D·e_1 (stage one is tight: B = 2 bins, the coefficient "
+        "changes sign; stage two is not: a coefficient of a point need not reach its bound "
+        "K·D/√d)",
+        tight=(True, False),
+    ),
+    *_two_stage(
+        UserMeanL1(),
+        {"samples_per_user": _M_CLIENT, "dimension": 2, "reference_epsilon": _LOW},
+        2_600,
+        _vectors([0.0, 0.0]),
+        _vectors([_BOUND, 0.0]),
+        _vectors([-_BOUND, 0.0]),
+        "Alg 2-H (d = 2, low regime): every sample at D·e_1 against −D·e_1 (every Hadamard "
+        "coefficient ±D/√2, at its bound)",
+    ),
+    *_two_stage(
+        UserFrequency(),
+        {"samples_per_user": _M_CLIENT, "domain_size": 2, "reference_epsilon": _HIGH},
+        3_000,
+        one_user(np.resize([0, 1], _M_CLIENT)),
+        one_user(np.zeros(_M_CLIENT, dtype=np.int64)),
+        one_user(np.ones(_M_CLIENT, dtype=np.int64)),
+        "Alg 2-H on A = 2 items (high regime), a member of group 1, which serves the Hadamard "
+        "coefficient that items 0 and 1 move from +1/√2 to −1/√2: every sample item 0 against "
+        "every sample item 1",
+        group=1,
+    ),
+    *_two_stage(
+        UserSgd(),
+        {
+            "samples_per_user": _M_CLIENT,
+            "dimension": 1,
+            "mean_estimator": "linf",
+            "rounds": 1,
+        },
+        1_200,
+        _labeled(1.0, 0.0),
+        _labeled(1.0, 10.0),
+        _labeled(1.0, -10.0),
+        "Alg 3 (d = 1, ℓ∞ estimator, one gradient round at θ_0 = 0): every sample (x, y) = "
+        "(1, 10) against (1, −10), gradients clipped to −D and +D",
+    ),
+    *_two_stage(
+        UserClassify(),
+        {"samples_per_user": _M_CLIENT, "bins_per_axis": 2, "reference_epsilon": _LOW},
+        2_600,
+        _labeled(0.1, [1.0, -1.0]),
+        _labeled(0.1, 1.0),
+        _labeled(0.1, -1.0),
+        "Alg 4 (d = 1, M = 2 bins, low regime: both Hadamard encodings at ε/2): every sample "
+        "in bin 0 with label +1 against −1 (every encoding y·H_{k,0} = ±1, at its bound)",
+    ),
+    *_two_stage(
+        UserRegress(),
+        {"samples_per_user": _M_CLIENT, "bins_per_axis": 2, "reference_epsilon": _HIGH},
+        3_200,
+        _labeled(0.1, [1.0, -1.0]),
+        _labeled(0.1, 1.0),
+        _labeled(0.1, -1.0),
+        "Alg 5 (d = 1, M = 2, T = 1, high regime), a member of group 0, which serves the label "
+        "encoding U_0: every sample in bin 0 with label +T against −T",
+        group=0,
+    ),
+)
+"""The user-level protocols' end-to-end cases (``fedldp.protocol.catalogue.CLIENT_AUDITS``)."""

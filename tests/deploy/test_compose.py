@@ -1,11 +1,19 @@
 """The deployments of ``docker-compose.yml`` (issue #4), run to completion; the result read over
-HTTP from the host equals the in-process simulation of the same seed (DESIGN.md: 1e-9 relative).
+HTTP from the host equals the in-process simulation of the same seed (docs/architecture.md: 1e-9
+relative).
 
-* default mode: the server on SQLite and one swarm;
+* default mode: the server on SQLite and one swarm; and the README's ``--scale swarm=3`` sequence
+  on its default population, where each of at least two swarms serves users;
 * profile ``postgres``: PostgreSQL, two server replicas behind an nginx balancer, and two swarms
   (``--scale swarm-pg=2``) sharing one study through the balancer;
 * profile ``cluster``: a Dask scheduler, two workers and an experiment driver
-  (``fedldp experiment run --cluster``): its trials CSV equals a local run's, timing aside.
+  (``fedldp experiment run --cluster``), run by the README's command: its trials CSV equals a
+  local run's, timing aside, and no container of the profile keeps running after it;
+* the build context ``.dockerignore`` lets through: only what deploy/Dockerfile copies.
+
+Each mode is started with ``up --build``, which builds the fedldp image once (one service of the
+mode builds it, the others use its tag; with compose v1, whose output names each build, that is
+checked).
 
 Needs a Docker engine and compose (``docker compose`` v2 or Debian's ``docker-compose`` v1), run
 through ``scripts/compose`` as the README does (``FEDLDP_COMPOSE`` picks one). As root,
@@ -26,6 +34,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,10 +50,10 @@ from fedldp.client.cli.main import build_parser
 from fedldp.client.experiments.loading import load_experiment
 from fedldp.client.experiments.results import TIMING_COLUMNS
 from fedldp.client.experiments.runner import run_experiment
-from fedldp.client.http.enrollment import ENROLL_CHUNK
-from fedldp.client.http.server_process import free_port
 from fedldp.client.population.build import build_population, population_spec_from_args
 from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.client.swarm.enrolling import ENROLL_CHUNK, LEASE_SHARES
+from fedldp.client.swarm.server_process import free_port
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import ResultView, StudyList, StudyView
 from tests.floats import same_rows
@@ -55,14 +64,19 @@ ROOT = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "python:3.11-slim"
 PROTOCOL = "user-mean"
 POPULATION = "--users 2000 --samples 16 --distribution two-point --mean 0.3 --epsilon 1"
-# More users than one lease block (ENROLL_CHUNK), so that the two swarms can split the work.
+# More users than one ENROLL_CHUNK (leases are 1/LEASE_SHARES of the population, at most that).
 SCALED_USERS = 24_000
 SCALED_POPULATION = (
     f"--users {SCALED_USERS} --samples 16 --distribution two-point --mean 0.3 --epsilon 1"
 )
+# The compose file's default population (the README's `--scale swarm=3` runs it), two
+# ENROLL_CHUNKs of users.
+DEFAULT_POPULATION = "--users 20000 --samples 256 --distribution two-point --mean 0.3 --epsilon 1"
 REPLICAS = ("server-a", "server-b")
 SEED = 20_404
 RELATIVE_TOLERANCE = 1e-9
+# The services that build their own images (all others run the fedldp image).
+OTHER_IMAGES = ("postgres", "balancer")
 
 
 def run(command: list[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -120,8 +134,11 @@ class Deployment:
     command: list[str]
     env: dict[str, str]
 
-    def compose(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return run([*self.command, *args], timeout, env=self.env)
+    def compose(
+        self, *args: str, timeout: float = 600, **settings: str
+    ) -> subprocess.CompletedProcess[str]:
+        """``compose ARGS`` in the deployment's environment, with ``settings`` added."""
+        return run([*self.command, *args], timeout, env=self.env | settings)
 
     def logs(self, service: str) -> str:
         return self.compose("logs", "--no-color", service, timeout=60).stdout
@@ -135,11 +152,26 @@ class Deployment:
         filters = [arg for label in labels for arg in ("--filter", f"label={label}")]
         return run(["docker", "ps", "--all", "--quiet", *filters], 60).stdout.split()
 
-    def build_and_start(self, *up_args: str) -> None:
-        built = self.compose("build", timeout=1800)
-        assert built.returncode == 0, f"image build failed:\n{tail(built)}"
-        up = self.compose("up", "--detach", *up_args)
+    def running(self) -> list[str]:
+        """Ids of the project's running containers."""
+        label = f"label=com.docker.compose.project={self.name}"
+        return run(["docker", "ps", "--quiet", "--filter", label], 60).stdout.split()
+
+    def up(self, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+        """``up ARGS``, checked to succeed and, with ``--build``, to build the fedldp image
+        once."""
+        up = self.compose("up", *args, timeout=1800, **settings)
         assert up.returncode == 0, f"compose up failed:\n{tail(up)}"
+        which = run([str(ROOT / "scripts" / "compose"), "which"], 60, env=self.env)
+        # compose v1 says "Building SERVICE" for each build
+        if "--build" in args and which.stdout.strip() == "docker-compose":
+            built = re.findall(r"^Building ([\w.-]+)$", up.stdout + up.stderr, re.MULTILINE)
+            fedldp = [service for service in built if not service.startswith(OTHER_IMAGES)]
+            assert len(fedldp) == 1, f"the fedldp image was built by {fedldp}"
+        return up
+
+    def build_and_start(self, *up_args: str) -> None:
+        self.up("--build", "--detach", *up_args)
 
     def swarm_summary(self, container: str, *servers: str) -> dict[str, Any]:
         """The JSON summary a swarm container prints, once it exited 0."""
@@ -217,26 +249,30 @@ def scaled_deployment(compose: list[str]) -> Iterator[Deployment]:
         yield deployment
 
 
-def in_process_estimate(population: str) -> NDArray[np.float64]:
+def in_process_estimate(population: str, seed: int) -> NDArray[np.float64]:
     """The in-process simulation of the swarm's run, from the same flags and seed."""
     args = build_parser().parse_args(
-        ["simulate", "--protocol", PROTOCOL, "--seed", str(SEED), *population.split()]
+        ["simulate", "--protocol", PROTOCOL, "--seed", str(seed), *population.split()]
     )
-    spec = build_population(population_spec_from_args(args), SEED)
+    spec = build_population(population_spec_from_args(args), seed)
     protocol = get_protocol(PROTOCOL)
     params = protocol.parse_params(fill_from_population(protocol, {}, spec))
-    local = simulate(protocol, params, spec, SEED)
+    local = simulate(protocol, params, spec, seed)
     return np.asarray(local.result.estimate, dtype=np.float64)
 
 
-def finished_study(port: int, users: int) -> tuple[StudyView, NDArray[np.float64]]:
-    """The only study on the server (or balancer) at ``port``, finished with ``users``
-    participants, and its estimate, read over HTTP from the host."""
+def finished_study(
+    port: int, users: int, name: str | None = None
+) -> tuple[StudyView, NDArray[np.float64]]:
+    """The only study on the server (or balancer) at ``port`` (the only one called ``name``, if
+    given), finished with ``users`` participants, and its estimate, read over HTTP from the
+    host."""
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
         assert http.get("/health").status_code == 200
         studies = StudyList.model_validate_json(http.get("/v1/studies").raise_for_status().text)
-        assert len(studies.studies) == 1, studies
-        study = studies.studies[0]
+        found = [s for s in studies.studies if name is None or s.name == name]
+        assert len(found) == 1, studies
+        study = found[0]
         assert (study.protocol, study.phase, study.n_participants) == (PROTOCOL, "finished", users)
         response = http.get(f"/v1/studies/{study.id}/result").raise_for_status()
         result = ResultView.model_validate_json(response.text)
@@ -246,8 +282,8 @@ def finished_study(port: int, users: int) -> tuple[StudyView, NDArray[np.float64
     return study, np.asarray(result.estimate, dtype=np.float64)
 
 
-def assert_reproduces(remote: NDArray[np.float64], population: str) -> None:
-    local = in_process_estimate(population)
+def assert_reproduces(remote: NDArray[np.float64], population: str, seed: int = SEED) -> None:
+    local = in_process_estimate(population, seed)
     scale = max(float(np.max(np.abs(local))), 1e-300)
     relative = float(np.max(np.abs(remote - local))) / scale
     assert relative <= RELATIVE_TOLERANCE, f"HTTP {remote} vs in process {local}: {relative:.3g}"
@@ -263,6 +299,46 @@ def test_compose_swarm_reproduces_the_in_process_estimate(deployment: Deployment
     assert study.id == summary["study_id"]
     np.testing.assert_array_equal(remote, np.asarray(summary["estimate"], dtype=np.float64))
     assert_reproduces(remote, POPULATION)
+
+
+def test_three_swarms_of_the_readme_share_the_default_population(compose: list[str]) -> None:
+    """The README's sequence on the default population (two ENROLL_CHUNKs of users, which one
+    swarm used to lease alone while the others served 0): `up --exit-code-from swarm`, then
+    `up --detach --scale swarm=3` on a new study (compose re-creates the first swarm, so the
+    three start over a second apart), `docker wait` on the swarms, `logs swarm` for their
+    results."""
+    with deployed(compose, "SERVER_PORT", SWARM_POPULATION=DEFAULT_POPULATION) as deployment:
+        deployment.up("--build", "--exit-code-from", "swarm")
+        three = {"SWARM_STUDY": "three", "SWARM_SEED": "3"}
+        deployment.up("--detach", "--scale", "swarm=3", **three)
+        listed = deployment.compose("ps", "-q", "-a", "swarm", timeout=60)
+        swarms = listed.stdout.split()
+        assert len(swarms) == 3, tail(listed)
+        waited = run(["docker", "wait", *swarms], 900)
+        assert waited.stdout.split() == ["0", "0", "0"], deployment.logs("swarm")
+        # one JSON line per swarm, after compose's "swarm_1  | " prefix
+        logs = deployment.logs("swarm")
+        summaries = [
+            json.loads(line.partition("| ")[2]) for line in logs.splitlines() if "{" in line
+        ]
+        assert len(summaries) == 3, logs
+        served = [summary["users_served"] for summary in summaries]
+        users = 20_000
+        assert sum(served) == users
+        print(f"users served per swarm: {served}")
+        assert sum(n > 0 for n in served) >= 2, f"users served per swarm: {served}"
+
+        study, remote = finished_study(deployment.port, users, "three")
+    for summary in summaries:
+        assert summary["study_id"] == study.id
+        np.testing.assert_array_equal(remote, np.asarray(summary["estimate"], dtype=np.float64))
+    assert_reproduces(remote, DEFAULT_POPULATION, seed=3)
+
+
+def test_the_default_population_is_the_compose_files() -> None:
+    """DEFAULT_POPULATION above is what docker-compose.yml gives SWARM_POPULATION by default."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert f"POPULATION: ${{SWARM_POPULATION:-{DEFAULT_POPULATION}}}" in text
 
 
 def test_two_swarms_on_two_replicas_reproduce_the_in_process_estimate(
@@ -293,13 +369,18 @@ def test_two_swarms_on_two_replicas_reproduce_the_in_process_estimate(
         assert reported.search(text), f"{replica} got no reports"
     everything = "\n".join(logs.values())
     leases = re.findall(r"POST /v1/studies/\w+/leases 201 ", everything)
-    assert len(leases) == math.ceil(SCALED_USERS / ENROLL_CHUNK)
+    lease_size = min(ENROLL_CHUNK, math.ceil(SCALED_USERS / LEASE_SHARES))
+    assert len(leases) == math.ceil(SCALED_USERS / lease_size)
     closed = re.findall(rf"study {study.id}: round (\d+) \(", everything)
     assert sorted(int(i) for i in closed) == [r.index for r in study.rounds]
     assert all(r.status == "closed" and r.received == r.expected for r in study.rounds)
 
 
 CLUSTER_EXPERIMENT = "heterogeneous-e3-frequency"
+# How long the scheduler and workers may take to stop after the driver. Measured: all had exited
+# when `up` returned (the scheduler at once, the workers' nannies ~9 s later, while the driver
+# checked the claims). Longer means they were not shut down: they would run until `down`.
+STOP_WITHIN_S = 60
 
 
 @pytest.fixture
@@ -316,19 +397,31 @@ def test_the_cluster_profile_runs_an_experiment_as_local_processes_do(
     cluster_deployment: Deployment, tmp_path: Path
 ) -> None:
     deployment = cluster_deployment
-    # The documented command: naming experiment starts the scheduler and workers it needs.
-    deployment.build_and_start("--scale", "dask-worker=2", "experiment")
-    assert len(deployment.containers("dask-worker")) == 2
-    (driver,) = deployment.containers("experiment")
-    waited = run(["docker", "wait", driver], 900)
-    logs = run(["docker", "logs", driver], 60)
-    assert waited.stdout.strip() == "0", f"the driver exited {waited.stdout}:\n{tail(logs)}"
-    assert "20 trials run, 0 already done, of 20" in logs.stderr + logs.stdout
-    remote = tmp_path / "cluster.csv"
-    copied = run(
-        ["docker", "cp", f"{driver}:/results/{CLUSTER_EXPERIMENT}/trials.csv", str(remote)], 60
+    # The README's command (two workers, not four): naming experiment starts the scheduler and
+    # workers it needs; it returns when the driver is done, with the driver's exit code.
+    up = deployment.up(
+        "--build", "--scale", "dask-worker=2", "--exit-code-from", "experiment", "experiment"
     )
+    assert "20 trials run, 0 already done, of 20" in up.stdout + up.stderr
+    workers = deployment.containers("dask-worker")
+    assert len(workers) == 2
+    # The driver shut the scheduler and workers down (compose v1 stops only the named service):
+    # their containers exit 0, and nothing of the project keeps running.
+    began = time.monotonic()
+    while deployment.running() and time.monotonic() - began < STOP_WITHIN_S:
+        time.sleep(0.5)
+    assert deployment.running() == [], f"still running {STOP_WITHIN_S} s after the driver"
+    print(f"the scheduler and workers stopped {time.monotonic() - began:.1f} s after the driver")
+    for container in [*deployment.containers("dask-scheduler"), *workers]:
+        state = run(["docker", "inspect", "-f", "{{.State.ExitCode}}", container], 60)
+        assert state.stdout.strip() == "0", tail(run(["docker", "logs", container], 60))
+
+    listed = deployment.compose("ps", "-q", "-a", "experiment", timeout=60)
+    (driver,) = listed.stdout.split()
+    remote = tmp_path / "results"
+    copied = run(["docker", "cp", f"{driver}:/results", str(remote)], 60)  # the README's cp
     assert copied.returncode == 0, tail(copied)
+    remote = remote / CLUSTER_EXPERIMENT / "trials.csv"
 
     experiment = load_experiment(ROOT / "experiments" / f"{CLUSTER_EXPERIMENT}.yaml")
     run_experiment(experiment, tmp_path / "local", progress=False)
@@ -341,3 +434,54 @@ def test_the_cluster_profile_runs_an_experiment_as_local_processes_do(
     # the workers run the image's Python, not this one: floats may differ in the last digits
     local = without_timing(tmp_path / "local" / "trials.csv")
     assert same_rows(without_timing(remote), local), (without_timing(remote), local)
+
+
+# What deploy/Dockerfile copies from the repository root (its COPY lines), all the build context
+# needs; .dockerignore keeps everything else out (docs/ alone was 69 MB of the 158 MB sent).
+CONTEXT = (
+    "pyproject.toml",
+    "README.md",
+    "fedldp/__init__.py",
+    "fedldp/threads.py",
+    "fedldp/py.typed",
+)
+CONTEXT_TREES = ("protocol/", "client/", "server/", "deploy/wheelhouse/")
+# The context less the wheelhouse (sources and README.md: 1.3 MB when written): it stays well
+# below this, while one stray folder (docs/, tests/, .git) would not.
+CONTEXT_SOURCES_MAX_BYTES = 4_000_000
+
+
+def test_the_build_context_holds_only_what_the_image_copies(compose: list[str]) -> None:
+    """The files the engine receives as the build context of the repository root (the legacy
+    builder's, as Debian's Docker and compose v1 build): an image that copies the whole context,
+    listed."""
+    tag = f"fedldp-context-{uuid.uuid4().hex[:10]}"
+    dockerfile = f"FROM {BASE_IMAGE}\nCOPY . /context/\n"
+    env = {**os.environ, "DOCKER_BUILDKIT": "0"}
+    built = run(["docker", "build", "-f", "-", "-t", tag, "."], 600, input=dockerfile, env=env)
+    assert built.returncode == 0, tail(built)
+    try:
+        listed = run(
+            ["docker", "run", "--rm", tag, "find", "/context", "-type", "f", "-printf", "%s %P\n"],
+            120,
+        )
+        assert listed.returncode == 0, tail(listed)
+    finally:
+        run(["docker", "image", "rm", tag], 120)
+    sizes = {
+        path: int(size)
+        for size, path in (line.split(" ", 1) for line in listed.stdout.splitlines())
+    }
+    strays = [p for p in sizes if p not in CONTEXT and not p.startswith(CONTEXT_TREES)]
+    assert strays == [], f"the build context holds files the image does not copy: {strays[:20]}"
+    assert not [p for p in sizes if "__pycache__" in p or p.endswith(".pyc")]
+    # ... and every file the image does copy (the sources git tracks)
+    tracked = run(["git", "ls-files", "--", *CONTEXT, *CONTEXT_TREES], 60).stdout.split()
+    wheels = [p for p in sizes if p.startswith("deploy/wheelhouse/")]
+    assert wheels, "the wheelhouse (deploy/offline-base-image.sh fills it) is not in the context"
+    missing = sorted(set(tracked) - set(sizes) - {"deploy/wheelhouse/.gitignore"})
+    assert missing == [], f"the build context misses {missing[:20]}"
+    sources = sum(size for path, size in sizes.items() if path not in wheels)
+    assert sources < CONTEXT_SOURCES_MAX_BYTES, f"{sources} bytes of sources in the context"
+    sent = re.search(r"Sending build context to Docker daemon\s+(\S+)", built.stdout + built.stderr)
+    print(f"build context: {sent and sent.group(1)}; {sources} bytes besides the wheelhouse")

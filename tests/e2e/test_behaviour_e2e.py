@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from fedldp.client.behaviour import Behaviour
-from fedldp.client.http.agents import SwarmError
-from fedldp.client.http.swarm import SwarmResult, run_swarm_sync
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import SimulationResult, StudyFailed, fill_from_population, simulate
+from fedldp.client.swarm.agents import SwarmError
+from fedldp.client.swarm.run import SwarmResult, run_swarm_sync
 from fedldp.protocol.catalogue import get_protocol
 from tests.e2e.test_e2e import assert_same_estimate, rounds_view, start_server, study_view
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fedldp.client.http.server_process import ServerProcess
-from fedldp.client.http.swarm import SwarmResult, run_swarm_sync
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population
+from fedldp.client.swarm.run import SwarmResult, run_swarm_sync
+from fedldp.client.swarm.server_process import ServerProcess
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import ResultView, StudyCreate, StudyView
 from tests.live import sqlite_server

@@ -1,7 +1,7 @@
 """End to end: a real uvicorn server (``python -m fedldp.server`` on an SQLite file) and a real
 swarm.
 
-What DESIGN.md and issue #3 ask the deployment path to show:
+What docs/architecture.md and issue #3 ask the deployment path to show:
 
 * for the same seed, the estimate over HTTP equals the in-process simulator's to 1e-9 relative,
   per user and in batch mode, for the two-stage user-level mean and for a heterogeneous-ε
@@ -34,15 +34,15 @@ import httpx
 import numpy as np
 import pytest
 
-from fedldp.client.http.api import ApiClient, PhaseError, RetryPolicy
-from fedldp.client.http.enrollment import enroll, start
-from fedldp.client.http.progress import SwarmProgress
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
-from fedldp.client.http.swarm import SwarmResult, run_swarm_sync
-from fedldp.client.http.user import Privatizer, UserBlock
+from fedldp.client.api.client import ApiClient, PhaseError, RetryPolicy
 from fedldp.client.population.build import AnyPopulation, PopulationSpec, build_population
 from fedldp.client.seeds import derive_seeds
 from fedldp.client.simulate import SimulationResult, fill_from_population, simulate
+from fedldp.client.swarm.enrolling import enroll, start
+from fedldp.client.swarm.progress import SwarmProgress
+from fedldp.client.swarm.run import SwarmResult, run_swarm_sync
+from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
+from fedldp.client.swarm.user import Privatizer, UserBlock
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.base.records import FloatArray, PayloadKind, jsonable
 from fedldp.protocol.core.wire import (
@@ -60,7 +60,8 @@ from fedldp.protocol.core.wire import (
 pytestmark = pytest.mark.e2e
 
 RELATIVE = 1e-9
-"""HTTP and in-process estimates agree to this (DESIGN.md): only summation order may differ."""
+"""HTTP and in-process estimates agree to this (docs/architecture.md): only summation order may
+differ."""
 
 
 # --------------------------------------------------------------------------- servers

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from fedldp.client.http.api import ApiClient
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
-from fedldp.client.http.swarm import SwarmResult, run_swarm_sync
+from fedldp.client.api.client import ApiClient
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population
+from fedldp.client.swarm.run import SwarmResult, run_swarm_sync
+from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import StudyCreate, StudyEvent
 

@@ -1,8 +1,9 @@
 """The ledger under replicas: two real server processes (uvicorn, ``python -m fedldp.server``) on
 one PostgreSQL database, and every report of every round sent to both at once, alone and in
-overlapping batches (DESIGN.md "Scale": round transitions exactly once, in the database). The same
-with each replica running two worker processes (``--workers 2``), and with one two-worker server
-on SQLite (WAL: its workers take turns as writers in SQLite's busy handler) asked twice over.
+overlapping batches (docs/architecture.md, "Scale": round transitions exactly once, in the
+database). The same with each replica running two worker processes (``--workers 2``), and with one
+two-worker server on SQLite (WAL: its workers take turns as writers in SQLite's busy handler) asked
+twice over.
 
 Afterwards: no participant is charged more than its ε (its ledger, read from either replica), no
 round closed twice (each replica logs the transitions it makes: across both logs, each round and
@@ -27,13 +28,13 @@ import numpy as np
 import psycopg
 import pytest
 
-from fedldp.client.http.api import ApiClient
-from fedldp.client.http.enrollment import enroll, start
-from fedldp.client.http.progress import SwarmProgress
-from fedldp.client.http.server_process import ServerProcess, sqlite_url
-from fedldp.client.http.user import Privatizer, UserBlock
+from fedldp.client.api.client import ApiClient
 from fedldp.client.population.build import PopulationSpec
 from fedldp.client.seeds import derive_seeds
+from fedldp.client.swarm.enrolling import enroll, start
+from fedldp.client.swarm.progress import SwarmProgress
+from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
+from fedldp.client.swarm.user import Privatizer, UserBlock
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import StudyCreate, TaskBatchRequest
 from tests.e2e.test_e2e import Case, assert_same_estimate, check_rounds, expected, flood

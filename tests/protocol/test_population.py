@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base import Protocol
+from fedldp.protocol.core.base.protocol import Protocol
 
 EPSILONS = (0.5, 1.0, 4.0)
 

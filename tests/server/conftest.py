@@ -1,9 +1,10 @@
 """Fixtures of the server suite: every storage and API test runs on SQLite and on PostgreSQL.
 
-``database_url`` is parametrized over the two backends (STYLE.md rule 6: one storage suite for
-every backend). The PostgreSQL cases are marked ``postgres`` and skipped, with the reason, when the
-local server at 127.0.0.1:5432 (``$FEDLDP_TEST_POSTGRES_URL`` overrides it) does not answer; each
-run (each xdist worker) has a schema of its own, so nothing else uses its tables meanwhile.
+``database_url`` is parametrized over the two backends (docs/architecture.md, convention 6: one
+storage suite for every backend). The PostgreSQL cases are marked ``postgres`` and skipped, with the
+reason, when the local server at 127.0.0.1:5432 (``$FEDLDP_TEST_POSTGRES_URL`` overrides it) does
+not answer; each run (each xdist worker) has a schema of its own, so nothing else uses its tables
+meanwhile.
 
 A test that opens the database through the server (the ``settings`` fixture: ``ctx``, ``app``,
 ``client``) gets it at the head revision with every table empty, the state the server's own
@@ -28,12 +29,12 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import create_engine, text
 
-from fedldp.server.app import create_app
-from fedldp.server.context import Context
-from fedldp.server.db import Database
-from fedldp.server.schema import head
+from fedldp.server.runtime.context import Context
 from fedldp.server.settings import Settings
-from fedldp.server.tables import Base
+from fedldp.server.store.db import Database
+from fedldp.server.store.schema import head
+from fedldp.server.store.tables import Base
+from fedldp.server.web.app import create_app
 from tests.server.helpers import app_context
 
 SERVER_URL = os.environ.get(
@@ -144,7 +145,7 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def ctx(settings: Settings) -> Iterator[Context]:
-    """A service context without HTTP (STYLE.md rule 2)."""
+    """A service context without HTTP (docs/architecture.md, convention 2)."""
     context = Context(settings, Database(settings))
     try:
         yield context

@@ -18,10 +18,10 @@ from fedldp.protocol.core.wire import (
     RoundView,
     StudyView,
 )
-from fedldp.server import report_rows
-from fedldp.server import repository as repo
-from fedldp.server.context import Context
-from fedldp.server.tables import ReportRow, utcnow
+from fedldp.server.runtime.context import Context
+from fedldp.server.store import report_rows
+from fedldp.server.store import repository as repo
+from fedldp.server.store.tables import ReportRow, utcnow
 
 __all__ = [
     "app_context",

@@ -1,4 +1,4 @@
-"""The application (server/app.py): a whole study over HTTP reproduces the in-process simulator,
+"""The application (server/web/app.py): a whole study over HTTP reproduces the in-process simulator,
 errors render as ``{"code", "detail"}``, and no input, however bad, gets a 500."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from fedldp.protocol.core.wire import (
     TaskReport,
     TaskWait,
 )
-from fedldp.server import studies
+from fedldp.server.services import studies
 from tests.server.helpers import create_study, expect_error, start, submit_batch
 
 USERS = 2000
@@ -75,7 +75,7 @@ async def test_full_study_over_http_matches_the_simulator(client: httpx.AsyncCli
         tasks = [t for _, t in reports]
         head = tasks[0]
         assert all(t.broadcast == head.broadcast for t in tasks)
-        # The client side, exactly as client/simulate.py and client/http/user.py privatize.
+        # The client side, exactly as client/simulate.py and client/swarm/user.py privatize.
         task = RoundTask(
             head.round,
             head.name,

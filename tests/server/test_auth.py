@@ -1,4 +1,4 @@
-"""Tokens (server/auth.py)."""
+"""Tokens (server/runtime/auth.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import base64
 import hmac
 import tracemalloc
 
-from fedldp.server.auth import (
+from fedldp.server.runtime.auth import (
     TokenCache,
     block_token_for,
     block_token_ok,

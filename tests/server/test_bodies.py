@@ -1,5 +1,5 @@
-"""Strict request bodies (fedldp.server.bodies, the wire models' strict mode), body caps
-(fedldp.server.limits) and credentials checked before any detailed validation error.
+"""Strict request bodies (fedldp.server.web.bodies, the wire models' strict mode), body caps
+(fedldp.server.web.limits) and credentials checked before any detailed validation error.
 
 Each refusal below was answered 201 before issue 14: a string or a boolean for a number, counts
 out of range, duplicate keys, UTF-16 bodies. Nothing refused is stored.
@@ -16,10 +16,10 @@ import pytest
 from fastapi import FastAPI
 
 from fedldp.protocol.core.wire import Enrollment, StudyView
-from fedldp.server.app import create_app
-from fedldp.server.bodies import parse_json
 from fedldp.server.errors import InvalidRequest
 from fedldp.server.settings import Settings
+from fedldp.server.web.app import create_app
+from fedldp.server.web.bodies import parse_json
 from tests.server.helpers import app_context, create_study, enroll, expect_error, start
 
 BIG = 2**70

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from sqlalchemy import func, select
 
 from fedldp.protocol.core.wire import ProtocolList, ResultView, StudyView
-from fedldp.server.tables import ContributionRow, ReportRow, StudyRow
+from fedldp.server.store.tables import ContributionRow, ReportRow, StudyRow
 from tests.server.helpers import (
     app_context,
     create_study,

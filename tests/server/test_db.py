@@ -1,4 +1,4 @@
-"""The database layer (server/db.py)."""
+"""The database layer (server/store/db.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fedldp.server.db import PAGE_SIZE, WAL_CHECKPOINT_BYTES, Database
 from fedldp.server.settings import Settings
+from fedldp.server.store.db import PAGE_SIZE, WAL_CHECKPOINT_BYTES, Database
 from tests.server.conftest import POSTGRES_URL, drop_all, postgres_unreachable
 
 

@@ -1,5 +1,6 @@
-"""The API docs (server/app.py): ``/docs`` and ``/redoc`` render offline, every script, style and
-icon they load is served by the app itself from the installed package, none from another host."""
+"""The API docs (server/web/app.py): ``/docs`` and ``/redoc`` render offline, every script, style
+and icon they load is served by the app itself from the installed package, none from another host.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fedldp.server.app import DOCS_ASSETS, create_app
 from fedldp.server.settings import Settings
+from fedldp.server.web.app import DOCS_ASSETS, create_app
 
 _LOADED = re.compile(r"""(?:src|href|url)\s*[=:(]\s*['"]([^'"]+)['"]""")
 _ANY_URL = re.compile(r"(?:https?:)?//[A-Za-z0-9.-]+\.[A-Za-z]{2,}")

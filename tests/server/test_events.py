@@ -1,4 +1,4 @@
-"""The study event log and its SSE stream (server/eventlog.py, server/streams.py).
+"""The study event log and its SSE stream (server/store/eventlog.py, server/services/streams.py).
 
 A swarm runs a two-round study over ``httpx.ASGITransport``; the stored events are then read
 through two app instances on one database (as two replicas would), on SQLite and on PostgreSQL:
@@ -16,11 +16,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from fedldp.client.http.api import ApiClient, NotFoundError
-from fedldp.client.http.sse import messages
-from fedldp.client.http.swarm import run_swarm
+from fedldp.client.api.client import ApiClient, NotFoundError
+from fedldp.client.api.sse import messages
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population
+from fedldp.client.swarm.run import run_swarm
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import (
     EVENT_ADAPTER,
@@ -34,10 +34,10 @@ from fedldp.protocol.core.wire import (
     RoundsView,
     StudyEvent,
 )
-from fedldp.server import eventlog
-from fedldp.server.app import create_app
-from fedldp.server.rounds import sweep
+from fedldp.server.services.rounds import sweep
 from fedldp.server.settings import Settings
+from fedldp.server.store import eventlog
+from fedldp.server.web.app import create_app
 from tests.server.helpers import app_context, create_study, expect_error
 
 URL = "http://fedldp.test"

@@ -1,4 +1,4 @@
-"""The per-user fast path (server/fastpath.py) answers byte for byte as FastAPI's routes do.
+"""The per-user fast path (server/web/fastpath.py) answers byte for byte as FastAPI's routes do.
 
 Each request is sent twice on the same state: to the app (whose ``FastPath`` middleware answers
 the well-formed per-user requests) and to a copy of it without that middleware (FastAPI's
@@ -19,9 +19,9 @@ import sqlalchemy.exc
 from fastapi import FastAPI
 
 from fedldp.protocol.core.wire import Enrollment
-from fedldp.server import tasks
-from fedldp.server.fastpath import FastPath
-from fedldp.server.grouping import ReportGrouper
+from fedldp.server.services import tasks
+from fedldp.server.services.grouping import ReportGrouper
+from fedldp.server.web.fastpath import FastPath
 from tests.server.helpers import create_study, enroll, start
 
 Pair = tuple[httpx.AsyncClient, httpx.AsyncClient]

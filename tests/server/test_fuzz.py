@@ -32,10 +32,10 @@ from hypothesis import HealthCheck, Phase, settings
 from schemathesis import checks as st_checks
 from schemathesis.generation.case import Case
 
-from fedldp.server.app import create_app
-from fedldp.server.auth import token_for
-from fedldp.server.routes import MAX_HOLD_S
+from fedldp.server.runtime.auth import token_for
 from fedldp.server.settings import Settings
+from fedldp.server.web.app import create_app
+from fedldp.server.web.routes import MAX_HOLD_S
 
 pytestmark = pytest.mark.fuzz
 

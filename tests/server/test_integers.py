@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedldp.protocol.core.wire import MAX_ID, ErrorBody
-from fedldp.server.auth import token_for
+from fedldp.server.runtime.auth import token_for
 from tests.server.helpers import app_context
 
 SPECIAL = [2**31, 2**32, 2**63 - 1, 2**63, 2**64, 10**30, -1, -(2**31) - 1, -(2**63) - 1]

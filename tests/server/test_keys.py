@@ -1,5 +1,5 @@
-"""Crypto-shredding of central-trust contributions (server/keys.py): the raw local means never
-reach the database files in the clear, and after a study finishes, fails or is cancelled their
+"""Crypto-shredding of central-trust contributions (server/runtime/keys.py): the raw local means
+never reach the database files in the clear, and after a study finishes, fails or is cancelled their
 bytes are nowhere in the SQLite database, its WAL or the key store, even when the server died
 between ending the study and destroying its key."""
 
@@ -19,14 +19,14 @@ from sqlalchemy import select
 
 from fedldp.protocol.core.base.records import FloatArray
 from fedldp.protocol.core.wire import Enrollment, ResultView, StudyView
-from fedldp.server import repository as repo
-from fedldp.server.app import create_app
-from fedldp.server.context import Context
-from fedldp.server.db import Database
-from fedldp.server.keys import KeyMissing, KeyStore, default_key_dir
-from fedldp.server.rounds import sweep
+from fedldp.server.runtime.context import Context
+from fedldp.server.runtime.keys import KeyMissing, KeyStore, default_key_dir
+from fedldp.server.services.rounds import sweep
 from fedldp.server.settings import Settings
-from fedldp.server.tables import ContributionRow
+from fedldp.server.store import repository as repo
+from fedldp.server.store.db import Database
+from fedldp.server.store.tables import ContributionRow
+from fedldp.server.web.app import create_app
 from tests.server.helpers import (
     app_context,
     create_study,

@@ -1,6 +1,6 @@
-"""Leases are enforced (fedldp.server.leases): explicit ids need their lease's token and must lie
-in it, server-numbered ids never fall in a leased block and never get stuck, and a lease not
-fully enrolled in time expires and goes to the next caller."""
+"""Leases are enforced (fedldp.server.services.leases): explicit ids need their lease's token and
+must lie in it, server-numbered ids never fall in a leased block and never get stuck, and a lease
+not fully enrolled in time expires and goes to the next caller."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from sqlalchemy import update
 
 from fedldp.protocol.core.wire import EnrollmentBatch, Lease, StudyView
-from fedldp.server.tables import LeaseRow, utcnow
+from fedldp.server.store.tables import LeaseRow, utcnow
 from tests.server.helpers import app_context, create_study, expect_error
 
 
@@ -135,3 +135,40 @@ async def test_a_fully_enrolled_lease_does_not_expire(
         session.execute(update(LeaseRow).values(expires_at=utcnow() - timedelta(seconds=1)))
     second = await lease(client, study.id, 2)
     assert (second.start, second.stop) == (2, 4)  # the enrolled block is not handed out again
+
+
+async def test_a_leased_study_enrolls_only_lease_holders(client: httpx.AsyncClient) -> None:
+    """Issue 23 item 0: in a study whose policy is ``leased`` an anonymous enrollment (single or
+    batch, server-numbered) is refused with 403 ``enrollment_closed`` and stores nothing; the
+    lease holders enroll their block as before, and the view states the policy."""
+    study = await create_study(client, "hetero-mean-rr", enrollment_target=6, enrollment="leased")
+    assert study.enrollment == "leased"
+    block = await lease(client, study.id, 6)
+    single = await client.post(f"/v1/studies/{study.id}/participants", json={"epsilon": 1.0})
+    error = expect_error(single, 403, "enrollment_closed")
+    assert "leased" in error.detail
+    expect_error(await enroll(client, study.id, None), 403, "enrollment_closed")
+    assert await enrolled(client, study) == 0
+    assert ids_of(await enroll(client, study.id, [0, 1, 2], block.token)) == [0, 1, 2]
+    expect_error(await enroll(client, study.id, [3]), 401, "token_required")
+    assert ids_of(await enroll(client, study.id, [3, 4, 5], block.token)) == [3, 4, 5]
+    view = StudyView.model_validate_json((await client.get(f"/v1/studies/{study.id}")).content)
+    assert (view.phase, view.enrollment) == ("running", "leased")
+
+
+async def test_open_is_the_default_policy_and_a_join_declares_it(
+    client: httpx.AsyncClient,
+) -> None:
+    """A study created without a policy is open (anyone enrolls, numbered outside the leases);
+    joining a study by name with another policy than its creator's is ``study_mismatch``
+    naming the field, so a leasing swarm never joins a study that anyone may enroll in."""
+    study = await create_study(client, "hetero-mean-rr", name="policy")
+    assert study.enrollment == "open"
+    block = await lease(client, study.id, 2)
+    assert ids_of(await enroll(client, study.id, None)) == [2]
+    assert ids_of(await enroll(client, study.id, [0, 1], block.token)) == [0, 1]
+    body = {"protocol": "hetero-mean-rr", "seed": 7, "name": "policy", "enrollment": "leased"}
+    error = expect_error(await client.post("/v1/studies", json=body), 409, "study_mismatch")
+    assert "enrollment" in error.detail
+    body["enrollment"] = "anyone"
+    expect_error(await client.post("/v1/studies", json=body), 422, "invalid_request")

@@ -1,4 +1,4 @@
-"""Body caps and item counts of fedldp.server.limits: a batch body is refused by the chunk that
+"""Body caps and item counts of fedldp.server.web.limits: a batch body is refused by the chunk that
 crosses its route's byte cap or holds one item too many, before the rest is read; the largest
 legitimate body of each batch route passes.
 
@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 from fedldp.protocol.core import wire
 from fedldp.protocol.core.wire import MAX_BATCH, EnrollmentBatch, StudyView, TaskBatch
 from fedldp.server.errors import BodyTooLarge
-from fedldp.server.limits import (
+from fedldp.server.web.limits import (
     BATCH_CAPS,
     BATCH_VALUES,
     LEGIT_ITEMS,

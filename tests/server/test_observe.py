@@ -1,4 +1,4 @@
-"""Metrics, request ids and JSON logs (server/metrics.py, server/observe.py)."""
+"""Metrics, request ids and JSON logs (server/runtime/metrics.py, server/web/observe.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fedldp.server.observe import REQUEST_ID, JsonFormatter, RequestIdFilter
+from fedldp.server.web.observe import REQUEST_ID, JsonFormatter, RequestIdFilter
 from tests.server.helpers import create_study, enroll, start, submit_batch
 
 
@@ -120,7 +120,7 @@ def test_json_log_lines_carry_the_request_id() -> None:
 
 @pytest.mark.parametrize("fmt", ["json", "text"])
 def test_configure_logging_formats_records(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from fedldp.server.observe import configure_logging
+    from fedldp.server.web.observe import configure_logging
 
     root = logging.getLogger()
     saved, level = root.handlers[:], root.level

@@ -1,4 +1,4 @@
-"""Report ingestion, tasks and the ledger (server/participants.py), over HTTP.
+"""Report ingestion, tasks and the ledger (server/services/participants.py), over HTTP.
 
 Every refusal is checked on its stable code and status AND on the database: a refused report
 leaves no row and does not move the round's counter.
@@ -30,7 +30,7 @@ from fedldp.protocol.core.wire import (
     TaskReport,
     pack_rows,
 )
-from fedldp.server.context import Context
+from fedldp.server.runtime.context import Context
 from tests.server.helpers import (
     app_context,
     create_study,
@@ -811,9 +811,9 @@ async def test_reports_after_the_deadline_are_refused_before_the_sweep(rr: Runni
 async def test_concurrent_single_reports_are_grouped_without_mixing_outcomes(
     client: httpx.AsyncClient, app: FastAPI
 ) -> None:
-    """Single reports sent at once are stored together (fedldp.server.grouping); each still gets its
-    own outcome: a bad token, a wrong kind or a conflicting second report refuses only itself,
-    and a participant's identical report sent twice at once is stored once."""
+    """Single reports sent at once are stored together (fedldp.server.services.grouping); each still
+    gets its own outcome: a bad token, a wrong kind or a conflicting second report refuses only
+    itself, and a participant's identical report sent twice at once is stored once."""
     study = await create_study(client, "hetero-mean-rr")
     people = await enroll(client, study.id, [1.0] * 30)
     await start(client, study.id)

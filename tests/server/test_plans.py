@@ -1,4 +1,4 @@
-"""Plans and what they are built from (server/plans.py): a start takes the participants this
+"""Plans and what they are built from (server/runtime/plans.py): a start takes the participants this
 process enrolled (``EnrolledCache``) only when they are all of the study's, and the plan is then
 the one the database's rows give."""
 
@@ -10,8 +10,8 @@ import httpx
 import numpy as np
 from fastapi import FastAPI
 
-from fedldp.server import repository as repo
-from fedldp.server.plans import Enrolled, EnrolledCache, build_plan
+from fedldp.server.runtime.plans import Enrolled, EnrolledCache, build_plan
+from fedldp.server.store import repository as repo
 from tests.server.helpers import app_context, create_study, start
 
 

@@ -1,6 +1,6 @@
-"""Implausible reports are refused at ingestion (server/participants.py): a Laplace report far
-outside what the honest randomizer produces at the declared ε (issue 13: a report of 1.18e21 to a
-bound-1 scalar protocol used to be stored and wreck the estimate)."""
+"""Implausible reports are refused at ingestion (server/services/participants.py): a Laplace report
+far outside what the honest randomizer produces at the declared ε (issue 13: a report of 1.18e21 to
+a bound-1 scalar protocol used to be stored and wreck the estimate)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Reports kept in memory by the process that stored them (server/received.py): a round's close
-and a study's ledger use them only when they are all of the round's, and give then exactly what
-the database gives."""
+"""Reports kept in memory by the process that stored them (server/runtime/received.py): a round's
+close and a study's ledger use them only when they are all of the round's, and give then exactly
+what the database gives."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import httpx
 import numpy as np
 from fastapi import FastAPI
 
-from fedldp.client.http.swarm import run_swarm
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population
+from fedldp.client.swarm.run import run_swarm
 from fedldp.protocol.catalogue import get_protocol
-from fedldp.protocol.core.base import FloatArray, IntArray
+from fedldp.protocol.core.base.records import FloatArray, IntArray
 from fedldp.protocol.core.wire import EpsilonLedgerView, ResultView, RoundsView
-from fedldp.server.received import ReceivedCache, in_chunks
+from fedldp.server.runtime.received import ReceivedCache, in_chunks
 from tests.server.helpers import app_context
 
 URL = "http://fedldp.test"

@@ -1,4 +1,4 @@
-"""The SQL layer (server/repository.py), on every backend: lookups by sets of participant ids
+"""The SQL layer (server/store/repository.py), on every backend: lookups by sets of participant ids
 answer the same whether the ids form a block (one range condition) or are spread out (IN-lists)."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from fedldp.protocol.core.wire import EnrollBatch, ReportBatch, StudyCreate
-from fedldp.server import enrollment, ingest, report_rows, studies
-from fedldp.server import repository as repo
-from fedldp.server.context import Context
-from fedldp.server.tables import utcnow
+from fedldp.server.runtime.context import Context
+from fedldp.server.services import enrollment, ingest, studies
+from fedldp.server.store import report_rows, sql
+from fedldp.server.store import repository as repo
+from fedldp.server.store.tables import utcnow
 
 N = 40
 REPORTED = [3, 4, 5, 6, 20, 39]
@@ -63,7 +64,7 @@ def test_lookups_by_ids_find_exactly_the_stored_reports(
 
 
 def test_lookups_span_more_ids_than_one_in_list(ctx: Context, study_id: str) -> None:
-    spread = [p * 1000 for p in range(2 * repo.IN_CHUNK)] + REPORTED  # several IN-lists
+    spread = [p * 1000 for p in range(2 * sql.IN_CHUNK)] + REPORTED  # several IN-lists
     with ctx.transaction() as session:
         found = report_rows.reported_pids(session, study_id, 0, np.array(spread, dtype=np.int64))
         stored = report_rows.existing_reports(session, study_id, 0, "bit", spread)
@@ -71,7 +72,7 @@ def test_lookups_span_more_ids_than_one_in_list(ctx: Context, study_id: str) -> 
 
 
 def test_participants_sharing_metadata_store_each_their_own(ctx: Context) -> None:
-    """Runs of equal metadata are encoded once (fedldp.server.repository._processed); every
+    """Runs of equal metadata are encoded once (fedldp.server.store.repository._processed); every
     participant still reads back its own, 0.0 and -0.0 included."""
     weights = [4.0, 4.0, 8.0, 8.0, 8.0, -0.0, 0.0, 0.0, 4.0]
     study = studies.create(ctx, StudyCreate(protocol="hetero-mean-rr", seed=3))

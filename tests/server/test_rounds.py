@@ -1,7 +1,9 @@
-"""Round transitions (server/rounds.py): close exactly once, sweep deadlines, the quorum rule.
+"""Round transitions (server/services/rounds.py): close exactly once, sweep deadlines, the quorum
+rule.
 
-The first tests call the services without HTTP (STYLE.md rule 2); the quorum tests submit over
-HTTP and then drive ``sweep`` by hand, as the background sweeper would after the deadline.
+The first tests call the services without HTTP (docs/architecture.md, convention 2); the quorum
+tests submit over HTTP and then drive ``sweep`` by hand, as the background sweeper would after the
+deadline.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ from fedldp.protocol.core.wire import (
     TaskDone,
 )
 from fedldp.protocol.heterogeneous.estimators import weights
-from fedldp.server import enrollment, ingest, studies, tasks
-from fedldp.server.context import Context
-from fedldp.server.db import Database
-from fedldp.server.rounds import close_round, sweep
+from fedldp.server.runtime.context import Context
+from fedldp.server.services import enrollment, ingest, studies, tasks
+from fedldp.server.services.rounds import close_round, sweep
+from fedldp.server.store.db import Database
 from tests.server.helpers import (
     app_context,
     create_study,

@@ -1,4 +1,5 @@
-"""Every route of server/routes.py over ``httpx.ASGITransport``: what a well-formed request gets.
+"""Every route of server/web/routes.py over ``httpx.ASGITransport``: what a well-formed request
+gets.
 
 The refusals (bad input, wrong phase, bad credentials) are in test_studies.py and
 test_participants.py; error rendering and the no-500 walk in test_app.py.
@@ -33,8 +34,8 @@ from fedldp.protocol.core.wire import (
     TaskWait,
 )
 from fedldp.server import __version__
-from fedldp.server.app import create_app
 from fedldp.server.settings import Settings
+from fedldp.server.web.app import create_app
 from tests.server.helpers import (
     app_context,
     create_study,

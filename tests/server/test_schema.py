@@ -1,5 +1,5 @@
-"""Schema migrations (server/schema.py, server/migrations/): a database written by one version
-opens in the next, on SQLite and on PostgreSQL.
+"""Schema migrations (server/store/schema.py, server/store/migrations/): a database written by one
+version opens in the next, on SQLite and on PostgreSQL.
 
 The old databases are built as the old code left them: by the revision itself, or by
 ``create_all`` of the frozen pre-migration schemas (``migrations.legacy``), then filled with the
@@ -21,12 +21,13 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, insert, inspect, select, text
 
 from fedldp.protocol.core.wire import EPSILON_MAX, EPSILON_MIN, Enrollment, StudyCreate
-from fedldp.server import enrollment, studies
-from fedldp.server.context import Context
-from fedldp.server.db import Database
 from fedldp.server.errors import EpsilonOutOfRange
-from fedldp.server.migrations.legacy import LEGACY_REVISIONS, legacy_metadata
-from fedldp.server.schema import (
+from fedldp.server.runtime.context import Context
+from fedldp.server.services import enrollment, studies
+from fedldp.server.settings import Settings
+from fedldp.server.store.db import Database
+from fedldp.server.store.migrations.legacy import LEGACY_REVISIONS, legacy_metadata
+from fedldp.server.store.schema import (
     MIGRATIONS,
     SchemaTooNew,
     UnknownSchema,
@@ -35,8 +36,7 @@ from fedldp.server.schema import (
     revisions,
     schema_status,
 )
-from fedldp.server.settings import Settings
-from fedldp.server.tables import Base
+from fedldp.server.store.tables import Base
 from tests.server.test_rounds import new_study, send
 
 FINISHED = [[0.5], [0.25], [-0.5], [0.75], [0.0], [1.0]]

@@ -1,4 +1,5 @@
-"""``python -m fedldp.server db upgrade|current|history`` (server/schema_cli.py), in process."""
+"""``python -m fedldp.server db upgrade|current|history`` (server/store/schema_cli.py), in
+process."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from fedldp.server.__main__ import main
-from fedldp.server.migrations.legacy import legacy_metadata
-from fedldp.server.schema import head
+from fedldp.server.store.migrations.legacy import legacy_metadata
+from fedldp.server.store.schema import head
 
 HEAD = head()
 

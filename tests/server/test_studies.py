@@ -1,4 +1,5 @@
-"""Study services over HTTP (server/studies.py): creation, enrollment, start, result, refusals."""
+"""Study services over HTTP (server/services/studies.py): creation, enrollment, start, result,
+refusals."""
 
 from __future__ import annotations
 

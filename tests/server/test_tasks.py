@@ -1,6 +1,6 @@
-"""The task endpoints (server/tasks.py): ``hold`` (a long poll answered as soon as the study
-moves on) and ``final`` on a report task (no later round has the participant, by the fixed plan);
-a batch's answer lists exactly those who have not reported yet."""
+"""The task endpoints (server/services/tasks.py): ``hold`` (a long poll answered as soon as the
+study moves on) and ``final`` on a report task (no later round has the participant, by the fixed
+plan); a batch's answer lists exactly those who have not reported yet."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from fedldp.protocol.core.wire import (
     TaskReport,
     TaskWait,
 )
-from fedldp.server import tasks as tasks_module
+from fedldp.server.services import tasks as tasks_module
 from tests.server.helpers import create_study, enroll, expect_error, start, submit_batch
 
 TASK: TypeAdapter[Task] = TypeAdapter(Task)

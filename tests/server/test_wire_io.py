@@ -1,4 +1,5 @@
-"""One send per answer (server/wire_io.py): the coalescing transport and uvicorn serving with it."""
+"""One send per answer (server/web/wire_io.py): the coalescing transport and uvicorn serving with
+it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any, cast
 
 import uvicorn
 
-from fedldp.server import wire_io
-from fedldp.server.wire_io import _Coalescing
+from fedldp.server.web import wire_io
+from fedldp.server.web.wire_io import _Coalescing
 
 
 class Recorder:

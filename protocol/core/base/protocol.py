@@ -1,6 +1,7 @@
 """The protocol abstraction: what the server and the in-process simulator drive.
 
-A protocol is a named algorithm of the catalogue (DESIGN.md "Concepts"). Everything in it is pure:
+A protocol is a named algorithm of the catalogue (docs/architecture.md, "Concepts"). Everything in
+it is pure:
 
 1. ``plan``: from the validated parameters, the enrolled participants' ε's (and public metadata)
    and the study seed, fix the rounds: each round's cohort (participant slots), the ε each cohort
@@ -76,9 +77,9 @@ class Protocol(ABC, Generic[ParamsT]):
     source: ClassVar[str]  # paper and algorithm, e.g. "Zhao et al. 2024, Alg. 1"
     heterogeneity: ClassVar[str]  # how unequal ε's are combined
     dropout: ClassVar[str] = (
-        "A round closed on a quorum (DESIGN.md 'Flow of a study') aggregates its responders: "
-        "the estimator runs on them, its weights renormalised over who reported, and the error "
-        "bar uses their count."
+        "A round closed on a quorum (docs/architecture.md, 'Flow of a study') aggregates its "
+        "responders: the estimator runs on them, its weights renormalised over who reported, and "
+        "the error bar uses their count."
     )
     """What a round closed with fewer reports than planned estimates (the catalogue shows it)."""
     trust: ClassVar[Trust] = "local"

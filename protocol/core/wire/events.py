@@ -1,5 +1,6 @@
-"""Study events (DESIGN.md "Events"): what ``GET /v1/studies/{id}/events`` streams as
-Server-Sent Events, one model per ``kind`` (a discriminated union, STYLE rule 3).
+"""Study events (docs/architecture.md, "Events, behaviour, experiments"): what ``GET
+/v1/studies/{id}/events`` streams as Server-Sent Events, one model per ``kind`` (a discriminated
+union, STYLE rule 3).
 
 Every event but ``progress`` is stored with the study, numbered 1, 2, 3, … per study (``id``, the
 SSE ``id:`` field, which a client resumes from with ``Last-Event-ID``). ``progress`` is a snapshot

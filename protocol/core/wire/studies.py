@@ -73,6 +73,10 @@ class ErrorBody(Model):
 # --------------------------------------------------------------------------- studies
 
 StudyPhase = Literal["enrolling", "running", "finished", "failed", "cancelled"]
+#: Who may enroll in a study: ``open``, anyone (ids numbered by the server, outside every lease,
+#: or explicit ids inside the caller's lease); ``leased``, only holders of a lease, with the
+#: explicit ids of their block (``POST …/participants`` without them: 403 ``enrollment_closed``).
+EnrollmentPolicy = Literal["open", "leased"]
 
 
 class StudyCreate(Request):
@@ -104,6 +108,13 @@ class StudyCreate(Request):
     )
     epsilon_max: EpsilonBound | None = Field(
         None, description=f"largest ε a participant may enroll with (default {EPSILON_MAX:g})"
+    )
+    enrollment: EnrollmentPolicy = Field(
+        "open",
+        description="who may enroll: 'open', anyone; 'leased', only holders of a lease "
+        "(POST …/leases), with their block's explicit participant ids. A population enrolled "
+        "through leases (fedldp swarm) creates its study 'leased', so that nobody else can take "
+        "one of its participants' places",
     )
 
     @model_validator(mode="after")
@@ -153,6 +164,9 @@ class StudyView(Model):
     )
     population_digest: str | None = Field(
         None, description="the keyed digest of its creator's population (see StudyCreate)"
+    )
+    enrollment: EnrollmentPolicy = Field(
+        "open", description="who may enroll (see StudyCreate): 'open' or 'leased'"
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fedldp.client.cli.main import main
-from fedldp.client.http.server_process import sqlite_url
+from fedldp.client.swarm.server_process import sqlite_url
 from tests.client.cli.test_remote import FEDLDP
 
 

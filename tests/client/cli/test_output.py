@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from fedldp.client.cli.output import estimation_error, jsonable, render_table, result_summary
+from fedldp.client.cli.output import jsonable, render_table
+from fedldp.client.results import estimation_error, result_summary
 from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.diagnostics import DIAGNOSTICS
 

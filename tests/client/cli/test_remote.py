@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from fedldp.client.cli.main import main
-from fedldp.client.http.server_process import free_port, sqlite_url
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.client.swarm.server_process import free_port, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
 from tests.live import sqlite_server
 
@@ -82,6 +82,10 @@ def test_swarm_json_matches_simulate_and_studies_show_it(
     assert code == 0
     shown = json.loads(out)
     assert (shown["id"], shown["phase"], shown["n_participants"]) == (study_id, "finished", 600)
+    assert shown["enrollment"] == "leased"  # the swarm enrolls its users through leases only
+    code, out, _ = run_cli(capsys, "studies", "show", study_id, "--server", server)
+    assert code == 0
+    assert "leased (only holders of a lease enroll)" in out
     code, out, _ = run_cli(
         capsys, "studies", "result", study_id[:8], "--server", server, "--json"
     )  # a unique prefix, as the CLI accepts everywhere it takes an id

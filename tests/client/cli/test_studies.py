@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
+from fedldp.client.api.client import ApiClient, InvalidRequestError, NotFoundError
+from fedldp.client.api.retry import stderr_notice
 from fedldp.client.cli.studies import resolve_study_id, retry_policy
-from fedldp.client.http.api import ApiClient, InvalidRequestError, NotFoundError
-from fedldp.client.http.retry import stderr_notice
 
 IDS = ["3fa0" + "0" * 28, "3fb1" + "1" * 28, "9c00" + "2" * 28]
 

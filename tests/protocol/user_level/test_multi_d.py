@@ -311,9 +311,17 @@ def _atom_counts(probs: FloatArray, m: int, rng: np.random.Generator, n: int) ->
 @pytest.mark.slow
 def test_e5_kashin_versus_linf_ratio_is_about_2k2_over_d() -> None:
     """E5: one-hot atoms ±e_k (‖X‖∞ = ‖X‖₂ = 1); MSE_Kashin/MSE_ℓ∞ ≈ 2K²/d within ±30% (spec),
-    and the Kashin reconstruction of every atom is exact."""
+    and the Kashin reconstruction of every atom is exact.
+
+    The ±30% is the spec's claim about the true ratio; the estimate's noise is set apart from it.
+    One run's squared error is a sum of d roughly normal squares (relative sd ≈ √(2/d) = 0.5 at
+    d = 8), so over R runs the log of the ratio of the two MSEs has sd ≈ √(2·2/(dR)): 0.25 at
+    R = 8, where ±30% was 1.2 sd and a true ratio inside the band failed one run in four. Here
+    R = 24 and the sd is estimated from the runs (delta method on the log ratio of the two
+    means of independent runs); the test fails when the estimate lies more than 4 sd outside
+    the band: false failure ≤ 3.2e-5 per dimension when the claim holds."""
     rng = np.random.default_rng(SEED)
-    m, reps, eps = 256, 8, 0.5
+    m, reps, eps = 256, 24, 0.5
     k_const = 2.5
     for d in (8, 16):
         n = 8000 * d  # 2d groups of 4000: stage-one score 2000·ε² = 500 (§1.5)
@@ -339,7 +347,7 @@ def test_e5_kashin_versus_linf_ratio_is_about_2k2_over_d() -> None:
         ) -> FloatArray:
             return np.asarray(_atom_counts(p, m, rng, slots.size) @ a)
 
-        mse = {}
+        mse, var_log = {}, 0.0
         for label, proto, params in (
             ("kashin", fast_path(l2, kashin), l2_params),
             ("linf", fast_path(UserMeanLinf(), linf), UserMeanLinf().parse_params(
@@ -352,8 +360,10 @@ def test_e5_kashin_versus_linf_ratio_is_about_2k2_over_d() -> None:
                 )
                 errs.append(float(np.sum((np.asarray(result.estimate) - mu) ** 2)))
             mse[label] = float(np.mean(errs))
-        predicted = 2 * k_const**2 / d
-        assert abs(mse["kashin"] / mse["linf"] / predicted - 1) <= 0.30, (d, mse)
+            var_log += float(np.var(errs, ddof=1)) / (reps * mse[label] ** 2)
+        log_ratio = math.log(mse["kashin"] / mse["linf"] / (2 * k_const**2 / d))
+        outside = max(0.0, abs(log_ratio) - math.log(1.30))
+        assert outside <= 4 * math.sqrt(var_log), (d, mse, math.exp(log_ratio), var_log)
 
 
 @pytest.mark.slow

@@ -1,0 +1,225 @@
+"""The swarm's work loops in one process: users (or blocks of users) ask for tasks and post reports.
+
+Two modes:
+
+* one agent per user (``fedldp.client.swarm.peruser``) over the single-participant endpoints
+  (``GET .../task``, ``POST .../reports``), as real devices would;
+* ``BlockAgent``: a contiguous block of users over the batch endpoints (``POST .../tasks``,
+  ``POST .../reports/batch``), privatizing each round's cohort members of the block in one
+  vectorised call. Streams are per participant, so its payloads equal the single users' bit for
+  bit.
+
+``drive`` runs a roster of users with at most ``concurrency`` requests in flight (a ``Gate``). A
+study that fails or is cancelled stops every agent with a ``SwarmError`` carrying the server's
+reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from fedldp.client.api.client import ApiClient
+from fedldp.client.api.errors import PhaseError, SwarmError
+from fedldp.client.swarm.driving import (
+    DELIBERATELY_LATE,
+    LATE,
+    TASK_HOLD_S,
+    DriveContext,
+    DriveStats,
+    Gate,
+    WaitPolicy,
+    first_error,
+    refuse_overspend,
+    study_ended_error,
+)
+from fedldp.client.swarm.peruser import run_users
+from fedldp.client.swarm.prefetch import Prefetch
+from fedldp.client.swarm.roster import Roster
+from fedldp.client.swarm.user import Privatizer, UserBlock
+from fedldp.protocol.core.base.records import FloatArray, IntArray
+from fedldp.protocol.core.wire import ReportBatch, RoundTasks, TaskBatchRequest, pack_rows
+
+__all__ = ["DriveStats", "Roster", "SwarmError", "WaitPolicy", "drive", "first_error"]
+
+
+class _Agent(ABC):
+    def __init__(self, ctx: DriveContext) -> None:
+        self.ctx = ctx
+
+    async def run(self) -> None:
+        waits = 0
+        while True:
+            hint = await self.step()
+            if hint is None:
+                return
+            if hint == 0.0:
+                waits = 0
+                continue
+            waits += 1
+            self.ctx.stats.waits += 1
+            await asyncio.sleep(self.ctx.waits.delay(hint, waits, self.ctx.rng))
+
+    @abstractmethod
+    async def step(self) -> float | None:
+        """One round trip: None when finished, 0 after reporting, else the wait hint (s)."""
+
+
+class BlockAgent(_Agent):
+    def __init__(self, ctx: DriveContext, roster: Roster, privatizer: Privatizer) -> None:
+        super().__init__(ctx)
+        self.roster = roster
+        self.block = UserBlock(roster.slots, roster.epsilon, privatizer)
+        self.active = np.ones(len(roster), dtype=np.bool_)
+        # behaviour: users whose late answer is on its way are not asked for tasks meanwhile
+        self.holding = np.zeros(len(roster), dtype=np.bool_)
+        self.late_posts: list[asyncio.Task[None]] = []
+
+    async def run(self) -> None:
+        while True:
+            await super().run()
+            if not self.late_posts:
+                return
+            posts, self.late_posts = self.late_posts, []
+            await asyncio.gather(*posts)
+
+    async def step(self) -> float | None:
+        ctx, roster = self.ctx, self.roster
+        positions = np.flatnonzero(self.active & ~self.holding)
+        if positions.size == 0:
+            return None
+        sign = roster.credentials(positions)
+        request = TaskBatchRequest(
+            participant_ids=roster.ids[positions].tolist(), tokens=sign.tokens, blocks=sign.blocks
+        )
+        # Outside the gate: a held poll must not keep other blocks from reporting (the pool has a
+        # connection per block beside the gate's, see run_swarm).
+        answer = await ctx.api.tasks(ctx.study_id, request, hold=TASK_HOLD_S)
+        ctx.stats.task_requests += 1
+        if answer.done and answer.phase in ("failed", "cancelled"):
+            raise await study_ended_error(ctx.api, ctx.study_id)
+        self.active[roster.positions(answer.done)] = False
+        for tasks in sorted(answer.reports, key=lambda rt: rt.round):
+            await self._report(tasks, roster.positions(tasks.participant_ids))
+        if not (self.active & ~self.holding).any():
+            return None
+        if answer.reports or answer.done:  # the block changed: ask again for the rest at once
+            return 0.0
+        return max(answer.retry_after_s, 1e-3)
+
+    async def _report(self, tasks: RoundTasks, positions: IntArray) -> None:
+        k = tasks.round
+        epsilons = np.asarray(tasks.epsilons, dtype=np.float64)
+        groups = np.asarray(tasks.groups, dtype=np.int64)
+        late = np.zeros(positions.shape, dtype=np.bool_)
+        roles = self.block.privatizer.roles
+        if roles is not None:  # behaviour: who left before round k, who answers late
+            slots = self.roster.slots[positions]
+            there = roles.present(slots, k)
+            self.active[positions[~there]] = False
+            self.ctx.stats.dropped += int(np.count_nonzero(~there))
+            positions, epsilons, groups = positions[there], epsilons[there], groups[there]
+            late = roles.late(slots[there])
+        if positions.size == 0:
+            return
+        rows = refuse_overspend(self.block.respond, tasks.task(0), positions, epsilons, groups)
+        if not late.all():
+            await self._post(tasks, positions[~late], rows[~late], LATE)
+        if late.any():  # in the background: the others go on to the next rounds meanwhile
+            assert roles is not None
+            self.holding[positions[late]] = True
+            later = self._post_later(
+                roles.behaviour.late_delay_s, tasks, positions[late], rows[late]
+            )
+            self.late_posts.append(asyncio.create_task(later))
+
+    async def _post_later(
+        self, delay: float, tasks: RoundTasks, positions: IntArray, rows: FloatArray
+    ) -> None:
+        await asyncio.sleep(delay)
+        try:
+            await self._post(tasks, positions, rows, DELIBERATELY_LATE)
+        finally:
+            self.holding[positions] = False
+
+    async def _post(
+        self, tasks: RoundTasks, positions: IntArray, rows: FloatArray, late_codes: frozenset[str]
+    ) -> None:
+        ctx, roster = self.ctx, self.roster
+        k = tasks.round
+        sign = roster.credentials(positions)
+        batch = ReportBatch(
+            round=k,
+            kind=tasks.payload_kind,
+            participant_ids=roster.ids[positions].tolist(),
+            tokens=sign.tokens,
+            blocks=sign.blocks,
+            packed=pack_rows(rows),
+        )
+        try:
+            async with ctx.gate:
+                receipt = await ctx.api.submit_reports(ctx.study_id, batch)
+        except PhaseError as exc:
+            if exc.code not in late_codes:
+                raise
+            # The round closed before the batch got in, as for a late single user: at its deadline,
+            # or, for a batch resent after a lost answer, because the first send completed it.
+            ctx.stats.report_requests += 1
+            ctx.stats.late += len(batch.participant_ids)
+            return
+        ctx.stats.report_requests += 1
+        late = [item for item in receipt.items if item.code in LATE]
+        failed = [item for item in receipt.items if item.code not in LATE]
+        roles = self.block.privatizer.roles
+        if failed and roles is not None:  # behaviour: an attacker's refused report is counted
+            where = roster.positions([item.participant_id for item in failed])
+            attacker = roles.attackers(roster.slots[where])
+            ctx.stats.refused += int(np.count_nonzero(attacker))
+            self.active[where[attacker]] = False  # a refused fake user gives up
+            failed = [item for item, bad in zip(failed, attacker, strict=True) if not bad]
+        if failed:
+            first = failed[0]
+            raise SwarmError(
+                "report_rejected",
+                f"the server rejected {len(failed)} report(s) of round {k}; participant "
+                f"{first.participant_id}: {first.code}: {first.detail}",
+            )
+        ctx.stats.reports += receipt.accepted + receipt.duplicates
+        ctx.stats.late += len(late)
+
+
+async def _run_block(agent: BlockAgent) -> None:
+    await agent.run()
+    data = agent.block.privatizer.population
+    if isinstance(data, Prefetch):  # its users' data drawn ahead are no longer needed
+        data.release(agent.roster.slots)
+
+
+async def drive(
+    api: ApiClient,
+    study_id: str,
+    roster: Roster,
+    privatizer: Privatizer,
+    *,
+    batch: int | None,
+    concurrency: int,
+    waits: WaitPolicy | None = None,
+) -> DriveStats:
+    """Run ``roster``'s users until each is done: one agent per user (``batch`` None) or one
+    ``BlockAgent`` per block of ``batch`` consecutive users."""
+    ctx = DriveContext(api, study_id, Gate(concurrency), waits or WaitPolicy(), DriveStats())
+    if batch is not None and batch < 1:
+        raise ValueError("batch size must be >= 1")
+    try:
+        if batch is None:
+            await run_users(ctx, roster, privatizer)
+        else:
+            async with asyncio.TaskGroup() as group:
+                for start in range(0, len(roster), batch):
+                    agent = BlockAgent(ctx, roster.part(start, start + batch), privatizer)
+                    group.create_task(_run_block(agent))
+    except BaseExceptionGroup as errors:
+        raise first_error(errors) from None
+    return ctx.stats

@@ -1,0 +1,157 @@
+"""What the swarm's agents share in one process: the API client, the study, the request gate, the
+wait policy and the counters (``fedldp.client.swarm.agents`` for blocks of users,
+``fedldp.client.swarm.peruser`` for one agent per user).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
+
+from fedldp.client.api.client import ApiClient
+from fedldp.client.api.errors import SwarmError
+from fedldp.protocol.core.ledger import BudgetExceededError
+from fedldp.protocol.core.wire import TaskDone
+
+__all__ = [
+    "DELIBERATELY_LATE",
+    "LATE",
+    "TASK_HOLD_S",
+    "DriveContext",
+    "DriveStats",
+    "Gate",
+    "WaitPolicy",
+    "ended",
+    "first_error",
+    "refuse_overspend",
+    "study_ended_error",
+]
+
+TASK_HOLD_S = 5.0
+"""How long a task request may wait at the server for the study to move on."""
+
+LATE = frozenset({"round_closed", "wrong_round"})
+"""Report answers that mean "too late for that round" (it closed at its deadline): a dropout."""
+
+DELIBERATELY_LATE = LATE | {"study_not_running"}
+"""Answers to a report sent late on purpose (``fedldp.client.behaviour``) or by a slow single
+user: the last round may have closed and finished the study by then (the next task request
+says whether it finished or failed)."""
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    """How long an idle agent waits before asking again: the server's hint, growing ×1.5 per
+    consecutive wait up to ``max_delay``, with jitter so that agents spread out."""
+
+    min_delay: float = 0.05
+    max_delay: float = 2.0
+
+    def delay(self, hint: float, waits: int, rng: random.Random) -> float:
+        step = min(self.max_delay, max(self.min_delay, hint) * 1.5 ** max(0, waits - 1))
+        return step * (0.5 + 0.5 * rng.random())
+
+
+@dataclass
+class DriveStats:
+    """What one process's agents did."""
+
+    reports: int = 0
+    late: int = 0
+    dropped: int = 0  # users who left (behaviour: dropout)
+    refused: int = 0  # attackers' reports the server refused (behaviour: attack)
+    joined_late: int = 0  # users refused at enrollment after the start (behaviour: join late)
+    task_requests: int = 0
+    report_requests: int = 0
+    waits: int = 0
+
+
+class Gate:
+    """At most ``capacity`` requests in flight, the urgent ones (reports, which complete rounds)
+    let in before the others (task requests, which start more users' work): a swarm of ten
+    thousand users queued for their first task request does not hold back the reports of those
+    who already have theirs. O(1) per entry and exit."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.free = capacity
+        self._queues: tuple[collections.deque[asyncio.Future[None]], ...] = (
+            collections.deque(),
+            collections.deque(),
+        )
+
+    async def enter(self, urgent: bool = False) -> None:
+        if self.free > 0 and not any(self._queues):
+            self.free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queues[0 if urgent else 1].append(waiter)
+        try:
+            await waiter  # the slot is handed over by leave()
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.leave()  # handed over as we were cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._queues[0 if urgent else 1].remove(waiter)
+            raise
+
+    async def __aenter__(self) -> None:
+        await self.enter()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.leave()
+
+    def leave(self) -> None:
+        for queue in self._queues:
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+        self.free += 1
+
+
+@dataclass
+class DriveContext:
+    api: ApiClient
+    study_id: str
+    gate: Gate
+    waits: WaitPolicy
+    stats: DriveStats
+    rng: random.Random = field(default_factory=random.Random)
+
+
+def ended(task: TaskDone) -> bool:
+    """Whether a ``done`` answer means the study failed or was cancelled."""
+    return task.phase in ("failed", "cancelled")
+
+
+async def study_ended_error(api: ApiClient, study_id: str) -> SwarmError:
+    """The error for a study that failed or was cancelled, with the server's reason."""
+    study = await api.study(study_id)
+    reason = study.failure_reason or "no reason given"
+    return SwarmError(f"study_{study.phase}", f"study {study_id} {study.phase}: {reason}")
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def refuse_overspend(respond: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    try:
+        return respond(*args, **kwargs)
+    except BudgetExceededError as exc:
+        raise SwarmError("budget_exceeded", f"refused to privatize: {exc}") from exc
+
+
+def first_error(errors: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first leaf of an exception group (the failure that stopped the others)."""
+    first = errors.exceptions[0]
+    return first_error(first) if isinstance(first, BaseExceptionGroup) else first

@@ -1,0 +1,289 @@
+"""Enrollment of a swarm's population (docs/architecture.md, "Flow of a study"): the whole
+population into a new study with participant id = population index, given explicitly from leases of
+each batch's ids (two batches in flight), or, for swarms sharing a study, leased blocks until none
+are left; the start; and the users who try to join after it (behaviour ``join_late``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+
+from fedldp.client.api.client import ApiClient, AuthError, InvalidRequestError, PhaseError
+from fedldp.client.api.errors import SwarmError
+from fedldp.client.population.build import AnyPopulation
+from fedldp.client.swarm.progress import SwarmProgress
+from fedldp.client.swarm.roster import Roster
+from fedldp.protocol.catalogue import CATALOGUE
+from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.records import IntArray, jsonable
+from fedldp.protocol.core.wire import (
+    MAX_BATCH,
+    BlockToken,
+    EnrollBatch,
+    EnrollmentBatch,
+    Lease,
+    StudyCreate,
+    StudyView,
+)
+
+__all__ = [
+    "ENROLL_CHUNK",
+    "LEASE_SHARES",
+    "enroll",
+    "enroll_leases",
+    "join",
+    "local_protocol",
+    "refuse_late_joiners",
+    "start",
+]
+
+ENROLL_CHUNK = 10_000
+ENROLL_IN_FLIGHT = 2
+# A leasing swarm takes 1/LEASE_SHARES of the population per lease (at most ENROLL_CHUNK ids):
+# 20,000 users enroll in 100 leases in 1.0 s (in 2 leases: 0.8 s), time enough for swarms that
+# start 1.3 s after the first (compose re-creating one) to get a share. Below MAX_BLOCKS, so that
+# a batch of users always spans few enough blocks for one request's credentials.
+LEASE_SHARES = 100
+
+
+def local_protocol(name: str) -> Protocol[Any]:
+    """The catalogue protocol ``name``; SwarmError if this client does not know it."""
+    protocol = CATALOGUE.get(name)
+    if protocol is None:
+        raise SwarmError(
+            "unknown_protocol", f"the server runs {name!r}, which this client does not know"
+        )
+    return protocol
+
+
+def _enroll_batch(
+    population: AnyPopulation,
+    start: int,
+    stop: int,
+    block_only: bool = False,
+    members: IntArray | None = None,
+) -> EnrollBatch:
+    """Participants ``start..stop-1`` as one columnar enrollment batch: participant id i is
+    population slot ``members[i]`` (slot i without ``members``); ``block_only`` asks for the
+    block token alone (see ``enroll``)."""
+    rows = slice(start, stop) if members is None else members[start:stop]
+    metadata = {key: values[rows].tolist() for key, values in population.metadata.items()}
+    return EnrollBatch(
+        epsilons=population.epsilon[rows].tolist(),
+        metadata=metadata,
+        participant_ids=list(range(start, stop)),
+        block_only=block_only,
+    )
+
+
+async def refuse_late_joiners(
+    api: ApiClient, study: StudyView, population: AnyPopulation, joiners: IntArray
+) -> int:
+    """Behaviour ``join_late``: these users try to enroll after the study started (numbered by
+    the server: explicit ids would need a lease); the server refuses them
+    (``study_not_enrolling``). How many it refused."""
+    for start in range(0, joiners.size, ENROLL_CHUNK):
+        stop = min(start + ENROLL_CHUNK, joiners.size)
+        batch = _enroll_batch(population, start, stop, members=joiners).model_copy(
+            update={"participant_ids": None}
+        )
+        try:
+            await api.enroll_batch(study.id, batch)
+        except PhaseError as exc:
+            if exc.code != "study_not_enrolling":
+                raise
+        else:
+            raise SwarmError(
+                "late_join_accepted", f"study {study.id} enrolled users after it had started"
+            )
+    return int(joiners.size)
+
+
+async def join(api: ApiClient, name: str, create: StudyCreate) -> StudyView:
+    """The study called ``name``: created by the first swarm to ask (with the population size
+    as enrollment target and the population's digest), found by the others, whose declaration
+    (protocol, params, study seed, target, population digest) must be the creator's: the server
+    refuses another (``study_mismatch``), and so does this side, should the server not."""
+    try:
+        return await api.create_study(create.model_copy(update={"name": name}))
+    except PhaseError as exc:
+        if exc.code == "study_mismatch":
+            raise SwarmError("study_mismatch", exc.detail) from None
+        if exc.code != "study_exists":
+            raise
+    found = [s for s in (await api.list_studies()).studies if s.name == name]
+    if not found:
+        raise SwarmError("study_missing", f"study {name!r} exists but is not listed")
+    study = found[0]
+    params = local_protocol(create.protocol).parse_params(create.params)
+    mine = {
+        "protocol": create.protocol,
+        "params": jsonable(params.model_dump(mode="json", exclude_unset=True)),
+        "seed": create.seed,
+        "enrollment_target": create.enrollment_target,
+        "population_digest": create.population_digest,
+        "enrollment": create.enrollment,
+    }
+    for key, value in mine.items():
+        if getattr(study, key) != value:
+            raise SwarmError(
+                "study_mismatch",
+                f"study {name!r} was created with another {key} than this swarm's: give every "
+                "swarm of a study the same protocol, params, seed and population (and a study "
+                "that swarms lease must be created with the enrollment policy 'leased')",
+            )
+    return study
+
+
+async def enroll_leases(
+    api: ApiClient,
+    study: StudyView,
+    population: AnyPopulation,
+    progress: SwarmProgress,
+    *,
+    block_only: bool = False,
+) -> Roster:
+    """Lease blocks of participant ids until none are left and enroll those users (participant
+    id = population index): swarms sharing a study run disjoint parts of the population.
+    ``block_only`` as for ``enroll``.
+
+    A block is 1/``LEASE_SHARES`` of the population (at most ``ENROLL_CHUNK`` ids): a swarm that
+    joins while another is still enrolling finds blocks left, where blocks of ``ENROLL_CHUNK``
+    let the first swarm lease a population of 20,000 in two requests, before swarms started a
+    second later had asked (docker compose ``--scale swarm=3``)."""
+    size = min(ENROLL_CHUNK, max(1, -(-population.n // LEASE_SHARES)))
+    slots: list[int] = []
+    ids: list[int] = []
+    tokens: list[str] = []
+    blocks: list[BlockToken] = []
+    while True:
+        try:
+            lease = await api.lease(study.id, size)
+        except PhaseError as exc:
+            if exc.code in ("nothing_to_lease", "study_not_enrolling"):
+                break
+            raise
+        answer = await _enrolled(
+            api,
+            study.id,
+            lease.start,
+            lease.stop,
+            _enroll_batch(population, lease.start, lease.stop, block_only),
+            lease,
+        )
+        slots += range(lease.start, lease.stop)
+        ids += answer.participant_ids
+        tokens += answer.tokens
+        blocks += [answer.block] if answer.block is not None else []
+        progress.enrolled(len(slots), population.n)
+    if ids != slots:
+        raise SwarmError("enrollment_mismatch", "the server numbered leased participants itself")
+    index = np.asarray(slots, dtype=np.int64)
+    epsilon = np.asarray(population.epsilon[index], dtype=np.float64)
+    return Roster(index, ids, tokens, epsilon, tuple(blocks))
+
+
+async def enroll(
+    api: ApiClient,
+    study: StudyView,
+    population: AnyPopulation,
+    progress: SwarmProgress,
+    *,
+    block_only: bool = False,
+    members: IntArray | None = None,
+) -> Roster:
+    """Enroll every user with participant id = slot (given explicitly, from a lease of each
+    batch's ids, so that a few batches can be in flight at once). ``block_only`` asks for each
+    batch's block token and not for every user's token: enough for the batch agents.
+    ``members`` (the behaviour's users who enroll in time): only those slots, participant id
+    i = ``members[i]``."""
+    if study.phase != "enrolling" or study.n_participants != 0:
+        raise SwarmError(
+            "study_not_empty",
+            f"study {study.id} is {study.phase} with {study.n_participants} participants; the "
+            "swarm enrolls a whole population into a new, empty study",
+        )
+    answers: dict[int, EnrollmentBatch] = {}
+    gate = asyncio.Semaphore(ENROLL_IN_FLIGHT)
+
+    async def block(start: int, stop: int) -> None:
+        async with gate:  # built inside the gate: one batch is built while another is stored
+            batch = _enroll_batch(population, start, stop, block_only, members)
+            answer = await _enrolled(api, study.id, start, stop, batch, leases[start])
+        if answer.participant_ids != list(range(start, stop)):
+            raise SwarmError(
+                "enrollment_mismatch",
+                f"enrolling population slots {start}..{stop - 1} of study {study.id} returned "
+                "other participant ids",
+                server_side=True,
+            )
+        answers[start] = answer
+        progress.enrolled(sum(len(a.participant_ids) for a in answers.values()), n)
+
+    slots = np.arange(population.n, dtype=np.int64) if members is None else members
+    n = int(slots.size)
+    chunks = [(start, min(start + ENROLL_CHUNK, n)) for start in range(0, n, ENROLL_CHUNK)]
+    leases = await _lease_chunks(api, study.id, chunks)
+    await asyncio.gather(*(block(start, stop) for start, stop in chunks))
+    ids = [pid for start in sorted(answers) for pid in answers[start].participant_ids]
+    tokens = [token for start in sorted(answers) for token in answers[start].tokens]
+    blocks = tuple(a.block for a in answers.values() if a.block is not None)
+    epsilon = np.asarray(population.epsilon, dtype=np.float64)[slots]
+    return Roster(slots, ids, tokens, epsilon, blocks)
+
+
+async def _enrolled(
+    api: ApiClient, study_id: str, start: int, stop: int, batch: EnrollBatch, lease: Lease
+) -> EnrollmentBatch:
+    """The server's answer to enrolling population slots ``start..stop-1``; a refusal is the
+    swarm's end at once (SwarmError ``enrollment_refused`` naming the ids and the server's
+    reason): a user left out would only show as a round short of its quorum at the deadline."""
+    try:
+        return await api.enroll_batch(study_id, batch, lease)
+    except (PhaseError, AuthError, InvalidRequestError) as exc:
+        raise SwarmError(
+            "enrollment_refused",
+            f"study {study_id} did not enroll the users of participant ids {start}..{stop - 1} "
+            f"({exc.code}: {exc.detail})",
+        ) from None
+
+
+async def _lease_chunks(
+    api: ApiClient, study_id: str, chunks: list[tuple[int, int]]
+) -> dict[int, Lease]:
+    """A lease holding each chunk's ids (in a new, empty study they come in order), so that the
+    chunks enroll with explicit ids (which only their lease's token enrolls), a few at once. One
+    lease holds as many consecutive chunks as ``MAX_BATCH`` ids allow (a lease may enroll in
+    several requests): fewer round trips before the first enrollment."""
+    leases: dict[int, Lease] = {}
+    i = 0
+    while i < len(chunks):
+        j = i + 1  # chunks[i:j] share one lease
+        while j < len(chunks) and chunks[j][1] - chunks[i][0] <= MAX_BATCH:
+            j += 1
+        start, stop = chunks[i][0], chunks[j - 1][1]
+        lease = await api.lease(study_id, stop - start)
+        if (lease.start, lease.stop) != (start, stop):
+            raise SwarmError(
+                "enrollment_mismatch",
+                f"study {study_id} leased ids {lease.start}..{lease.stop - 1}, not population "
+                f"slots {start}..{stop - 1}: it is not new and empty",
+                server_side=True,
+            )
+        leases.update((chunk_start, lease) for chunk_start, _ in chunks[i:j])
+        i = j
+    return leases
+
+
+async def start(api: ApiClient, study_id: str) -> StudyView:
+    """Start the study (already started, e.g. by its enrollment target, is fine)."""
+    try:
+        return await api.start_study(study_id)
+    except PhaseError as exc:
+        study = await api.study(study_id)
+        if exc.code == "study_not_enrolling" and study.phase in ("running", "finished"):
+            return study
+        raise

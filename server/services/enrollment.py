@@ -1,0 +1,153 @@
+"""Enrollment: participants join an enrolling study with their declared ε (and metadata), one at
+a time or in batches, numbered by the server or, inside a lease, by the caller; reaching the
+enrollment target starts the study."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sqlalchemy.exc import IntegrityError
+
+from fedldp.protocol.core.wire import EPSILON_MAX, EPSILON_MIN, BlockToken, EnrollmentBatch
+from fedldp.server.errors import (
+    EnrollmentClosed,
+    EnrollmentFull,
+    EpsilonOutOfRange,
+    InvalidRequest,
+    ParticipantExists,
+    StudyNotEnrolling,
+)
+from fedldp.server.runtime.auth import block_token_for, tokens_for
+from fedldp.server.runtime.context import Context
+from fedldp.server.runtime.plans import Enrolled
+from fedldp.server.services import leases
+from fedldp.server.services.rounds import advance, start_study
+from fedldp.server.services.studies import require_study
+from fedldp.server.store import lease_rows
+from fedldp.server.store import repository as repo
+from fedldp.server.store.tables import StudyRow, utcnow
+
+__all__ = ["enroll"]
+
+
+def _check_epsilons(study: StudyRow, epsilons: Sequence[float]) -> None:
+    """EpsilonOutOfRange unless every ε is finite and inside the study's range (its own
+    ``epsilon_min``/``epsilon_max``, else the global ``EPSILON_MIN``..``EPSILON_MAX``, which
+    also keeps subnormal ε's out: they overflow the protocols' noise scales)."""
+    low = EPSILON_MIN if study.epsilon_min is None else study.epsilon_min
+    high = EPSILON_MAX if study.epsilon_max is None else study.epsilon_max
+    eps = np.asarray(epsilons, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~(np.isfinite(eps) & (eps >= low) & (eps <= high)))
+    if bad.size:
+        i = int(bad[0])
+        raise EpsilonOutOfRange(
+            f"participant {i} of the request declared ε = {float(eps[i])!r}; study {study.id} "
+            f"accepts {low:g} <= ε <= {high:g}"
+        )
+
+
+def enroll(
+    ctx: Context,
+    study_id: str,
+    epsilons: list[float],
+    metadata: list[dict[str, Any]],
+    requested: list[int | None],
+    *,
+    block_only: bool = False,
+    lease_token: str | None = None,
+) -> EnrollmentBatch:
+    """Enroll participants (their ε, metadata and requested ids), numbered by the server with ids
+    outside every lease (only in a study whose enrollment policy is ``open``: EnrollmentClosed
+    otherwise) or, all of them, with the ids they give, which must lie in the lease whose
+    ``lease_token`` the caller holds (``fedldp.server.services.leases``); the enrollment target,
+    when reached, starts the study. The answer holds each participant's token and, for consecutive
+    ids, their block token; ``block_only``: the block token alone (the tokens are not even
+    computed)."""
+    explicit = [p for p in requested if p is not None]
+    if explicit and len(explicit) != len(requested):
+        raise InvalidRequest("give a participant_id for every participant of a batch, or none")
+    if len(set(explicit)) != len(explicit):
+        raise InvalidRequest("a participant_id appears twice in the batch")
+    if block_only and explicit and max(explicit) - min(explicit) + 1 != len(explicit):
+        raise InvalidRequest("a block token alone needs consecutive participant ids")
+    now = utcnow()
+    try:
+        with ctx.transaction() as session:
+            study = require_study(session, study_id)
+            if study.phase != "enrolling":
+                raise StudyNotEnrolling(f"study {study_id} is {study.phase}; enrollment is closed")
+            _check_epsilons(study, epsilons)
+            target = study.enrollment_target
+            if target is not None and study.n_participants + len(epsilons) > target:
+                raise EnrollmentFull(
+                    f"study {study_id} has {study.n_participants} of its {target} participants; "
+                    f"{len(epsilons)} more do not fit"
+                )
+            lease = None
+            if explicit:
+                lease = leases.authorise(session, study, explicit, lease_token, now)
+                ids = explicit
+            else:
+                if study.enrollment == "leased":
+                    raise EnrollmentClosed(
+                        f"study {study_id} enrolls only holders of a lease, with their block's "
+                        "participant ids (its enrollment policy is 'leased')"
+                    )
+                first = lease_rows.take_ids(session, study_id, len(epsilons), None)
+                if first is None:
+                    raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
+                if target is not None and first + len(epsilons) > target:
+                    raise EnrollmentFull(
+                        f"study {study_id} has no {len(epsilons)} participant ids below its "
+                        f"target {target} left outside its leases"
+                    )
+                ids = list(range(first, first + len(epsilons)))
+            total = repo.count_participants(session, study_id, len(epsilons))
+            if total is None:
+                raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
+            if lease is not None:
+                lease_rows.count_enrolled(session, study_id, lease.serial, len(ids))
+            repo.add_participants(
+                session,
+                study_id,
+                now,
+                ids,
+                epsilons,
+                metadata if any(metadata) else {},  # none has any: one stored value for all
+            )
+            out = EnrollmentBatch(
+                participant_ids=ids,
+                tokens=[] if block_only else tokens_for(study.secret, study_id, ids),
+                block=_block_token(study, ids),
+            )
+            stored = metadata if any(metadata) else [{}] * len(ids)
+            enrolled = Enrolled(
+                np.asarray(ids, dtype=np.int64), np.asarray(epsilons, dtype=np.float64), stored
+            )
+            full = target is not None and total >= target
+            if full:
+                start_study(ctx, session, require_study(session, study_id), now, enrolling=enrolled)
+    except IntegrityError:
+        # only explicit ids can: the server numbers the others outside every lease
+        span = f"{min(explicit)}..{max(explicit)}" if explicit else "numbered by the server"
+        raise ParticipantExists(
+            f"some of participant ids {span} of study {study_id} are enrolled already"
+        ) from None
+    if full:
+        advance(ctx, study_id, 0)
+    else:  # committed: a start may take them from here (Context.enrolled)
+        ctx.enrolled.add(study_id, enrolled)
+    return out
+
+
+def _block_token(study: StudyRow, ids: list[int]) -> BlockToken | None:
+    """The block token of a batch of distinct ids, when they are consecutive."""
+    start, stop = min(ids), max(ids) + 1
+    if stop - start != len(ids):
+        return None
+    return BlockToken(
+        start=start, stop=stop, token=block_token_for(study.secret, study.id, start, stop)
+    )

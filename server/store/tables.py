@@ -1,0 +1,203 @@
+"""Typed SQLAlchemy tables (docs/architecture.md, convention 6). ORM rows never go on the wire (see
+fedldp.server.services.views).
+
+A study's plan is not stored: it is a pure function of the protocol, its parameters, the enrolled
+ε's and metadata, and the study seed, so any replica (or a restarted server) recomputes the same
+plan from these rows. What the rounds produced (broadcasts, outputs, the result) is stored.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "Base",
+    "ContributionRow",
+    "EventRow",
+    "LeaseRow",
+    "ParticipantRow",
+    "ReportRow",
+    "RoundRow",
+    "StudyRow",
+    "utcnow",
+]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite keeps no zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime,
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+    }
+
+
+class StudyRow(Base):
+    __tablename__ = "studies"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(200), unique=True)  # a join key
+    protocol: Mapped[str] = mapped_column(String(64))
+    params: Mapped[dict[str, Any]]
+    seed: Mapped[int] = mapped_column(BigInteger)
+    secret: Mapped[str] = mapped_column(String(64))  # HMAC key of the participants' tokens
+    # central-trust protocols: the secret seed of the server's noise (never shown)
+    noise_seed: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    phase: Mapped[str] = mapped_column(String(16), index=True)
+    created_at: Mapped[datetime]
+    enrollment_target: Mapped[int | None]
+    enrollment_deadline: Mapped[datetime | None]
+    round_deadline_s: Mapped[float] = mapped_column(Float)
+    quorum: Mapped[float] = mapped_column(Float)
+    # the ε range enrollment accepts; None: the global bound (protocol.wire.EPSILON_MIN/MAX)
+    epsilon_min: Mapped[float | None] = mapped_column(Float, nullable=True)
+    epsilon_max: Mapped[float | None] = mapped_column(Float, nullable=True)
+    n_participants: Mapped[int] = mapped_column(Integer, default=0)
+    # the next id never handed out: leases and server-numbered enrollments take ids from here
+    leased: Mapped[int] = mapped_column(Integer, default=0)
+    # what the creator declared of its population: a keyed digest (see StudyCreate)
+    population_digest: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # who may enroll: "open" or "leased" (protocol.core.wire.EnrollmentPolicy)
+    enrollment: Mapped[str] = mapped_column(String(8), default="open", server_default="open")
+    current_round: Mapped[int | None]
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+    warnings: Mapped[list[Any]]
+    result: Mapped[dict[str, Any] | None]
+    # the number of the study's last event (fedldp.server.store.eventlog allocates the next under
+    # this row's lock, so a study's events commit in the order of their numbers)
+    last_event: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class LeaseRow(Base):
+    """A block [start, stop) of participant ids reserved for one caller until ``expires_at``,
+    unless all ``stop - start`` of them enroll before (``enrolled`` counts them). ``serial``
+    numbers the study's leases (it is in the lease token): an expired block is leased again
+    under a new serial, and the old token no longer enrolls it."""
+
+    __tablename__ = "leases"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    serial: Mapped[int] = mapped_column(Integer, primary_key=True)
+    start: Mapped[int] = mapped_column(Integer)
+    stop: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[datetime]
+    enrolled: Mapped[int] = mapped_column(Integer, default=0)
+    released: Mapped[bool] = mapped_column(default=False)  # expired and leased again
+
+
+class ParticipantRow(Base):
+    __tablename__ = "participants"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    participant_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    epsilon: Mapped[float] = mapped_column(Float)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    enrolled_at: Mapped[datetime]
+
+
+class RoundRow(Base):
+    __tablename__ = "rounds"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))  # pending, open, closed
+    payload_kind: Mapped[str] = mapped_column(String(16))
+    payload_shape: Mapped[list[Any]]
+    expected: Mapped[int]
+    received: Mapped[int] = mapped_column(Integer, default=0)
+    # reports refused by the protocol's checks or plausibility bounds, and reports that came
+    # after the round had closed (counted until the study ends)
+    refused: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    late: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    opened_at: Mapped[datetime | None]
+    deadline: Mapped[datetime | None]
+    closed_at: Mapped[datetime | None]
+    broadcast: Mapped[dict[str, Any] | None]
+    output: Mapped[dict[str, Any] | None]
+
+
+class ContributionRow(Base):
+    """A central-trust protocol's contribution (the user-wise statistic's float64 bytes,
+    AES-GCM-encrypted under the study's key: fedldp.server.runtime.keys): kept apart from the
+    reports, never returned by any endpoint, deleted (and its key destroyed) when the study ends.
+    Its report row holds the receipt (digest, ε charged) and an empty payload."""
+
+    __tablename__ = "contributions"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)
+    participant_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class ReportRow(Base):
+    """One accepted report: the payload exactly as sent (float64 bytes), never raw data. Only
+    its primary key is indexed: every query reads reports by (study, round), and a second index
+    made each insert, the batch path's main cost, a third dearer. (Databases made before keep
+    their ``ix_reports_participant``, which nothing needs.)"""
+
+    __tablename__ = "reports"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)
+    participant_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    epsilon: Mapped[float] = mapped_column(Float)  # the ε this report charged
+    # the receipt digest of a central-trust report (an HMAC under the study's key, blanked when the
+    # study ends); "" for a local-trust one, whose digest is its payload's SHA-256, worked out when
+    # read (fedldp.server.store.report_rows.existing_reports). Rows written before kept theirs.
+    digest: Mapped[str] = mapped_column(String(32))
+    received_at: Mapped[datetime]
+
+
+class EventRow(Base):
+    """One stored study event (fedldp.protocol.core.wire.events): its number in the study
+    (``seq``, 1, 2, …), its kind, when, and the rest of the wire model as JSON. Written in the
+    transaction of the state change it reports, so it exists iff that change committed."""
+
+    __tablename__ = "events"
+
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    at: Mapped[datetime]
+    data: Mapped[dict[str, Any]]
