@@ -40,8 +40,8 @@ from fedldp.server.web.replies import database_unavailable, refusal
 __all__ = ["FastPath"]
 
 _DECIMAL = re.compile(r"[0-9]{1,10}")
-"""A participant id FastAPI would take as it is: a plain decimal number (within ``MAX_ID`` when
-its value is, see ``FastPath.__call__``)."""
+"""A participant id FastAPI would parse as it is: a plain decimal number of at most 10 digits
+(whose value must then lie within ``MAX_ID``, else FastAPI refuses it)."""
 _HOLD = re.compile(rb"hold=([0-9]{1,2}(?:\.[0-9]{1,9})?)")
 _TASK_JSON: TypeAdapter[Any] = TypeAdapter(wire.Task)
 _RECEIPT_JSON = TypeAdapter(wire.Receipt)
