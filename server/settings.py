@@ -65,12 +65,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         1 << 20, ge=1024, description="largest request body of a single-participant or admin route"
     )
-    max_batch_body_bytes: int = Field(
-        128 << 20,
+    max_batch_body_bytes: int | None = Field(
+        None,
         ge=1024,
-        description="largest request body of the batch routes (enrollment, task and report "
-        "batches) and of predictions: 50 000 packed reports of 300 numbers, or 50 000 columnar "
-        "enrollments with 64 public features each, with room to spare",
+        description="largest request body of every batch route (enrollment, task and report "
+        "batches) and of predictions; default: each its own cap, derived from its most items "
+        "and its largest legitimate item (fedldp.server.web.limits.BATCH_CAPS)",
     )
     key_dir: Path | None = Field(
         None,

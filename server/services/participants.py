@@ -75,7 +75,8 @@ def budget(ctx: Context, study_id: str, participant_id: int, token: str | None) 
         study = require_study(session, study_id)
         check_participants(ctx, study, [participant_id], one_token(token))
         p = repo.participant(session, study_id, participant_id)
-        assert p is not None
+        if p is None:  # tokens are issued at enrollment: only one made with the key gets here
+            raise UnknownParticipant(f"study {study_id} has no participant {participant_id}")
         reported = set(
             report_rows.reported_rounds(session, study_id, [participant_id])[participant_id]
         )

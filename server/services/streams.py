@@ -18,11 +18,11 @@ import time
 from collections.abc import AsyncIterator
 
 from fedldp.protocol.core.wire import EventBase
-from fedldp.server.errors import InvalidRequest, UnknownStudy
+from fedldp.server.errors import UnknownStudy
 from fedldp.server.runtime.context import Context
 from fedldp.server.store import eventlog
 
-__all__ = ["RETRY_MS", "event_stream", "parse_last_event_id", "sse"]
+__all__ = ["RETRY_MS", "event_stream", "sse"]
 
 RETRY_MS = 2000
 """How long a disconnected EventSource waits before it reconnects (the SSE ``retry:`` field)."""
@@ -35,20 +35,6 @@ def sse(event: EventBase) -> bytes:
     kind: str = getattr(event, "kind")  # noqa: B009 (every concrete event has one)
     head = "" if event.id is None else f"id: {event.id}\n"
     return f"{head}event: {kind}\ndata: {event.model_dump_json()}\n\n".encode()
-
-
-def parse_last_event_id(header: str | None, after: int | None) -> int:
-    """The number of the last event the client has (the ``Last-Event-ID`` header wins over the
-    ``after`` query parameter; neither: 0, the whole stream)."""
-    if header is None or not header.strip():
-        return after or 0
-    try:
-        value = int(header.strip())
-    except ValueError:
-        raise InvalidRequest(f"Last-Event-ID must be an event number, not {header!r}") from None
-    if value < 0:
-        raise InvalidRequest(f"Last-Event-ID must be >= 0, not {value}")
-    return value
 
 
 def _poll(ctx: Context, study_id: str, after: int) -> eventlog.Snapshot:

@@ -11,10 +11,10 @@ patterns of the application's routing table, the same credentials
 (``fedldp.server.web.credentials``), body parsing (``routes.report_body``), endpoint functions
 (``routes.get_task``, ``routes.submit_report``), response models and error replies
 (``fedldp.server.web.replies``). Every other request, and any request of these routes whose path or
-query FastAPI would have to validate (a participant id that is not a plain decimal number, a
-``hold`` outside ``[0, MAX_HOLD_S]`` or not a plain decimal, any other query parameter), goes on to
-FastAPI, whose routes also keep these two endpoints in the OpenAPI document. The answers are byte
-for byte FastAPI's (tests/server/test_fastpath.py asks both).
+query FastAPI would have to validate (a participant id that is not a plain decimal number within
+``[0, MAX_ID]``, a ``hold`` outside ``[0, MAX_HOLD_S]`` or not a plain decimal, any other query
+parameter), goes on to FastAPI, whose routes also keep these two endpoints in the OpenAPI
+document. The answers are byte for byte FastAPI's (tests/server/test_fastpath.py asks both).
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ from fedldp.server.web.replies import database_unavailable, refusal
 
 __all__ = ["FastPath"]
 
-_DECIMAL = re.compile(r"[0-9]{1,18}")
-"""A participant id FastAPI would parse as it is (a plain decimal that fits in 64 bits)."""
+_DECIMAL = re.compile(r"[0-9]{1,10}")
+"""A participant id FastAPI would parse as it is: a plain decimal number of at most 10 digits
+(whose value must then lie within ``MAX_ID``, else FastAPI refuses it)."""
 _HOLD = re.compile(rb"hold=([0-9]{1,2}(?:\.[0-9]{1,9})?)")
 _TASK_JSON: TypeAdapter[Any] = TypeAdapter(wire.Task)
 _RECEIPT_JSON = TypeAdapter(wire.Receipt)
@@ -84,7 +85,7 @@ class FastPath:
                 hold = None if found is None else _hold(scope["query_string"])
                 if found is not None and hold is not None:
                     study_id, pid = found["study_id"], found["participant_id"]
-                    if _DECIMAL.fullmatch(pid):
+                    if _DECIMAL.fullmatch(pid) and int(pid) <= wire.MAX_ID:
                         scope["route"] = self.task_route
                         answer = self._task(scope, receive, study_id, int(pid), hold)
                         await self._reply(scope, receive, send, answer)

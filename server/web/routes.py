@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from fedldp.protocol.core import wire
@@ -101,6 +101,12 @@ async def context(request: Request) -> Context:
 Ctx = Annotated[Context, Depends(context)]
 Admin = [Depends(require_admin)]
 
+# Every integer a route reads from its path, query or headers is range-checked here, before it
+# reaches the database (whose id, round and event columns are 32-bit): a 422 invalid_request,
+# never a driver's overflow (tests/server/test_integers.py sends each one out-of-range values).
+ParticipantId = Annotated[int, Path(ge=0, le=wire.MAX_ID)]
+RoundIndex = Annotated[int, Path(ge=0, le=wire.MAX_ID)]
+
 
 # The per-participant routes come first: the router tries routes in order, and these carry
 # nearly every request of a running study (a tenth of their cost went to matching the others).
@@ -112,7 +118,7 @@ Admin = [Depends(require_admin)]
 )
 async def get_task(
     study_id: str,
-    participant_id: int,
+    participant_id: ParticipantId,
     ctx: Ctx,
     token: ParticipantBearer = None,
     hold: Annotated[
@@ -292,13 +298,20 @@ def get_study(study_id: str, ctx: Ctx) -> wire.StudyView:
 async def get_events(
     study_id: str,
     ctx: Ctx,
-    last_event_id: Annotated[str | None, Header(alias="last-event-id")] = None,
-    after: Annotated[int | None, Query(ge=0, description="resume after this event")] = None,
+    last_event_id: Annotated[
+        int | None,
+        Header(alias="last-event-id", ge=0, le=wire.MAX_ID, description="resume after this event"),
+    ] = None,
+    after: Annotated[
+        int | None,
+        Query(ge=0, le=wire.MAX_ID, description="resume after this event (or Last-Event-ID)"),
+    ] = None,
 ) -> StreamingResponse:
     """Server-Sent Events of the study (fedldp.protocol.core.wire.events): phase changes, rounds
     opened and closed with their outputs, the result, and ``progress`` snapshots of the
-    counters. Resumes after ``Last-Event-ID`` (or ``after``); ends once the study has ended."""
-    start = streams.parse_last_event_id(last_event_id, after)
+    counters. Resumes after ``Last-Event-ID`` (or ``after``; the header wins); ends once the
+    study has ended."""
+    start = last_event_id if last_event_id is not None else after or 0
     body = await streams.event_stream(ctx, study_id, start)
     return StreamingResponse(
         body,
@@ -416,7 +429,7 @@ def get_rounds(study_id: str, ctx: Ctx) -> wire.RoundsView:
     responses=_refusals(UnknownStudy, UnknownRound, InvalidRequest),
     tags=["results"],
 )
-def get_round(study_id: str, index: int, ctx: Ctx) -> wire.RoundView:
+def get_round(study_id: str, index: RoundIndex, ctx: Ctx) -> wire.RoundView:
     """A round's public broadcast and output."""
     return studies.round_of(ctx, study_id, index)
 
@@ -466,7 +479,7 @@ def post_predict(
     tags=["participants"],
 )
 def get_budget(
-    study_id: str, participant_id: int, ctx: Ctx, token: ParticipantBearer = None
+    study_id: str, participant_id: ParticipantId, ctx: Ctx, token: ParticipantBearer = None
 ) -> wire.BudgetView:
     """The participant's ε ledger: declared, planned per round, spent."""
     return participants.budget(ctx, study_id, participant_id, require_token(token))

@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, Phase, settings
 from schemathesis import checks as st_checks
 from schemathesis.generation.case import Case
 
+from fedldp.server.runtime.auth import token_for
 from fedldp.server.settings import Settings
 from fedldp.server.web.app import create_app
 from fedldp.server.web.routes import MAX_HOLD_S
@@ -146,3 +147,46 @@ def test_credentialed_requests_get_no_5xx_and_documented_answers(case: Case[Any]
     )
     if case.path_parameters and "study_id" in case.path_parameters:
         assert response.status_code != 404 or response.json()["code"] != "unknown_study"
+
+
+OUT_OF_RANGE = [2**31, 2**63 - 1, 2**63, 2**64, -1, -(2**63) - 1]
+
+
+def _integer(schema: dict[str, Any]) -> bool:
+    return schema.get("type") == "integer" or any(map(_integer, schema.get("anyOf", [])))
+
+
+INTEGER_PARAMETERS = [
+    (method.upper(), path, parameter["in"], parameter["name"])
+    for path, operations in APP.openapi()["paths"].items()
+    for method, operation in operations.items()
+    for parameter in operation.get("parameters", [])
+    if parameter["in"] in ("path", "query", "header") and _integer(parameter["schema"])
+]
+
+
+@pytest.mark.parametrize(("method", "path", "where", "name"), INTEGER_PARAMETERS)
+@pytest.mark.parametrize("value", OUT_OF_RANGE)
+def test_out_of_range_integer_parameters_get_a_documented_422(
+    method: str, path: str, where: str, name: str, value: int, seeded: list[Seeded]
+) -> None:
+    study = seeded[2] if path.endswith("/events") else seeded[1]  # ended: its stream ends
+    values: dict[str, Any] = {"study_id": study.study_id, "participant_id": 0, "index": 0}
+    parts: dict[str, dict[str, Any]] = {"path": {}, "query": {}, "header": {}}
+    parts[where][name] = str(value) if where == "header" else value
+    values |= parts["path"]
+    secret = APP.state.ctx.study_secret(study.study_id)
+    token = token_for(secret, study.study_id, values["participant_id"])
+    operation = schema.find_operation_by_path(method, path)
+    assert operation is not None
+    case = schema.make_case(
+        operation=operation,
+        path_parameters={k: v for k, v in values.items() if "{" + k + "}" in path},
+        query=parts["query"] or None,
+        headers={**parts["header"], "authorization": f"Bearer {token}"},
+    )
+    response = case.call_and_validate(
+        checks=[c for c in CREDENTIALED_CHECKS if c is not st_checks.unsupported_method]
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["code"] == "invalid_request"

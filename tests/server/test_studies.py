@@ -382,9 +382,13 @@ async def test_unknown_round_is_not_found(client: httpx.AsyncClient) -> None:
     expect_error(await client.get(f"/v1/studies/{study.id}/rounds/0"), 404, "unknown_round")
     await enroll(client, study.id, [1.0])
     await start(client, study.id)
-    for index in (1, -1, 2**40, 2**64):
+    for index in (1, 2**31 - 1):
         expect_error(
             await client.get(f"/v1/studies/{study.id}/rounds/{index}"), 404, "unknown_round"
+        )
+    for index in (-1, 2**31, 2**40, 2**64):  # outside the indexes' range: refused before lookup
+        expect_error(
+            await client.get(f"/v1/studies/{study.id}/rounds/{index}"), 422, "invalid_request"
         )
 
 

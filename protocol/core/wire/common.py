@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 MAX_BATCH = 50_000
 MAX_ID = 2**31 - 1
-"""Largest participant id, round index and enrollment target (a 32-bit database integer)."""
+"""Largest participant id, round index, event number and enrollment target (a 32-bit database
+integer): the server refuses larger ones, in bodies, paths, queries and headers, with a 422."""
 MAX_DEADLINE_S = 100 * 365.25 * 86400.0
 """Longest deadline a study may set (100 years; far larger ones overflow a datetime)."""
 NonNegInt = Annotated[int, Field(ge=0, le=MAX_ID)]
