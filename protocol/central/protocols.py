@@ -98,6 +98,7 @@ class WMEParams(CentralParams):
 class WMEVectorParams(WMEParams):
     """Parameters of ``central-wme-vector`` (spec §3.3)."""
 
+    # a contribution is a d-vector of float64 (32 KiB at 4096), as for user-mean-linf
     dimension: int = Field(ge=1, le=4096, description="d: dimension of every sample")
     hadamard: bool = Field(
         True, description="random Hadamard rotation before the per-coordinate ranges (spec §3.3)"

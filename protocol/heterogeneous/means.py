@@ -81,6 +81,7 @@ class RRParams(HeteroParams):
 
 
 class DuchiParams(HeteroParams):
+    # a report is a d-vector of float64 (32 KiB at 4096), as for user-mean-linf
     dimension: int = Field(ge=1, le=4096, description="d: dimension of the data")
     radius: Scale = Field(1.0, description="r: data lie in the ball B^d(r)")
     project: bool = Field(True, description="project the estimate onto B^d(r)")

@@ -61,6 +61,7 @@ MAX_BINS = 1 << 12
 
 
 class BinnedParams(ComponentParams):
+    # d <= 12: at least 2 bins per axis, and 2^12 = MAX_BINS cells
     dimension: int = Field(1, ge=1, le=12, description="d: features lie in [0, 1]^d")
     bins_per_axis: int | None = Field(
         None, ge=2, le=MAX_BINS, description="M (default: the §3.8/§3.9 bias-variance rule)"

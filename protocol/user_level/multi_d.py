@@ -77,6 +77,7 @@ def _heavy_family(
 
 
 class LinfParams(_HeavyTailInputs):
+    # C = d components per invocation, within MAX_COMPONENTS = 2^14 (a report of d values)
     dimension: int = Field(ge=1, le=4096, description="d: dimension of the samples")
     bound: Scale = Field(1.0, description="D: every sample has ‖X‖∞ <= D (bounded case)")
 
@@ -139,6 +140,8 @@ class UserMeanLinf(ComponentProtocol[LinfParams]):
 
 
 class L2Params(_HeavyTailInputs):
+    # a Kashin frame has N <= 4d = 8192 rows (the components, within MAX_COMPONENTS): its
+    # N×d float64 matrix is 128 MiB at d = 2048
     dimension: int = Field(ge=1, le=2048, description="d: dimension of the samples")
     radius: Scale = Field(1.0, description="D: every sample has ‖X‖₂ <= D (bounded case)")
     kashin_constant: KashinConstant = Field(
@@ -219,11 +222,13 @@ class UserMeanL2(ComponentProtocol[L2Params]):
 
 
 class L1Params(ComponentParams):
+    # the Hadamard size d' <= 8192 components, within MAX_COMPONENTS
     dimension: int = Field(ge=1, le=8192, description="d: dimension of the samples")
     bound: Scale = Field(1.0, description="D: every sample has ‖X‖₁ <= D")
 
 
 class FrequencyParams(ComponentParams):
+    # the Hadamard size A' <= 8192 components, within MAX_COMPONENTS
     domain_size: int = Field(ge=2, le=8192, description="A: items are 0..A-1")
 
 

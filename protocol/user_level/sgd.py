@@ -58,6 +58,7 @@ many steps."""
 
 
 class SgdParams(ComponentParams):
+    # Kashin frames of N <= 4d = 4096 rows, one invocation per gradient round (up to 200)
     dimension: int = Field(ge=1, le=1024, description="d: dimension of features and of θ")
     loss: Literal["squared", "logistic"] = Field(
         "squared",

@@ -9,8 +9,9 @@ A parameter outside its bound is refused when the study is created (the server's
   [``SCALE_MIN``, ``SCALE_MAX``] = [1e-50, 1e50] a report variance lies in [1e-124, 1e124]. The
   inverse-variance weights w of the estimators then lie in [1e-124, 1e124] and the sums their
   error bars take, Σw and Σw² over up to 2^63 reports, between 1e-248 and 1e267: normal float64
-  numbers (2.2e-308 to 1.8e308), none 0, none infinite. (Measured at S = 1e100: Σw² underflows
-  to 0 and an Alg-2 mean's error bar is 0/0.)
+  numbers (2.2e-308 to 1.8e308), none 0, none infinite, with a further factor of 1e20 either
+  way in the variances for larger constants (Alg 2 splits ε over up to 2^14 components).
+  (Measured at S = 1e100: Σw² underflows to 0 and an Alg-2 mean's error bar is 0/0.)
 * A failure probability (β) of at least ``PROBABILITY_MIN`` keeps 1 − β below 1 in float64
   (spacing 1.1e-16 there) to four significant digits of β: quantiles at level 1 − β are finite.
 * ε-valued parameters (a cap, a reference ε) lie in the ε range the server enrolls,
