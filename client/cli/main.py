@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -55,14 +56,28 @@ class _Parser(argparse.ArgumentParser):
 # --------------------------------------------------------------------------- fedldp protocols
 
 
+def _value_range(prop: dict[str, Any]) -> str | None:
+    """A numeric parameter's range from its JSON schema property, e.g. "[1e-50, 1e+50]" or
+    "(0, 1)" (brackets: inclusive, parentheses: exclusive); None for other parameters."""
+    for option in prop.get("anyOf", [prop]):
+        if option.get("type") in ("number", "integer"):
+            inclusive = "minimum" in option, "maximum" in option
+            low = option.get("minimum", option.get("exclusiveMinimum", -math.inf))
+            high = option.get("maximum", option.get("exclusiveMaximum", math.inf))
+            return "[("[not inclusive[0]] + f"{low!r}, {high!r}" + "])"[not inclusive[1]]
+    return None
+
+
 def protocol_catalogue(epsilon: float = 1.0) -> list[dict[str, Any]]:
-    """Every catalogue protocol with its parameters and their defaults (None when required),
-    its broadcast fields, and its minimum population at ``epsilon`` (GET /v1/protocols)."""
+    """Every catalogue protocol with its parameters, their defaults (None when required) and
+    the ranges of the numeric ones, its broadcast fields, and its minimum population at
+    ``epsilon`` (GET /v1/protocols has the parameters' whole JSON schema)."""
     from fedldp.protocol.catalogue import CATALOGUE
 
     out = []
     for name in sorted(CATALOGUE):
         p = CATALOGUE[name]
+        properties = p.params_model.model_json_schema()["properties"]
         params = []
         for field_name, f in p.params_model.model_fields.items():
             params.append(
@@ -70,6 +85,7 @@ def protocol_catalogue(epsilon: float = 1.0) -> list[dict[str, Any]]:
                     "name": field_name,
                     "required": f.is_required(),
                     "default": None if f.is_required() else jsonable(f.default),
+                    "range": _value_range(properties[field_name]),
                     "description": f.description or "",
                 }
             )
@@ -98,17 +114,26 @@ def _run_protocols(args: argparse.Namespace) -> int:
     table = Table(title="fedldp protocols", show_lines=True)
     least = f"min. users at ε={args.epsilon:g}"
     table.add_column("protocol", no_wrap=True)
-    for col in ("description", "source", "trust", "unequal ε", "parameters (default)", least):
+    for col in (
+        "description",
+        "source",
+        "trust",
+        "unequal ε",
+        "parameters (default, range)",
+        least,
+    ):
         table.add_column(
             col,
             overflow="fold",
             ratio=3 if col in ("description", "unequal ε") else 1,
             # one parameter a line, never folded mid-name
-            min_width=30 if col == "parameters (default)" else None,
+            min_width=30 if col == "parameters (default, range)" else None,
         )
     for p in catalogue:
         params = "\n".join(
-            f"{q['name']}" + (" (required)" if q["required"] else f"={json.dumps(q['default'])}")
+            f"{q['name']}"
+            + (" (required)" if q["required"] else f"={json.dumps(q['default'])}")
+            + (f" in {q['range']}" if q["range"] else "")
             for q in p["parameters"]
         )
         population = p["population"]

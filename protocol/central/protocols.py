@@ -59,18 +59,28 @@ _PROXY_WARNING = (
 # --------------------------------------------------------------------------- parameters
 
 
+CENTRAL_SCALE = 1e9
+"""The scale parameters (tau_scale, histogram_bound, huber_scale, clip_radius) are in the data's
+units and lie within a factor 1e9 of 1 either way. Smaller ones are refused: Huber's lattice Δ̃
+search indexes user means in units of T/8 as int64 (beyond |ȳ|/T ≈ 1e18 the index overflows:
+measured at huber_scale = 1e-50) and its boxes grow as (spread/T)^d (9 s at 1e-12, d = 3)."""
+
+
 class WMEParams(CentralParams):
     """Parameters of ``central-wme`` (spec §3.2)."""
 
     tau_scale: float = Field(
         2.0,
-        gt=0,
-        le=1e9,
+        ge=1 / CENTRAL_SCALE,
+        le=CENTRAL_SCALE,
         description="t·σ: τ = tau_scale/√(N/n), so τ = t·σ/√m for balanced users; stage-one "
         "bins have width 2τ, the clipping interval 4τ (spec §7.0; the paper tunes t, ≈ 1.4–2.8)",
     )
     histogram_bound: float = Field(
-        10.0, gt=0, le=1e9, description="B: the stage-one histogram covers [−B, B] (spec §3.2)"
+        10.0,
+        ge=1 / CENTRAL_SCALE,
+        le=CENTRAL_SCALE,
+        description="B: the stage-one histogram covers [−B, B] (spec §3.2)",
     )
 
     def padded_dimension(self) -> int:
@@ -88,6 +98,7 @@ class WMEParams(CentralParams):
 class WMEVectorParams(WMEParams):
     """Parameters of ``central-wme-vector`` (spec §3.3)."""
 
+    # a contribution is a d-vector of float64 (32 KiB at 4096), as for user-mean-linf
     dimension: int = Field(ge=1, le=4096, description="d: dimension of every sample")
     hadamard: bool = Field(
         True, description="random Hadamard rotation before the per-coordinate ranges (spec §3.3)"
@@ -104,8 +115,8 @@ class HuberParams(CentralParams):
 
     huber_scale: float = Field(
         4.0,
-        gt=0,
-        le=1e9,
+        ge=1 / CENTRAL_SCALE,
+        le=CENTRAL_SCALE,
         description="A = t·σ: connecting points T_i = A/√(m_i ∧ m_c), balanced users T = A/√m. "
         "The paper tunes it per case at ε = 1 and neither it nor the spec gives a rule in n, ε "
         "or d, so the default is fixed: 4, the spec's tuned t for dp at d = 1, n = 1 000, ε = 1 "
@@ -114,7 +125,10 @@ class HuberParams(CentralParams):
         "n = 10⁴",
     )
     clip_radius: float = Field(
-        1.0, gt=0, le=1e9, description="R_c: the estimate is clipped to the ball B(0, R_c)"
+        1.0,
+        ge=1 / CENTRAL_SCALE,
+        le=CENTRAL_SCALE,
+        description="R_c: the estimate is clipped to the ball B(0, R_c)",
     )
     gamma: float = Field(
         1.0,

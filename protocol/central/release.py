@@ -117,7 +117,12 @@ class CentralParams(Params):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     delta: float = Field(
-        1e-5, gt=0, le=0.1, description="δ of the release's user-level (ε, δ)-DP guarantee"
+        1e-5,
+        # ln(1/δ) <= 116: the calibrations divide by it and by its root (at δ = 1e-308 the
+        # smooth-sensitivity β underflows and the release divides by zero)
+        ge=1e-50,
+        le=0.1,
+        description="δ of the release's user-level (ε, δ)-DP guarantee",
     )
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
 
+from fedldp.protocol.core.base.bounds import EpsilonParam, FailureProbability
 from fedldp.protocol.core.base.protocol import Params, Protocol
 from fedldp.protocol.core.base.records import (
     JSON,
@@ -64,8 +65,8 @@ class HeteroParams(Params):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     weights: est.WeightKind = Field("paper", description="paper, uniform or inverse_variance")
-    eps_cap: float | None = Field(None, gt=0, description="clients run at min(ε_i, eps_cap)")
-    beta: float = Field(0.05, gt=0, lt=1, description="error-bar level is 1 − β")
+    eps_cap: EpsilonParam | None = Field(None, description="clients run at min(ε_i, eps_cap)")
+    beta: FailureProbability = Field(0.05, description="error-bar level is 1 − β")
 
 
 P = TypeVar("P", bound=HeteroParams)

@@ -50,6 +50,7 @@ __all__ = [
 
 
 class FrequencyParams(HeteroParams):
+    # the estimate is a k-vector (8 MiB at 2^20); the plan also caps the sign matrix, m·k
     domain_size: int = Field(ge=1, le=1 << 20, description="k: items are 0..k−1")
     m_at_least_s_rr: bool = Field(False, description="also enforce m ≥ ceil(S_RR) (§2.5)")
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from fedldp.protocol.core.base.bounds import Location, Scale, check_range
 from fedldp.protocol.core.base.protocol import Protocol
 from fedldp.protocol.core.base.records import (
     JSON,
@@ -60,14 +61,13 @@ __all__ = [
 
 
 class LaplaceParams(HeteroParams):
-    lo: float = Field(-1.0, description="lower end of the data range")
-    hi: float = Field(1.0, description="upper end of the data range")
+    lo: Location = Field(-1.0, description="lower end of the data range")
+    hi: Location = Field(1.0, description="upper end of the data range")
     clip: bool = Field(True, description="clip the estimate into [lo, hi]")
 
     @model_validator(mode="after")
     def _range(self) -> LaplaceParams:
-        if not self.hi > self.lo:
-            raise ValueError(f"need hi > lo, got [{self.lo}, {self.hi}]")
+        check_range(self.lo, self.hi, "hi > lo")
         return self
 
 
@@ -81,8 +81,9 @@ class RRParams(HeteroParams):
 
 
 class DuchiParams(HeteroParams):
+    # a report is a d-vector of float64 (32 KiB at 4096), as for user-mean-linf
     dimension: int = Field(ge=1, le=4096, description="d: dimension of the data")
-    radius: float = Field(1.0, gt=0, description="r: data lie in the ball B^d(r)")
+    radius: Scale = Field(1.0, description="r: data lie in the ball B^d(r)")
     project: bool = Field(True, description="project the estimate onto B^d(r)")
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import ConfigDict, Field, model_validator
 
+from fedldp.protocol.core.base.bounds import Location, check_range
 from fedldp.protocol.core.base.protocol import Params
 from fedldp.protocol.core.base.records import BoolArray, FloatArray, UserData, check_epsilons
 from fedldp.protocol.core.streams import RandomSource
@@ -139,13 +140,12 @@ class SemiParams(Params):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     dimension: int = Field(ge=1, le=MAX_DIMENSION, description="d: features lie in [0, 1]^d")
-    label_low: float = Field(description="y_lo: public lower label bound (labels are clipped)")
-    label_high: float = Field(description="y_hi: public upper label bound")
+    label_low: Location = Field(description="y_lo: public lower label bound (labels are clipped)")
+    label_high: Location = Field(description="y_hi: public upper label bound")
 
     @model_validator(mode="after")
     def _bounds(self) -> SemiParams:
-        if not self.label_high > self.label_low:
-            raise ValueError("label_high must exceed label_low")
+        check_range(self.label_low, self.label_high, "label_high > label_low")
         return self
 
     @property

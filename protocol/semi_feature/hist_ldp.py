@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fedldp.protocol.core.base.protocol import Predictor, Protocol
 from fedldp.protocol.core.base.records import (
@@ -59,6 +59,16 @@ class HistParams(SemiParams):
         description="truncated cells predict the label centre m (default) or the raw 0 (the "
         "literal 'truncated to 0', spec #21)",
     )
+
+    @model_validator(mode="after")
+    def _grid_fits(self) -> HistParams:
+        cells = self.bins**self.dimension
+        if cells > MAX_HIST_CELLS:  # the plan's cap, whatever the population
+            raise ValueError(
+                f"bins^dimension = {self.bins}^{self.dimension} = {cells} cells; at most "
+                f"{MAX_HIST_CELLS} are supported (spec §3: infeasible)"
+            )
+        return self
 
 
 def grid_cells(x: FloatArray, t: int) -> IntArray:

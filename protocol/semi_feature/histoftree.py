@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from fedldp.protocol.core.base.bounds import Scale
 from fedldp.protocol.core.base.protocol import Protocol
 from fedldp.protocol.core.base.records import JSON, BoolArray, FloatArray
 from fedldp.protocol.core.broadcast import described
@@ -24,6 +25,7 @@ from fedldp.protocol.semi_feature.common import (
 from fedldp.protocol.semi_feature.histoftree_base import HistOfTreeBase, HotParams
 from fedldp.protocol.semi_feature.partition import (
     MAX_CELLS,
+    MAX_PRIVATE_CELLS,
     always_private,
     tuned_structure,
 )
@@ -72,9 +74,31 @@ class HistOfTreeParams(HotParams):
         "private, s_all; = s* in the aligned case)",
     )
 
+    @model_validator(mode="after")
+    def _partition_fits(self) -> HistOfTreeParams:
+        """The plan's checks that hold whatever the population: s <= d and, with s and t both
+        given, the partition's cell caps (``HistOfTreeBase.plan``)."""
+        s, t = self.histogram_dims, self.bins
+        if s is None:
+            return self
+        if s > self.dimension:
+            raise ValueError(f"histogram_dims = {s} exceeds the dimension {self.dimension}")
+        if t is None:
+            return self
+        depth = 0 if s == self.dimension else self.depth  # the plan's single leaf
+        cells = t**s * 2**depth
+        cap = MAX_RR_CELLS if self.index_mechanism == "rr" else MAX_CELLS
+        if t**s > MAX_PRIVATE_CELLS or cells > cap:
+            raise ValueError(
+                f"bins^histogram_dims·2^depth = {t}^{s}·2^{depth} cells (t^s·2^p) is more than "
+                "this protocol supports "
+                f"({MAX_PRIVATE_CELLS} private cells, {cap} in all with {self.index_mechanism})"
+            )
+        return self
+
 
 class TunedParams(HotParams):
-    bias_constant: float = Field(0.01, gt=0, description="c of rule (15) (§2.9)")
+    bias_constant: Scale = Field(0.01, description="c of rule (15) (§2.9)")
     bins_offset: int = Field(0, ge=-1, le=1, description="t = t* + offset (at least 1)")
 
 

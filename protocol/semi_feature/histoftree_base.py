@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import Field
 
+from fedldp.protocol.core.base.bounds import SCALE_MAX, SHARE_MIN
 from fedldp.protocol.core.base.protocol import Predictor, Protocol
 from fedldp.protocol.core.base.records import (
     JSON,
@@ -75,7 +76,12 @@ __all__ = ["HistOfTreeBase", "HotParams"]
 
 
 class HotParams(SemiParams):
-    rho: float = Field(0.7, gt=0, lt=1, description="ρ: label share of ε (§1.4, App. C.1)")
+    rho: float = Field(
+        0.7,
+        ge=SHARE_MIN,
+        le=1 - SHARE_MIN,
+        description="ρ: label share of ε (§1.4, App. C.1); the cells get 1 − ρ",
+    )
     tree_rule: Literal["max-edge", "cart"] = Field(
         "max-edge", description="public partition: Algorithm 1 or the CART variant (§2.4)"
     )
@@ -88,7 +94,10 @@ class HotParams(SemiParams):
         "grr", description="cell randomizer on V_i: GRR (experiments) or unary RR (theory)"
     )
     density_floor: float = Field(
-        1.0, ge=0, description="τ: a cell with D_j < τ predicts the mean noisy label (§2.8)"
+        1.0,
+        gt=0,  # at τ = 0 a cell no pair reached (D_j = 0) would divide 0 by 0
+        le=SCALE_MAX,
+        description="τ: a cell with D_j < τ predicts the mean noisy label (§2.8)",
     )
 
 

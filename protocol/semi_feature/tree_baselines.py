@@ -39,6 +39,7 @@ from fedldp.protocol.core.base.records import (
 )
 from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.core.streams import RandomSource
+from fedldp.protocol.core.wire.common import MAX_ID
 from fedldp.protocol.semi_feature.common import (
     POPULATION_PROBE,
     SEMI_POPULATION_RULE,
@@ -71,7 +72,12 @@ __all__ = [
 
 class TreeParams(SemiParams):
     max_depth: int = Field(4, ge=0, le=MAX_DEPTH, description="DT max_depth (grid 1,2,4,6,8)")
-    min_samples_leaf: int = Field(10, ge=1, description="DT min_samples_leaf (grid 1,10,100)")
+    min_samples_leaf: int = Field(
+        10,
+        ge=1,
+        le=MAX_ID,  # no leaf holds more participants than a study enrolls
+        description="DT min_samples_leaf (grid 1,10,100)",
+    )
     clip_leaves: bool = Field(
         True,
         description="clip leaf values to [y_lo, y_hi] (post-processing, not in the paper: "

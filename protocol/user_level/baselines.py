@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
 
+from fedldp.protocol.core.base.bounds import Level, Scale
 from fedldp.protocol.core.base.protocol import Params, Protocol
 from fedldp.protocol.core.base.records import (
     JSON,
@@ -58,8 +59,8 @@ class BaselineParams(Params):
     samples_per_user: int = Field(
         ge=1, le=MAX_SAMPLES_PER_USER, description="m: samples each user contributes"
     )
-    bound: float = Field(1.0, gt=0, description="D: every sample lies in [-D, D]")
-    level: float = Field(0.95, gt=0, lt=1, description="level of the error bar")
+    bound: Scale = Field(1.0, description="D: every sample lies in [-D, D]")
+    level: Level = Field(0.95, description="level of the error bar")
 
 
 def baseline_variances(

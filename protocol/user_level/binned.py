@@ -20,8 +20,9 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from fedldp.protocol.core.base.bounds import SCALE_MIN, Scale
 from fedldp.protocol.core.base.protocol import Predictor, Protocol
 from fedldp.protocol.core.base.records import (
     JSON,
@@ -35,6 +36,7 @@ from fedldp.protocol.core.base.records import (
 from fedldp.protocol.mechanisms.transforms import fwht, next_power_of_two
 from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.driver import (
+    MAX_COMPONENTS,
     ComponentParams,
     ComponentProtocol,
     component_fields,
@@ -59,13 +61,34 @@ MAX_BINS = 1 << 12
 
 
 class BinnedParams(ComponentParams):
+    # d <= 12: at least 2 bins per axis, and 2^12 = MAX_BINS cells
     dimension: int = Field(1, ge=1, le=12, description="d: features lie in [0, 1]^d")
     bins_per_axis: int | None = Field(
         None, ge=2, le=MAX_BINS, description="M (default: the §3.8/§3.9 bias-variance rule)"
     )
-    holder_constant: float = Field(1.0, gt=0, description="C_b of the Hölder condition")
-    holder_exponent: float = Field(1.0, gt=0, le=1, description="β of the Hölder condition")
-    density_lower: float = Field(1.0, gt=0, description="f_L: the feature density is >= f_L")
+    holder_constant: Scale = Field(1.0, description="C_b of the Hölder condition")
+    holder_exponent: float = Field(
+        1.0,
+        ge=SCALE_MIN,  # with C_b and f_L >= SCALE_MIN, the rule's β·C_b·f_L stays a normal float
+        le=1,
+        description="β of the Hölder condition",
+    )
+    density_lower: Scale = Field(1.0, description="f_L: the feature density is >= f_L")
+
+    encodings: ClassVar[int] = 1
+    """Alg-2 components per Hadamard row: 1 (U only, Alg 4) or 2 (U and V, Alg 5)."""
+
+    @model_validator(mode="after")
+    def _grid_fits(self) -> BinnedParams:
+        m = self.bins_per_axis
+        if m is not None:  # the plan's component cap, checked whatever the population
+            c = self.encodings * next_power_of_two(m**self.dimension)
+            if c > MAX_COMPONENTS:
+                raise ValueError(
+                    f"bins_per_axis^dimension = {m}^{self.dimension} cells need {c} Alg-2 "
+                    f"components, more than the {MAX_COMPONENTS} an invocation runs"
+                )
+        return self
 
 
 B = TypeVar("B", bound=BinnedParams)
@@ -112,6 +135,7 @@ class _Binned(ComponentProtocol[B], Predictor[B]):
         components = self.encodings * next_power_of_two(min(bins**d, MAX_BINS))
         if eps_ref >= components * math.log(n):  # the low-privacy regime (§3.8, §3.9)
             bins = max(2, math.ceil(1.0 / self.side(params, None, n, m)))
+        bins = min(bins, MAX_BINS)  # no more per axis fits the grid cap: the loop starts there
         while bins > 2 and (bins**d > MAX_BINS or not self._feasible(bins, n, eps_ref, d)):
             bins -= 1
         return bins
@@ -205,7 +229,7 @@ class UserClassify(_Binned[ClassifyParams]):
     )
     source: ClassVar[str] = "Zhao et al. 2024 (arXiv:2405.17079), Alg. 4 and Thm 9"
     params_model = ClassifyParams
-    encodings: ClassVar[int] = 1
+    encodings: ClassVar[int] = ClassifyParams.encodings
 
     def noise_sd(self, params: ClassifyParams, n: int, m: int, eps: float, r: int) -> float:
         c2 = ts.c_star(n) ** 2
@@ -229,7 +253,9 @@ class UserClassify(_Binned[ClassifyParams]):
 
 
 class RegressParams(BinnedParams):
-    label_bound: float = Field(1.0, gt=0, description="T: every label has |y| <= T")
+    label_bound: Scale = Field(1.0, description="T: every label has |y| <= T")
+
+    encodings: ClassVar[int] = 2
 
 
 class UserRegress(_Binned[RegressParams]):
@@ -244,7 +270,7 @@ class UserRegress(_Binned[RegressParams]):
     )
     source: ClassVar[str] = "Zhao et al. 2024 (arXiv:2405.17079), Alg. 5 and Thm 11"
     params_model = RegressParams
-    encodings: ClassVar[int] = 2
+    encodings: ClassVar[int] = RegressParams.encodings
 
     def families(self, params: RegressParams, c: int, n_ref: int, call_eps_sq: float) -> Families:
         m = params.samples_per_user

@@ -13,12 +13,13 @@ import math
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
 
+from fedldp.protocol.core.base.bounds import EpsilonParam, Level
 from fedldp.protocol.core.base.protocol import Params, Protocol, cohort_permutation, split_sizes
 from fedldp.protocol.core.base.records import (
     JSON,
@@ -64,6 +65,11 @@ broadcast and report of a study a reasonable size."""
 MAX_SAMPLES = 1 << 20
 """The largest samples_per_user an Alg-2 protocol takes."""
 
+KashinConstant = Annotated[float, Field(ge=0.5, le=100)]
+"""K of the Kashin bound ‖a(x)‖∞ <= K‖x‖₂/√d. Below 1/2 no frame reaches it: the frames
+(``fedldp.protocol.mechanisms.transforms``) have N <= 4d rows and UᵀU = I, so every a with
+Uᵀa = x has ‖a‖₂ >= ‖x‖₂ and ‖a‖∞ >= ‖x‖₂/√N >= (1/2)‖x‖₂/√d whatever the seed."""
+
 
 class ComponentParams(Params):
     """Parameters every Alg-2 based protocol takes."""
@@ -71,9 +77,8 @@ class ComponentParams(Params):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     samples_per_user: int = Field(ge=1, le=MAX_SAMPLES, description="m: samples each user uses")
-    reference_epsilon: float | None = Field(
+    reference_epsilon: EpsilonParam | None = Field(
         None,
-        gt=0,
         description="ε that picks the regime and grouping (default: the median enrolled ε); "
         "every user then spends the same fraction of its own ε",
     )
@@ -82,7 +87,7 @@ class ComponentParams(Params):
         description="medium regime: spend ε/r_g per component instead of the paper's 1 "
         "(§3.3 [PROPOSAL], non-paper)",
     )
-    level: float = Field(0.95, gt=0, lt=1, description="level of the error bar")
+    level: Level = Field(0.95, description="level of the error bar")
 
 
 P = TypeVar("P", bound=ComponentParams)

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field, model_validator
 
+from fedldp.protocol.core.base.bounds import MAX_MOMENT_P, Level, Scale
 from fedldp.protocol.core.base.protocol import Params, Protocol, cohort_permutation
 from fedldp.protocol.core.base.records import (
     JSON,
@@ -65,12 +66,14 @@ class UserMeanParams(Params):
     samples_per_user: int = Field(
         ge=1, le=MAX_SAMPLES_PER_USER, description="m: samples each user contributes"
     )
-    bound: float = Field(1.0, gt=0, description="D: every sample lies in [-D, D] (bounded case)")
+    bound: Scale = Field(1.0, description="D: every sample lies in [-D, D] (bounded case)")
     heavy_tail: bool = Field(False, description="Alg 1-HT: only E|X|^p <= M_p is assumed")
-    moment_p: float = Field(3.0, ge=2, description="p of the moment bound (heavy_tail)")
-    moment_bound: float | None = Field(None, gt=0, description="M_p (required with heavy_tail)")
+    moment_p: float = Field(
+        3.0, ge=2, le=MAX_MOMENT_P, description="p of the moment bound (heavy_tail)"
+    )
+    moment_bound: Scale | None = Field(None, description="M_p (required with heavy_tail)")
     clip_output: bool = Field(False, description="post-process the estimate into [-D, D]")
-    level: float = Field(0.95, gt=0, lt=1, description="level of the error bar")
+    level: Level = Field(0.95, description="level of the error bar")
     enforce_feasibility: bool = Field(
         True,
         description="refuse a plan below the §1.5 stage-one score (false: run it with a "

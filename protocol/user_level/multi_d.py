@@ -18,6 +18,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 from pydantic import Field, model_validator
 
+from fedldp.protocol.core.base.bounds import MAX_MOMENT_P, Scale
 from fedldp.protocol.core.base.protocol import Protocol
 from fedldp.protocol.core.base.records import JSON, DataKind, FloatArray, Plan, Result, UserData
 from fedldp.protocol.mechanisms.transforms import KashinFrame, fwht, next_power_of_two
@@ -26,6 +27,7 @@ from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.driver import (
     ComponentParams,
     ComponentProtocol,
+    KashinConstant,
     component_fields,
     kashin_public,
     study_frame,
@@ -52,8 +54,10 @@ def _bounded_family(bound: float, m: int, n_ref: int, c: int) -> Families:
 
 class _HeavyTailInputs(ComponentParams):
     heavy_tail: bool = Field(False, description="Alg 2-HT: only a p-th moment bound is assumed")
-    moment_p: float = Field(3.0, ge=2, le=64, description="p of the moment bound (heavy_tail)")
-    moment_bound: float | None = Field(None, gt=0, description="M_p (required with heavy_tail)")
+    moment_p: float = Field(
+        3.0, ge=2, le=MAX_MOMENT_P, description="p of the moment bound (heavy_tail)"
+    )
+    moment_bound: Scale | None = Field(None, description="M_p (required with heavy_tail)")
 
     @model_validator(mode="after")
     def _heavy_tail_inputs(self) -> _HeavyTailInputs:
@@ -73,8 +77,9 @@ def _heavy_family(
 
 
 class LinfParams(_HeavyTailInputs):
+    # C = d components per invocation, within MAX_COMPONENTS = 2^14 (a report of d values)
     dimension: int = Field(ge=1, le=4096, description="d: dimension of the samples")
-    bound: float = Field(1.0, gt=0, description="D: every sample has ‖X‖∞ <= D (bounded case)")
+    bound: Scale = Field(1.0, description="D: every sample has ‖X‖∞ <= D (bounded case)")
 
     @model_validator(mode="after")
     def _bound_or_moment(self) -> LinfParams:
@@ -135,10 +140,12 @@ class UserMeanLinf(ComponentProtocol[LinfParams]):
 
 
 class L2Params(_HeavyTailInputs):
+    # a Kashin frame has N <= 4d = 8192 rows (the components, within MAX_COMPONENTS): its
+    # N×d float64 matrix is 128 MiB at d = 2048
     dimension: int = Field(ge=1, le=2048, description="d: dimension of the samples")
-    radius: float = Field(1.0, gt=0, description="D: every sample has ‖X‖₂ <= D (bounded case)")
-    kashin_constant: float = Field(
-        2.5, gt=0, le=100, description="K: assumed bound ‖a(x)‖∞ <= K‖x‖₂/√d (§2.5, U8)"
+    radius: Scale = Field(1.0, description="D: every sample has ‖X‖₂ <= D (bounded case)")
+    kashin_constant: KashinConstant = Field(
+        2.5, description="K: assumed bound ‖a(x)‖∞ <= K‖x‖₂/√d (§2.5, U8)"
     )
 
     @model_validator(mode="after")
@@ -215,11 +222,13 @@ class UserMeanL2(ComponentProtocol[L2Params]):
 
 
 class L1Params(ComponentParams):
+    # the Hadamard size d' <= 8192 components, within MAX_COMPONENTS
     dimension: int = Field(ge=1, le=8192, description="d: dimension of the samples")
-    bound: float = Field(1.0, gt=0, description="D: every sample has ‖X‖₁ <= D")
+    bound: Scale = Field(1.0, description="D: every sample has ‖X‖₁ <= D")
 
 
 class FrequencyParams(ComponentParams):
+    # the Hadamard size A' <= 8192 components, within MAX_COMPONENTS
     domain_size: int = Field(ge=2, le=8192, description="A: items are 0..A-1")
 
 

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from fedldp.protocol.core.base.bounds import Scale
 from fedldp.protocol.core.base.protocol import Protocol
 from fedldp.protocol.core.base.records import (
     JSON,
@@ -33,6 +34,7 @@ from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.driver import (
     ComponentParams,
     ComponentProtocol,
+    KashinConstant,
     component_fields,
     kashin_public,
     labeled_sample_block,
@@ -48,7 +50,15 @@ __all__ = [
 ]
 
 
+MAX_ROUNDS = 200
+"""The most gradient rounds t0 a study runs (two server rounds each), given or by the §3.7 rule:
+with 2/(ηγ) <= 200 the rule's t0 stays below 200·ln(R0γ√(nm)/D) <= 200·364 for every
+``Scale`` and population, and lowering it to a feasible t0 (``invocations``) takes at most that
+many steps."""
+
+
 class SgdParams(ComponentParams):
+    # Kashin frames of N <= 4d = 4096 rows, one invocation per gradient round (up to 200)
     dimension: int = Field(ge=1, le=1024, description="d: dimension of features and of θ")
     loss: Literal["squared", "logistic"] = Field(
         "squared",
@@ -56,32 +66,40 @@ class SgdParams(ComponentParams):
         "y = ±1 (classification); both plus (λ/2)‖θ‖²",
     )
     regularization: float = Field(0.0, ge=0, le=1e6, description="λ of the (λ/2)‖θ‖² term")
-    gradient_bound: float = Field(
-        1.0, gt=0, description="D: per-sample gradients are clipped to ‖g‖₂ <= D (§3.7, U10)"
+    gradient_bound: Scale = Field(
+        1.0, description="D: per-sample gradients are clipped to ‖g‖₂ <= D (§3.7, U10)"
     )
-    smoothness: float = Field(1.0, gt=0, description="G: per-sample losses are G-smooth")
-    strong_convexity: float = Field(
-        0.5, gt=0, description="γ: the population loss is γ-strongly convex"
-    )
-    step: float | None = Field(None, gt=0, description="η (default 1/G, §3.7)")
+    smoothness: Scale = Field(1.0, description="G: per-sample losses are G-smooth")
+    strong_convexity: Scale = Field(0.5, description="γ: the population loss is γ-strongly convex")
+    step: Scale | None = Field(None, description="η (default 1/G, §3.7)")
     rounds: int | None = Field(
-        None, ge=1, le=200, description="t0 gradient rounds (default: the §3.7 formula)"
+        None, ge=1, le=MAX_ROUNDS, description="t0 gradient rounds (default: the §3.7 formula)"
     )
-    initial_distance: float = Field(
-        1.0, gt=0, description="R0: a bound on ‖θ0 − θ*‖ (sets the default t0)"
+    initial_distance: Scale = Field(
+        1.0, description="R0: a bound on ‖θ0 − θ*‖ (sets the default t0)"
     )
-    parameter_radius: float = Field(
-        10.0, gt=0, description="θ is projected onto the ℓ2 ball of this radius after each step"
+    parameter_radius: Scale = Field(
+        10.0, description="θ is projected onto the ℓ2 ball of this radius after each step"
     )
     mean_estimator: Literal["l2", "linf"] = Field(
         "l2", description="l2: Alg 2-K on Kashin coefficients (U11); linf: the literal Alg 2"
     )
-    kashin_constant: float = Field(2.5, gt=0, le=100, description="K of the Kashin bound")
+    kashin_constant: KashinConstant = Field(2.5, description="K of the Kashin bound")
 
     @model_validator(mode="after")
     def _step_size(self) -> SgdParams:
         if self.step is not None and self.step > 1.0 / self.smoothness:
             raise ValueError("step η must be <= 1/G (Thm 8)")
+        if self.strong_convexity > self.smoothness:
+            # a G-smooth function curves by at most G: none is γ-strongly convex with γ > G
+            raise ValueError("strong_convexity γ must be <= smoothness G")
+        factor = 2.0 / ((self.step or 1.0 / self.smoothness) * self.strong_convexity)
+        if self.rounds is None and factor > MAX_ROUNDS:
+            # the §3.7 t0 is at least 2/(ηγ) whatever the population (the log factor is >= 1)
+            raise ValueError(
+                f"the §3.7 default t0 >= 2/(ηγ) = {factor:.4g} gradient rounds, more than the "
+                f"{MAX_ROUNDS} a study runs: give rounds, or a larger step or strong_convexity"
+            )
         return self
 
 
