@@ -34,7 +34,8 @@ only=None, strict=False) -> KitReport``:
 
 A ``KitReport`` lists a ``CheckResult(name, status, reason)`` per check (``report["ledger"]``,
 ``report.failures``, ``report.ok``); a check passes, fails (the reason says what broke), or is
-skipped (``http=False``). A protocol step that raises fails the check it raised in.
+skipped (``http=False``; the privacy audit of a central-trust protocol). A protocol step that
+raises fails the check it raised in.
 Call it from synchronous code (it runs its own event loops).
 
 The checks (``CHECKS``, in this order)
@@ -58,12 +59,12 @@ The checks (``CHECKS``, in this order)
     (``AUDIT_HOOK``: a method returning them), else, for a catalogue protocol or a subclass of
     one, ``fedldp.protocol.catalogue.CLIENT_AUDITS`` (the catalogue's plans and broadcasts, the
     client step of the protocol under test). A local-trust protocol with none fails, saying what
-    to provide; central-trust protocols are exempt (``AUDIT_EXEMPT``). A ``ClientAudit`` holds
-    a ``setup(epsilon)`` that plans a study at ε and returns the audited participant's step
-    (``client_step``), that participant's two worst-case neighbouring datasets (``one_user``)
-    and a scalar statistic of a report (``scaled_loss`` for Laplace reports). The audit's
-    false-failure probability is at most 1 − ``confidence`` per case and ε (fixed seeds: a given
-    protocol passes or fails every time).
+    to provide; central-trust protocols are exempt (``AUDIT_EXEMPT``: skipped, with the
+    reason). A ``ClientAudit`` holds a ``setup(epsilon)`` that plans a study at ε and returns
+    the audited participant's step (``client_step``), that participant's two worst-case
+    neighbouring datasets (``one_user``) and a scalar statistic of a report (``scaled_loss``
+    for Laplace reports). The audit's false-failure probability is at most 1 − ``confidence``
+    per case and ε (fixed seeds: a given protocol passes or fails every time).
 ``ledger``
     With the population's ε's and with unequal ones (every other participant at twice its ε),
     every round charges each cohort member a finite ε > 0 no larger than its own, and nobody's
@@ -102,11 +103,11 @@ In a test suite
 ---------------
 The plugin ``fedldp.testing.plugin`` (a ``pytest11`` entry point of the installed package, or
 ``pytest_plugins = ["fedldp.testing.plugin"]``) gives two fixtures: ``fedldp_kit_server`` (one
-server for the session) and ``check_protocol`` (the function with that server and
+server for the session) and ``fedldp_check_protocol`` (``check_protocol`` with that server and
 ``strict=True``)::
 
-    def test_my_protocol_conforms(check_protocol):
-        check_protocol(MyProtocol(), population=PopulationSpec(users=600, samples=16))
+    def test_my_protocol_conforms(fedldp_check_protocol):
+        fedldp_check_protocol(MyProtocol(), population=PopulationSpec(users=600, samples=16))
 
 Importing ``fedldp.testing`` needs no pytest; its names load on first use.
 """

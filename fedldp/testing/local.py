@@ -38,6 +38,7 @@ from fedldp.protocol.core.streams import UserStreams
 
 __all__ = [
     "CheckFailed",
+    "CheckSkipped",
     "Replayed",
     "Subject",
     "check_chunking",
@@ -55,6 +56,10 @@ OUTSIDE_COORDINATES = 4
 
 class CheckFailed(AssertionError):
     """A protocol broke the part of its contract a check tests (the message says how)."""
+
+
+class CheckSkipped(Exception):
+    """A check that does not apply to the protocol (the message says why)."""
 
 
 def ensure(condition: bool, reason: str) -> None:

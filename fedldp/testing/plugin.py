@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from fedldp.testing.report import KitReport
     from fedldp.testing.served import KitServer
 
-__all__ = ["check_protocol", "fedldp_kit_server"]
+__all__ = ["fedldp_check_protocol", "fedldp_kit_server"]
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +29,7 @@ def fedldp_kit_server() -> Iterator[KitServer]:
 
 
 @pytest.fixture
-def check_protocol(fedldp_kit_server: KitServer) -> Callable[..., KitReport]:
+def fedldp_check_protocol(fedldp_kit_server: KitServer) -> Callable[..., KitReport]:
     """``fedldp.testing.check_protocol`` with ``server`` the session's server and
     ``strict=True``: a test fails naming every failed check."""
     from fedldp.testing.kit import check_protocol as kit

@@ -20,7 +20,7 @@ import numpy as np
 from fedldp.protocol.catalogue import AUDIT_EXEMPT, CATALOGUE, CLIENT_AUDITS
 from fedldp.protocol.core.base.protocol import Protocol
 from fedldp.protocol.mechanisms.audit import ClientAudit, ClientStep, run_client_audit
-from fedldp.testing.local import CheckFailed, ensure
+from fedldp.testing.local import CheckFailed, CheckSkipped, ensure
 
 __all__ = ["AUDIT_HOOK", "NoAudits", "check_privacy", "client_audits"]
 
@@ -80,13 +80,15 @@ def check_privacy(
     seed: int,
     confidence: float,
 ) -> str:
-    """Every case at every ε: the audited reports pass the protocol's checks, the audit's ε is
-    what the plan charges the participant in that round (the ledger), its lower bound stays at
-    or below that ε, and a tight case's upper bound reaches it (the audit has the power to see a
-    leak)."""
+    """Every case at every ε (``CheckSkipped`` for an exempt protocol): the audited reports
+    pass the protocol's checks, the audit's ε is what the plan charges the participant in that
+    round (the ledger), its lower bound stays at or below that ε, and a tight case's upper bound
+    reaches it (the audit has the power to see a leak)."""
     cases = client_audits(protocol, audits)
     if cases is None:
-        return f"exempt: {AUDIT_EXEMPT.get(protocol.name, 'central trust: no local claim')}"
+        raise CheckSkipped(
+            f"exempt: {AUDIT_EXEMPT.get(protocol.name, 'central trust: no local claim')}"
+        )
     worst = 0.0
     for case in cases:
         for eps in epsilons:
