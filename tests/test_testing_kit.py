@@ -291,6 +291,28 @@ def test_each_check_fails_a_protocol_that_breaks_it(
     assert reason in report[check].reason, str(report)
 
 
+class Crashing(LeakyClippedLaplace):
+    def aggregate(
+        self,
+        params: BaselineParams,
+        plan: Plan,
+        round_index: int,
+        broadcast: JSON,
+        chunks: Iterable[ReportChunk],
+    ) -> JSON:
+        raise ZeroDivisionError("a bug")
+
+
+def test_a_run_that_crashes_fails_every_check_that_needs_it_and_the_audit_still_runs() -> None:
+    report = check_protocol(Crashing(), population=SINGLE, http=False)
+    needs_run = [c for c in IN_PROCESS if c != "privacy-audit"]
+    assert [f.name for f in report.failures] == [
+        c for c in CHECKS if c in {*needs_run, "privacy-audit"}
+    ]
+    assert all("ZeroDivisionError: a bug" in report[c].reason for c in needs_run)
+    assert "beyond the charged ε" in report["privacy-audit"].reason  # it leaks too
+
+
 def test_unknown_checks_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown checks"):
         check_protocol(CATALOGUE["user-mean"], population=SINGLE, only=["speed"])

@@ -89,29 +89,33 @@ def check_protocol(
     )
     raw = fill_from_population(protocol, dict(params or {}), pop)
     results: list[CheckResult] = []
+    subject: Subject | None = None
+    broken = ""  # why the in-process run fails: every check but the privacy audit needs it
     try:
         run = simulate_subject(protocol, raw, pop, pop.seed)
-    except Exception as exc:  # nothing else can run: every check fails with the reason
-        reason = f"the in-process run fails: {type(exc).__name__}: {exc}"
-        return _done(
-            KitReport(protocol.name, tuple(CheckResult(n, "failed", reason) for n in wanted)),
-            strict,
-        )
-    subject = Subject(protocol, raw, protocol.parse_params(raw), pop, pop.seed, run)
+        subject = Subject(protocol, raw, protocol.parse_params(raw), pop, pop.seed, run)
+    except Exception as exc:  # the protocol's own error is the finding
+        broken = f"the in-process run fails: {type(exc).__name__}: {exc}"
     own: KitServer | None = None
+
+    def ran() -> Subject:
+        if subject is None:
+            raise CheckFailed(broken)
+        return subject
+
     checks: dict[str, Callable[[], str]] = {
-        "same-seed": lambda: check_same_seed(subject),
-        "http-per-user": lambda: check_http(subject, url(), None),
-        "http-batch": lambda: check_http(subject, url(), HTTP_BATCH),
+        "same-seed": lambda: check_same_seed(ran()),
+        "http-per-user": lambda: check_http(ran(), url(), None),
+        "http-batch": lambda: check_http(ran(), url(), HTTP_BATCH),
         "privacy-audit": lambda: check_privacy(
             protocol, audits, epsilons, draws=draws, seed=seed, confidence=confidence
         ),
-        "ledger": lambda: check_ledger(subject),
-        "report-checks": lambda: check_reports(subject),
-        "chunking": lambda: check_chunking(subject),
-        "create-refusals": lambda: check_create(subject, list(invalid_params)),
-        "pickle": lambda: check_pickle(subject),
-        "describe": lambda: check_describe(subject),
+        "ledger": lambda: check_ledger(ran()),
+        "report-checks": lambda: check_reports(ran()),
+        "chunking": lambda: check_chunking(ran()),
+        "create-refusals": lambda: check_create(ran(), list(invalid_params)),
+        "pickle": lambda: check_pickle(ran()),
+        "describe": lambda: check_describe(ran()),
     }
 
     def url() -> str:
