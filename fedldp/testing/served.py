@@ -114,16 +114,11 @@ def _outside(schema: Mapping[str, Any]) -> list[Any]:
     alternative the field has)."""
     out: list[Any] = []
     for alternative in schema.get("anyOf", [schema]):
-        kind = alternative.get("type")
-        step: float = 1 if kind == "integer" else 0.0
+        integer = alternative.get("type") == "integer"
         for key, sign in (("minimum", -1), ("maximum", 1)):
             if key in alternative:
                 bound = alternative[key]
-                out.append(
-                    bound + sign * step
-                    if kind == "integer"
-                    else math.nextafter(bound, sign * math.inf)
-                )
+                out.append(bound + sign if integer else math.nextafter(bound, sign * math.inf))
         for key in ("exclusiveMinimum", "exclusiveMaximum"):
             if key in alternative:
                 out.append(alternative[key])
