@@ -31,6 +31,9 @@ one_blas_thread()
 settings.register_profile("fedldp", deadline=None)
 settings.load_profile("fedldp")
 
+# the conformance kit's fixtures (also an installed fedldp's pytest11 entry point, of the same name)
+pytest_plugins = ["fedldp.testing.plugin"]
+
 HEAVY_MARKERS = ("slow", "e2e", "fuzz")
 
 

@@ -306,3 +306,15 @@ def test_walker_sees_forbidden_edges(tmp_path: Path) -> None:
     assert subpackage("fedldp.protocol.core.wire") == "core"
     assert subpackage("fedldp.protocol.core") == "core"
     assert subpackage("fedldp.protocol.catalogue") is None
+
+
+def test_nothing_of_the_package_imports_the_conformance_kit() -> None:
+    """``fedldp.testing`` sits above the client and the server (it drives both); none of the
+    three parts imports it."""
+    offenders = [
+        str(p.relative_to(ROOT))
+        for part in PARTS
+        for p in modules(part)
+        if any(n.startswith("fedldp.testing") for n in imported_names(p))
+    ]
+    assert not offenders, f"these import fedldp.testing: {offenders}"

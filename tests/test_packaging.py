@@ -59,7 +59,14 @@ def test_wheel_holds_only_the_fedldp_namespace(wheel: Path) -> None:
         for part in ("protocol", "client", "server")
         for path in (ROOT / part).rglob("*.py")
     }
+    sources |= {
+        f"fedldp/testing/{path.name}" for path in (ROOT / "fedldp" / "testing").glob("*.py")
+    }
     assert sources - set(names) == set(), "modules missing from the wheel (pyproject packages)"
+    # the conformance kit's pytest plugin, under its module's name
+    (points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(points).decode()
+    assert "[pytest11]\nfedldp.testing.plugin = fedldp.testing.plugin" in text, text
     assert "fedldp/py.typed" in names
     assert "fedldp/server/store/migrations/script.py.mako" in names
     static = {
