@@ -14,8 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from fedldp.protocol.core.base.protocol import Protocol
-from fedldp.protocol.core.base.records import JSON, BoolArray, FloatArray
+from fedldp.protocol.api import JSON, BoolArray, FloatArray, Protocol
 from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.semi_feature.common import (
     MAX_DIMENSION,

@@ -22,13 +22,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 from pydantic import Field
 
-from fedldp.protocol.core.base.protocol import Predictor, Protocol
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     DataKind,
     FloatArray,
     IntArray,
     Plan,
+    Predictor,
+    Protocol,
     Result,
     UserData,
 )

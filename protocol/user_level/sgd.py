@@ -18,12 +18,12 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from fedldp.protocol.core.base.protocol import Protocol
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     DataKind,
     FloatArray,
     Plan,
+    Protocol,
     ReportChunk,
     Result,
     UserData,
