@@ -17,12 +17,15 @@ sometimes took longer than 200 ms for one example and failed a correct test.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.threads import one_blas_thread
+from tests.plugins import Plugins, plugins_fixture
 
 # as every process fedldp starts does (the e2e tests' servers and swarms among them): the same BLAS
 # thread count in the tests' own process, so in-process sums are summed as theirs are
@@ -41,3 +44,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if any(item.get_closest_marker(name) is not None for name in HEAVY_MARKERS)
     )
     items.sort(key=lambda item: -heavy[item.path])
+
+
+@pytest.fixture
+def plugins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Plugins]:
+    """Plugin distributions installed for one test (tests/plugins.py); the catalogue is back to
+    what this installation declares afterwards."""
+    yield plugins_fixture(monkeypatch, tmp_path)
+    monkeypatch.undo()
+    CATALOGUE.reload()
