@@ -38,6 +38,7 @@ __all__ = [
     "local_protocol",
     "refuse_late_joiners",
     "start",
+    "study_protocol",
 ]
 
 ENROLL_CHUNK = 10_000
@@ -55,6 +56,26 @@ def local_protocol(name: str) -> Protocol[Any]:
     if protocol is None:
         raise SwarmError(
             "unknown_protocol", f"the server runs {name!r}, which this client does not know"
+        )
+    return protocol
+
+
+def study_protocol(study: StudyView) -> Protocol[Any]:
+    """The local protocol of ``study``: SwarmError ``unknown_protocol`` if this client does not
+    know it, ``protocol_version_mismatch`` if its code here has another origin or version than
+    the one the study was created with (``StudyView.protocol_origin``/``protocol_version``;
+    a study that recorded none is not checked): a swarm never privatizes with other code than
+    the server aggregates with."""
+    protocol = local_protocol(study.protocol)
+    if study.protocol_version is None:
+        return protocol
+    here = CATALOGUE.origin(study.protocol)
+    if (study.protocol_origin, study.protocol_version) != (here.package, here.version):
+        raise SwarmError(
+            "protocol_version_mismatch",
+            f"study {study.id} runs {study.protocol} of {study.protocol_origin} "
+            f"{study.protocol_version}, and this client has {study.protocol} of "
+            f"{here.package} {here.version}: install the study's version beside the swarm",
         )
     return protocol
 
