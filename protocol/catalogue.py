@@ -168,6 +168,7 @@ class Catalogue(MutableMapping[str, Protocol[Any]]):
         self._protocols: dict[str, Protocol[Any]] | None = None
         self._origins: dict[str, Origin] = {}
         self._broken: list[BrokenPlugin] = []
+        self._generation = 0
 
     def _loaded(self) -> dict[str, Protocol[Any]]:
         protocols = self._protocols
@@ -210,6 +211,7 @@ class Catalogue(MutableMapping[str, Protocol[Any]]):
                     continue
                 broken.append(BrokenPlugin(name, origin.package, origin.version, error))
         self._origins, self._broken = origins, broken
+        self._generation += 1
         return protocols
 
     def reload(self) -> None:
@@ -217,6 +219,13 @@ class Catalogue(MutableMapping[str, Protocol[Any]]):
         ``plugin_entry_points`` again (tests that install or fake a plugin)."""
         with self._lock:
             self._protocols = None
+
+    @property
+    def generation(self) -> int:
+        """A number that changes whenever what the catalogue holds may have changed (a load,
+        an entry set or deleted): the key of anything computed from it and cached."""
+        self._loaded()
+        return self._generation
 
     @property
     def broken(self) -> tuple[BrokenPlugin, ...]:
@@ -236,10 +245,12 @@ class Catalogue(MutableMapping[str, Protocol[Any]]):
     def __setitem__(self, name: str, protocol: Protocol[Any]) -> None:
         self._loaded()[name] = protocol
         self._origins.pop(name, None)  # an in-process protocol now
+        self._generation += 1
 
     def __delitem__(self, name: str) -> None:
         del self._loaded()[name]
         self._origins.pop(name, None)
+        self._generation += 1
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._loaded())

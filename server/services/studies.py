@@ -126,19 +126,22 @@ def _mismatch(ctx: Context, name: str, mine: dict[str, Any]) -> None:
 def catalogue(ctx: Context, epsilon: float) -> ProtocolList:
     """The protocols this server offers, at ``epsilon``, and the installed plugins it cannot
     serve (``CATALOGUE.broken``)."""
-    return _catalogue(ctx.offered, epsilon)
+    return _catalogue(ctx.offered, epsilon, CATALOGUE.generation)
 
 
 @functools.lru_cache(maxsize=64)
-def _catalogue(offered: tuple[str, ...], epsilon: float) -> ProtocolList:
+def _catalogue(offered: tuple[str, ...], epsilon: float, generation: int) -> ProtocolList:
     """The catalogue of ``offered`` at ``epsilon`` (each minimum population is searched once
-    per ε). A plugin whose description raises is listed as broken, not served."""
+    per ε and ``CATALOGUE.generation``). A plugin whose description raises is listed as
+    broken, not served."""
     protocols: list[ProtocolInfo] = []
     broken = [
         BrokenProtocol(name=b.name, package=b.package, version=b.version, error=b.error)
         for b in CATALOGUE.broken
     ]
     for name in offered:
+        if name not in CATALOGUE:  # gone since the server started (only tests reload it)
+            continue
         origin = CATALOGUE.origin(name)
         try:
             described = CATALOGUE[name].describe(epsilon)
@@ -176,7 +179,7 @@ def _check_target(protocol: Protocol[Any], params: Params, body: StudyCreate) ->
 def create(ctx: Context, body: StudyCreate) -> StudyView:
     """A new study of an offered protocol, recording its origin (UnknownProtocol for another
     name, InvalidParams, PopulationTooSmall; StudyExists or StudyMismatch for a taken name)."""
-    if body.protocol not in ctx.offered:
+    if body.protocol not in ctx.offered or body.protocol not in CATALOGUE:
         raise UnknownProtocol(
             f"no protocol {body.protocol!r} on this server; it offers {', '.join(ctx.offered)}"
         )

@@ -153,3 +153,17 @@ def test_a_pip_installed_distribution_shows_in_fedldp_protocols(tmp_path: Path) 
     assert served["plug-mean"]["origin_version"] == "0.4.2"
     assert served["user-mean"]["origin"] == "built-in"
     assert listed["broken"] == []
+
+
+def test_the_generation_changes_with_what_the_catalogue_holds(plugins: Plugins) -> None:
+    """What is cached from the catalogue (the server's listing) is keyed by it."""
+    before = CATALOGUE.generation
+    assert CATALOGUE.generation == before  # reading changes nothing
+    plugins.install("fedldp-plug", "1.2.3", {"plug-mean": f"{PLUGIN}:PluginMean"})
+    loaded = CATALOGUE.generation
+    assert loaded != before
+    CATALOGUE["plug-other"] = PROTOCOL
+    assert CATALOGUE.generation != loaded
+    assert CATALOGUE.origin("plug-other") == Origin("in-process", FEDLDP_VERSION)
+    del CATALOGUE["plug-other"]
+    assert "plug-other" not in CATALOGUE

@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ from fastapi import FastAPI
 
 from fedldp.protocol.catalogue import FEDLDP_VERSION
 from fedldp.protocol.core.wire import Enrollment, ProtocolList, ResultView, StudyView
+from fedldp.server.__main__ import main as server_main
 from fedldp.server.errors import ProtocolVersionMismatch, UnknownProtocol
 from fedldp.server.services.rounds import close_round
 from fedldp.server.settings import Settings
@@ -172,8 +174,9 @@ def reports(people: list[Enrollment], payloads: list[float]) -> dict[str, Any]:
 async def test_a_restarted_server_with_another_version_refuses_a_running_study(
     plug: Plugins, settings: Settings
 ) -> None:
-    """Reports and the closing of a round go through the plan, which a server does not make for
-    a study of other code: the round stays open for a server with the study's version."""
+    """Tasks, reports and the closing of a round go through the plan, which a server does not
+    make for a study of other code: the round stays open for a server with the study's
+    version."""
     async with serving(settings) as (_, client):
         study = await create_study(client, "plug-mean", round_deadline_s=2.0, quorum=0.5)
         people = await enroll(client, study.id, [1.0, 1.0])
@@ -190,6 +193,11 @@ async def test_a_restarted_server_with_another_version_refuses_a_running_study(
         )
         body = expect_error(response, 409, "protocol_version_mismatch")
         assert "1.2.3" in body.detail
+        task = await client.get(
+            f"/v1/studies/{study.id}/participants/1/task",
+            headers={"Authorization": f"Bearer {people[1].token}"},
+        )
+        expect_error(task, 409, "protocol_version_mismatch")
         assert deadline is not None
         # past the round's deadline, with its quorum met: the round is due to close
         await asyncio.sleep(max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + 0.05)
@@ -206,3 +214,18 @@ async def test_a_restarted_server_with_another_version_refuses_a_running_study(
         )
         assert result.phase == "finished"
         assert result.estimate == 0.5  # the one report stored: aggregated by the study's code
+
+
+def test_python_m_fedldp_server_with_a_protocol_not_installed_stops_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before any database or worker: ``error: unknown_protocol: …`` and exit status 1."""
+    database = tmp_path / "never.db"
+    monkeypatch.setenv("FEDLDP_DATABASE_URL", f"sqlite:///{database}")
+    with pytest.raises(SystemExit) as stopped:
+        server_main(["--protocols", "user-mean,plug-missing", "--port", "0"])
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown_protocol: ")
+    assert "plug-missing" in err
+    assert not database.exists()
