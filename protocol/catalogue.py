@@ -53,6 +53,7 @@ __all__ = [
     "Origin",
     "get_audit",
     "get_protocol",
+    "origin_mismatch",
     "plugin_entry_points",
 ]
 
@@ -274,6 +275,22 @@ def get_protocol(name: str) -> Protocol[Any]:
             f"; {b.package} {b.version}: {b.error}" for b in CATALOGUE.broken if b.name == name
         )
         raise ValueError(f"unknown protocol {name!r}{why}; known protocols: {known}") from None
+
+
+def origin_mismatch(name: str, package: str | None, version: str | None, here: str) -> str | None:
+    """Why the code of protocol ``name`` installed in this process (``here``: "this server",
+    "this client") may not run a study created with its code of ``package`` ``version``, naming
+    both; None when it may: the same origin, a study that recorded none (made before origins
+    were), or a protocol not installed here (its lookup says so)."""
+    if version is None or name not in CATALOGUE:
+        return None
+    mine = CATALOGUE.origin(name)
+    if (package, version) == (mine.package, mine.version):
+        return None
+    return (
+        f"it runs {name} of {package} {version}, and {here} has {name} of {mine.package} "
+        f"{mine.version}: install the study's version (or use one that has it)"
+    )
 
 
 AUDITS: dict[str, AuditCase] = {c.name: c for c in (*user_level_audit.AUDITS, *hetero_audit.AUDITS)}

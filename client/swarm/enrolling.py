@@ -16,7 +16,7 @@ from fedldp.client.api.errors import SwarmError
 from fedldp.client.population.build import AnyPopulation
 from fedldp.client.swarm.progress import SwarmProgress
 from fedldp.client.swarm.roster import Roster
-from fedldp.protocol.catalogue import CATALOGUE
+from fedldp.protocol.catalogue import CATALOGUE, origin_mismatch
 from fedldp.protocol.core.base.protocol import Protocol
 from fedldp.protocol.core.base.records import IntArray, jsonable
 from fedldp.protocol.core.wire import (
@@ -67,16 +67,11 @@ def study_protocol(study: StudyView) -> Protocol[Any]:
     a study that recorded none is not checked): a swarm never privatizes with other code than
     the server aggregates with."""
     protocol = local_protocol(study.protocol)
-    if study.protocol_version is None:
-        return protocol
-    here = CATALOGUE.origin(study.protocol)
-    if (study.protocol_origin, study.protocol_version) != (here.package, here.version):
-        raise SwarmError(
-            "protocol_version_mismatch",
-            f"study {study.id} runs {study.protocol} of {study.protocol_origin} "
-            f"{study.protocol_version}, and this client has {study.protocol} of "
-            f"{here.package} {here.version}: install the study's version beside the swarm",
-        )
+    reason = origin_mismatch(
+        study.protocol, study.protocol_origin, study.protocol_version, "this client"
+    )
+    if reason is not None:
+        raise SwarmError("protocol_version_mismatch", f"study {study.id}: {reason}")
     return protocol
 
 

@@ -12,7 +12,7 @@ different code.
 
 from __future__ import annotations
 
-from fedldp.protocol.catalogue import CATALOGUE
+from fedldp.protocol.catalogue import CATALOGUE, origin_mismatch
 from fedldp.server.errors import ProtocolVersionMismatch, UnknownProtocol
 from fedldp.server.settings import Settings
 from fedldp.server.store.tables import StudyRow
@@ -42,20 +42,12 @@ def offered_protocols(settings: Settings) -> tuple[str, ...]:
 
 
 def version_mismatch(study: StudyRow) -> str | None:
-    """Why this server may not run ``study``'s protocol code (None when it may): the study
-    recorded an origin other than the installed protocol's. Studies that recorded none (made
-    before origins were) and protocols not installed at all (the plan says so) pass."""
-    if study.protocol_version is None or study.protocol not in CATALOGUE:
-        return None
-    here = CATALOGUE.origin(study.protocol)
-    if (study.protocol_origin, study.protocol_version) == (here.package, here.version):
-        return None
-    return (
-        f"study {study.id} runs {study.protocol} of {study.protocol_origin} "
-        f"{study.protocol_version}, and this server has {study.protocol} of {here.package} "
-        f"{here.version}: install the study's version beside the server (or run it on a server "
-        "that has it)"
+    """Why this server may not run ``study``'s protocol code (None when it may:
+    ``fedldp.protocol.catalogue.origin_mismatch``)."""
+    reason = origin_mismatch(
+        study.protocol, study.protocol_origin, study.protocol_version, "this server"
     )
+    return None if reason is None else f"study {study.id}: {reason}"
 
 
 def check_version(study: StudyRow) -> None:
