@@ -48,6 +48,8 @@ __all__ = [
     "CLIENT_AUDITS",
     "ENTRY_POINT_GROUP",
     "FEDLDP_VERSION",
+    "MAX_NAME",
+    "MAX_PACKAGE",
     "BrokenPlugin",
     "Catalogue",
     "Origin",
@@ -118,11 +120,17 @@ def plugin_entry_points() -> Iterable[importlib.metadata.EntryPoint]:
     return importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
 
 
+MAX_NAME = 64
+"""The longest protocol name, and origin version, a study can record (the server's columns)."""
+MAX_PACKAGE = 200
+"""The longest distribution name a study can record as its protocol's origin."""
+
+
 def _origin_of(entry: importlib.metadata.EntryPoint) -> Origin:
     dist = entry.dist
-    if dist is None:  # an entry point built by hand, outside any distribution
-        return Origin(f"unknown distribution of {entry.value}", "0+unknown")
-    return Origin(dist.name, dist.version)
+    if dist is None or not dist.name:  # an entry point outside any (well-formed) distribution
+        return Origin(f"unknown distribution of {entry.value}"[:MAX_PACKAGE], "0+unknown")
+    return Origin(dist.name, dist.version or "0+unknown")
 
 
 def _what_is_wrong(entry_name: str, protocol: Protocol[Any]) -> str | None:
@@ -135,6 +143,8 @@ def _what_is_wrong(entry_name: str, protocol: Protocol[Any]) -> str | None:
         return f"{kind}.params_model is not a Params subclass"
     if protocol.name != entry_name:
         return f"the entry point {entry_name!r} names a protocol called {protocol.name!r}"
+    if len(entry_name) > MAX_NAME:
+        return f"its name is longer than {MAX_NAME} characters"
     return None
 
 
@@ -191,6 +201,8 @@ class Catalogue(MutableMapping[str, Protocol[Any]]):
                 loaded: Protocol[Any] | str = _load(entry)
             except ValueError as exc:
                 loaded = str(exc)
+            if len(origin.package) > MAX_PACKAGE or len(origin.version) > MAX_NAME:
+                loaded = "its distribution's name or version is too long for a study to record"
             plugins.setdefault(entry.name, []).append((origin, loaded))
         for name, candidates in plugins.items():
             for origin, loaded in candidates:

@@ -104,9 +104,10 @@ def shred_ended(ctx: Context) -> int:
 
 def _crash(exc: Exception) -> str:
     """What a protocol step that raised something other than ValueError (a bug) is reported as;
-    database errors and a missing study key are re-raised: they are not the study's fault (a
-    replica whose FEDLDP_KEY_DIR is not the study's must not fail it for every replica), and
-    the round stays open for a sweep that has the key."""
+    database errors, a missing study key and another version of the study's protocol code are
+    re-raised: they are not the study's fault (a replica whose FEDLDP_KEY_DIR, or installation,
+    is not the study's must not fail it for every replica), and the round stays open for a
+    sweep that has the key and the study's code."""
     if isinstance(exc, SQLAlchemyError | KeyMissing | ProtocolVersionMismatch):
         raise exc
     return f"{type(exc).__name__}: {exc}"

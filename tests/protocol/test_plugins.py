@@ -21,6 +21,7 @@ from fedldp.protocol.catalogue import (
     BUILT_IN,
     CATALOGUE,
     FEDLDP_VERSION,
+    MAX_NAME,
     Origin,
     get_protocol,
 )
@@ -167,3 +168,21 @@ def test_the_generation_changes_with_what_the_catalogue_holds(plugins: Plugins) 
     assert CATALOGUE.origin("plug-other") == Origin("in-process", FEDLDP_VERSION)
     del CATALOGUE["plug-other"]
     assert "plug-other" not in CATALOGUE
+
+
+def test_a_name_too_long_for_a_study_to_record_is_broken(
+    plugins: Plugins, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    long_name = "p" * (MAX_NAME + 1)
+    (tmp_path / "long_plugin.py").write_text(
+        f"from {PLUGIN} import PluginMean\n\n\nclass Long(PluginMean):\n    name = {long_name!r}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins.install("fedldp-long", "1", {long_name: "long_plugin:Long"})
+    assert long_name not in CATALOGUE
+    (broken,) = CATALOGUE.broken
+    assert f"longer than {MAX_NAME}" in broken.error
+    plugins.install("fedldp-long", "1" * (MAX_NAME + 1), {"plug-mean": f"{PLUGIN}:PluginMean"})
+    assert "plug-mean" not in CATALOGUE
+    (broken,) = CATALOGUE.broken
+    assert "too long" in broken.error
