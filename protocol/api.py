@@ -36,7 +36,8 @@ central).
 
 **Mechanisms**: the randomizers with their theory (``randomized_response``, ``laplace``,
 ``duchi_report``, ``one_bit_report``, ``jl_report``, … with keep probabilities, debiasing factors,
-variances: convention 8 of docs/architecture.md; ``JL_MAX_ENTRIES`` bounds a JL report's size),
+variances: convention 8 of docs/architecture.md; ``JL_MAX_ENTRIES`` bounds the JL sign matrix,
+m·d),
 the central noise calibrations (``gaussian_coefficient``, ``calibrated_alpha``, ``Calibration``,
 …; ``ONE_D_EPSILON_CAP`` and ``MULTI_D_EPSILON_CAP`` cap their ε), the per-user random streams
 (``UserStreams``, ``stream_key``, ``StreamKey``, ``RandomSource``: participant i's randomness is

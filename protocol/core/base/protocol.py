@@ -251,8 +251,8 @@ class Protocol(ABC, Generic[ParamsT]):
         and user u's from its own row (``UserStreams``: the first axis of every draw is the
         user axis), so a user's report depends only on its data, ε, group, the task and its own
         stream, never on who else is in the block. It must satisfy ε-LDP for each user at the
-        ε it is charged (the privacy audit checks it). ``ValueError`` for data outside the
-        declared domain (the client refuses to run rather than send a wrong report)."""
+        ε it is charged (the privacy audit checks it). ``ValueError`` for data it cannot
+        privatize (outside the declared domain), never a report computed from it."""
 
     def check(
         self, params: ParamsT, task: RoundTask, epsilon: FloatArray, payloads: FloatArray
