@@ -10,7 +10,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,7 +18,6 @@ from fastapi import FastAPI
 
 from fedldp.protocol.catalogue import FEDLDP_VERSION
 from fedldp.protocol.core.wire import Enrollment, ProtocolList, ResultView, StudyView
-from fedldp.server.__main__ import main as server_main
 from fedldp.server.errors import ProtocolVersionMismatch, UnknownProtocol
 from fedldp.server.services.rounds import close_round
 from fedldp.server.settings import Settings
@@ -214,18 +212,3 @@ async def test_a_restarted_server_with_another_version_refuses_a_running_study(
         )
         assert result.phase == "finished"
         assert result.estimate == 0.5  # the one report stored: aggregated by the study's code
-
-
-def test_python_m_fedldp_server_with_a_protocol_not_installed_stops_at_once(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Before any database or worker: ``error: unknown_protocol: …`` and exit status 1."""
-    database = tmp_path / "never.db"
-    monkeypatch.setenv("FEDLDP_DATABASE_URL", f"sqlite:///{database}")
-    with pytest.raises(SystemExit) as stopped:
-        server_main(["--protocols", "user-mean,plug-missing", "--port", "0"])
-    assert stopped.value.code == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error: unknown_protocol: ")
-    assert "plug-missing" in err
-    assert not database.exists()
