@@ -4,7 +4,8 @@ The package's three parts live in ``fedldp.protocol`` (pure math and the wire sc
 ``fedldp.client`` (populations, the in-process simulator, the HTTP swarm, the command line) and
 ``fedldp.server`` (the FastAPI aggregation server). A script needs only these names:
 
-* ``get_protocol(name)`` and ``CATALOGUE``: the protocols by name (``fedldp protocols`` lists them);
+* ``get_protocol(name)`` and ``CATALOGUE``: the protocols by name, built-in and installed plugins'
+  (``fedldp protocols`` lists them; a plugin is written against ``fedldp.protocol.api``);
 * ``PopulationSpec`` and ``build_population(spec, seed)``: who the simulated users are;
 * ``simulate(protocol, params, population, seed)``: one run in process, vectorised;
 * ``run_swarm`` (a coroutine) and ``run_swarm_sync``: the same population against a server over

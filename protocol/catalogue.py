@@ -1,11 +1,34 @@
-"""The protocol catalogue: every protocol the server and the simulator can run, by name."""
+"""The protocol catalogue: every protocol the server, the simulator, the swarm, experiments and
+Dask workers can run, by name: the built-in families' and the installed plugins'.
+
+A plugin is an installed distribution that declares an entry point in the group
+``fedldp.protocols`` (its ``pyproject.toml``)::
+
+    [project.entry-points."fedldp.protocols"]
+    my-mean = "my_package.protocols:MyMean"
+
+naming a ``Protocol`` subclass (instantiated without arguments) or instance whose ``name`` is the
+entry point's name, written against ``fedldp.protocol.api``. ``CATALOGUE`` loads the plugins on
+first access, once per process (``importlib.metadata.entry_points``: nothing is ever loaded from
+a request), beside the built-in protocols. A plugin that fails to import, whose object is not a
+protocol, or whose name clashes with a built-in protocol (the built-in wins) or with another
+plugin's (neither is kept: which one ran would depend on the installation) is not served; it is
+listed by ``CATALOGUE.broken`` with the reason, naming both packages of a clash, and never keeps
+the others from loading. Each protocol has an ``Origin``: ``built-in`` with fedldp's version, or
+its distribution's name and version; a study records it and a swarm whose protocol comes from
+another version is refused (README "Bring your own protocol").
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
+import threading
+from collections.abc import Iterable, Iterator, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 from fedldp.protocol.central import protocols as central
-from fedldp.protocol.core.base.protocol import Protocol
+from fedldp.protocol.core.base.protocol import Params, Protocol
 from fedldp.protocol.heterogeneous import audit as hetero_audit
 from fedldp.protocol.heterogeneous import frequency as hetero_frequency
 from fedldp.protocol.heterogeneous import means as hetero_means
@@ -20,13 +43,32 @@ from fedldp.protocol.user_level import means as user_level
 __all__ = [
     "AUDITS",
     "AUDIT_EXEMPT",
+    "BUILT_IN",
     "CATALOGUE",
     "CLIENT_AUDITS",
+    "ENTRY_POINT_GROUP",
+    "FEDLDP_VERSION",
+    "MAX_NAME",
+    "MAX_PACKAGE",
+    "BrokenPlugin",
+    "Catalogue",
+    "Origin",
     "get_audit",
     "get_protocol",
+    "origin_mismatch",
+    "plugin_entry_points",
 ]
 
-CATALOGUE: dict[str, Protocol[Any]] = {
+ENTRY_POINT_GROUP = "fedldp.protocols"
+"""The entry-point group a plugin distribution declares its protocols in."""
+
+try:
+    FEDLDP_VERSION = importlib.metadata.version("fedldp")
+except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a source tree, not installed
+    FEDLDP_VERSION = "0+unknown"
+"""The installed fedldp's version: the version of every built-in protocol."""
+
+BUILT_IN: dict[str, Protocol[Any]] = {
     p.name: p
     for p in (
         *user_level.PROTOCOLS,
@@ -42,15 +84,225 @@ CATALOGUE: dict[str, Protocol[Any]] = {
         *hetero_frequency.PROTOCOLS,
     )
 }
+"""The protocols of this repository's families, by name."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a protocol's code comes from: ``package`` is ``built-in`` (this repository's
+    families), a plugin's distribution name, or ``in-process`` (put into the catalogue by the
+    running program, as tests do); ``version`` is fedldp's version for the first and the last,
+    the distribution's for a plugin. A study records it at create; a swarm running the study
+    needs the same."""
+
+    package: str
+    version: str
+
+
+BUILT_IN_ORIGIN = Origin("built-in", FEDLDP_VERSION)
+IN_PROCESS_ORIGIN = Origin("in-process", FEDLDP_VERSION)
+
+
+@dataclass(frozen=True)
+class BrokenPlugin:
+    """A declared plugin protocol that is not served: its entry point's ``name``, its
+    distribution (``package``, ``version``) and why (``error``)."""
+
+    name: str
+    package: str
+    version: str
+    error: str
+
+
+def plugin_entry_points() -> Iterable[importlib.metadata.EntryPoint]:
+    """The entry points of group ``fedldp.protocols`` of every installed distribution: the one
+    place the catalogue asks the installation (tests replace it)."""
+    return importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+
+
+MAX_NAME = 64
+"""The longest protocol name, and origin version, a study can record (the server's columns)."""
+MAX_PACKAGE = 200
+"""The longest distribution name a study can record as its protocol's origin."""
+
+
+def _origin_of(entry: importlib.metadata.EntryPoint) -> Origin:
+    dist = entry.dist
+    if dist is None or not dist.name:  # an entry point outside any (well-formed) distribution
+        return Origin(f"unknown distribution of {entry.value}"[:MAX_PACKAGE], "0+unknown")
+    return Origin(dist.name, dist.version or "0+unknown")
+
+
+def _what_is_wrong(entry_name: str, protocol: Protocol[Any]) -> str | None:
+    """Why a plugin's protocol cannot be served (None when it can)."""
+    kind = type(protocol).__name__
+    for attribute in ("name", "summary", "source", "heterogeneity", "data_kind", "params_model"):
+        if not hasattr(protocol, attribute):
+            return f"{kind} does not set {attribute!r}"
+    if not (isinstance(protocol.params_model, type) and issubclass(protocol.params_model, Params)):
+        return f"{kind}.params_model is not a Params subclass"
+    if protocol.name != entry_name:
+        return f"the entry point {entry_name!r} names a protocol called {protocol.name!r}"
+    if len(entry_name) > MAX_NAME:
+        return f"its name is longer than {MAX_NAME} characters"
+    return None
+
+
+def _load(entry: importlib.metadata.EntryPoint) -> Protocol[Any]:
+    """The protocol an entry point names (a Protocol subclass is instantiated); ValueError with
+    the reason when it cannot be served."""
+    try:
+        obj: object = entry.load()
+        if isinstance(obj, type) and issubclass(obj, Protocol):
+            obj = obj()
+    except Exception as exc:  # a plugin's bug, whatever it is, must not stop the others
+        raise ValueError(f"{entry.value} failed to load: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(obj, Protocol):
+        raise ValueError(
+            f"{entry.value}: {type(obj).__name__} object is not a fedldp.protocol.api.Protocol"
+        )
+    wrong = _what_is_wrong(entry.name, obj)
+    if wrong is not None:
+        raise ValueError(f"{entry.value}: {wrong}")
+    return obj
+
+
+class Catalogue(MutableMapping[str, Protocol[Any]]):
+    """The protocols by name: the built-in ones, and the plugins', loaded on first access
+    (once, thread-safe) through ``plugin_entry_points``. ``origin(name)`` says where each comes
+    from and ``broken`` lists the plugins that are not served. Setting an entry registers a
+    protocol of the running program (``in-process`` origin; tests do, with monkeypatch)."""
+
+    def __init__(self, built_in: dict[str, Protocol[Any]]) -> None:
+        self._built_in = dict(built_in)
+        self._lock = threading.Lock()
+        self._protocols: dict[str, Protocol[Any]] | None = None
+        self._origins: dict[str, Origin] = {}
+        self._broken: list[BrokenPlugin] = []
+        self._generation = 0
+
+    def _loaded(self) -> dict[str, Protocol[Any]]:
+        protocols = self._protocols
+        if protocols is None:
+            with self._lock:
+                if self._protocols is None:
+                    self._protocols = self._discover()
+                protocols = self._protocols
+        return protocols
+
+    def _discover(self) -> dict[str, Protocol[Any]]:
+        protocols = dict(self._built_in)
+        origins = dict.fromkeys(protocols, BUILT_IN_ORIGIN)
+        broken: list[BrokenPlugin] = []
+        plugins: dict[str, list[tuple[Origin, Protocol[Any] | str]]] = {}
+        for entry in sorted(plugin_entry_points(), key=lambda e: (e.name, e.value)):
+            origin = _origin_of(entry)
+            try:
+                loaded: Protocol[Any] | str = _load(entry)
+            except ValueError as exc:
+                loaded = str(exc)
+            if len(origin.package) > MAX_PACKAGE or len(origin.version) > MAX_NAME:
+                loaded = "its distribution's name or version is too long for a study to record"
+            plugins.setdefault(entry.name, []).append((origin, loaded))
+        for name, candidates in plugins.items():
+            for origin, loaded in candidates:
+                others = [o.package for o, _ in candidates if o != origin]
+                if isinstance(loaded, str):
+                    error = loaded
+                elif name in protocols:
+                    error = (
+                        f"protocol {name!r} of {origin.package} clashes with fedldp's built-in "
+                        f"{name!r}: the built-in one is served"
+                    )
+                elif len(candidates) > 1:
+                    error = (
+                        f"protocol {name!r} is declared by {origin.package} and by "
+                        f"{', '.join(others) or 'it again'}: neither is served (uninstall one)"
+                    )
+                else:
+                    protocols[name], origins[name] = loaded, origin
+                    continue
+                broken.append(BrokenPlugin(name, origin.package, origin.version, error))
+        self._origins, self._broken = origins, broken
+        self._generation += 1
+        return protocols
+
+    def reload(self) -> None:
+        """Forget what was loaded (entries set in-process included): the next access asks
+        ``plugin_entry_points`` again (tests that install or fake a plugin)."""
+        with self._lock:
+            self._protocols = None
+
+    @property
+    def generation(self) -> int:
+        """A number that changes whenever what the catalogue holds may have changed (a load,
+        an entry set or deleted): the key of anything computed from it and cached."""
+        self._loaded()
+        return self._generation
+
+    @property
+    def broken(self) -> tuple[BrokenPlugin, ...]:
+        """The declared plugin protocols that are not served, with the reason."""
+        self._loaded()
+        return tuple(self._broken)
+
+    def origin(self, name: str) -> Origin:
+        """Where protocol ``name`` comes from (KeyError for one the catalogue does not hold)."""
+        if name not in self._loaded():
+            raise KeyError(name)
+        return self._origins.get(name, IN_PROCESS_ORIGIN)
+
+    def __getitem__(self, name: str) -> Protocol[Any]:
+        return self._loaded()[name]
+
+    def __setitem__(self, name: str, protocol: Protocol[Any]) -> None:
+        self._loaded()[name] = protocol
+        self._origins.pop(name, None)  # an in-process protocol now
+        self._generation += 1
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded()[name]
+        self._origins.pop(name, None)
+        self._generation += 1
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
+
+
+CATALOGUE = Catalogue(BUILT_IN)
+"""Every protocol this process can run, by name (plugins load on first access)."""
 
 
 def get_protocol(name: str) -> Protocol[Any]:
-    """The protocol called ``name``; ValueError naming the known ones otherwise."""
+    """The protocol called ``name``; ValueError naming the known ones (and, for a broken
+    plugin of that name, why it is not served) otherwise."""
     try:
         return CATALOGUE[name]
     except KeyError:
         known = ", ".join(sorted(CATALOGUE))
-        raise ValueError(f"unknown protocol {name!r}; known protocols: {known}") from None
+        why = "".join(
+            f"; {b.package} {b.version}: {b.error}" for b in CATALOGUE.broken if b.name == name
+        )
+        raise ValueError(f"unknown protocol {name!r}{why}; known protocols: {known}") from None
+
+
+def origin_mismatch(name: str, package: str | None, version: str | None, here: str) -> str | None:
+    """Why the code of protocol ``name`` installed in this process (``here``: "this server",
+    "this client") may not run a study created with its code of ``package`` ``version``, naming
+    both; None when it may: the same origin, a study that recorded none (made before origins
+    were), or a protocol not installed here (its lookup says so)."""
+    if version is None or name not in CATALOGUE:
+        return None
+    mine = CATALOGUE.origin(name)
+    if (package, version) == (mine.package, mine.version):
+        return None
+    return (
+        f"it runs {name} of {package} {version}, and {here} has {name} of {mine.package} "
+        f"{mine.version}: install the study's version (or use one that has it)"
+    )
 
 
 AUDITS: dict[str, AuditCase] = {c.name: c for c in (*user_level_audit.AUDITS, *hetero_audit.AUDITS)}

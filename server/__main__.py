@@ -1,5 +1,6 @@
-"""``python -m fedldp.server [--host H] [--port P] [--workers K]``: run the aggregation server with
-uvicorn (K worker processes behind one supervisor: ``fedldp.server.worker``);
+"""``python -m fedldp.server [--host H] [--port P] [--workers K] [--protocols A,B]``: run the
+aggregation server with uvicorn (K worker processes behind one supervisor:
+``fedldp.server.worker``), offering the protocols named (default: every installed one);
 ``python -m fedldp.server db upgrade|current|history`` shows or upgrades the database's schema
 (``fedldp.server.store.schema_cli``).
 
@@ -7,7 +8,8 @@ Settings come from the environment (``FEDLDP_DATABASE_URL``, ``FEDLDP_ADMIN_KEY`
 ``FEDLDP_LOG_LEVEL``, ``FEDLDP_LOG_FORMAT``, …; see ``fedldp.server.settings``); the flags
 override host and port. On start the server brings the database to the newest schema revision;
 one it cannot upgrade (written by a newer fedldp, or of an unknown schema) stops it with
-``error: <code>: <detail>`` and exit status 1, untouched.
+``error: <code>: <detail>`` and exit status 1, untouched, as does ``--protocols`` naming a
+protocol not installed (``unknown_protocol``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 
 import uvicorn
 
+from fedldp.server.errors import UnknownProtocol
+from fedldp.server.runtime.protocols import offered_protocols
 from fedldp.server.settings import Settings
 from fedldp.server.store.db import Database
 from fedldp.server.store.schema import SchemaError
@@ -45,11 +49,22 @@ def main(argv: list[str] | None = None) -> None:
         help="worker processes (default $FEDLDP_WORKERS or 1); with K > 1 this process "
         "supervises them, and they stop when it does or dies",
     )
+    parser.add_argument(
+        "--protocols",
+        metavar="A,B",
+        help="offer only these protocols, comma-separated (default $FEDLDP_PROTOCOLS, or every "
+        "installed one: fedldp protocols lists them)",
+    )
     add_db_parser(parser.add_subparsers(dest="command", metavar="{db}"))
     args = parser.parse_args(argv)
     if args.command == "db":
         raise SystemExit(run_db(args))
-    given = {"host": args.host, "port": args.port, "workers": args.workers}
+    given = {
+        "host": args.host,
+        "port": args.port,
+        "workers": args.workers,
+        "protocols": args.protocols,
+    }
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
     configure_logging(settings.log_level, settings.log_format)
     common: dict[str, Any] = {
@@ -63,12 +78,13 @@ def main(argv: list[str] | None = None) -> None:
         "http": wire_io.PROTOCOL,  # one send per answer
     }
     try:
+        offered_protocols(settings)  # before any worker starts: a name not installed stops it
         if settings.workers > 1:
             # the schema is brought up to date (or refused) once, here, before any worker starts
             Database(settings).dispose()
         else:
             app = create_app(settings)
-    except SchemaError as exc:
+    except (SchemaError, UnknownProtocol) as exc:
         sys.stderr.write(f"error: {exc.code}: {exc}\n")
         raise SystemExit(1) from None
     if settings.workers > 1:
@@ -81,6 +97,8 @@ def main(argv: list[str] | None = None) -> None:
                 SUPERVISOR_PID: str(os.getpid()),
             }
         )
+        if settings.protocols is not None:
+            os.environ["FEDLDP_PROTOCOLS"] = ",".join(settings.protocols)
         uvicorn.run("fedldp.server.worker:app", factory=True, workers=settings.workers, **common)
         return
     # The long-lived objects made so far (modules, the app) need never be traced again: frozen,

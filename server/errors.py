@@ -35,6 +35,7 @@ __all__ = [
     "PlanInfeasible",
     "PopulationTooSmall",
     "PredictionUnsupported",
+    "ProtocolVersionMismatch",
     "RoundClosed",
     "StudyEnded",
     "StudyExists",
@@ -215,6 +216,13 @@ class EnrollmentClosed(FedldpError):
 
 class LeaseExpired(FedldpError):
     code, status = "lease_expired", 409
+
+
+class ProtocolVersionMismatch(FedldpError):
+    """The study was created with its protocol's code of another origin or version than the
+    one installed here (fedldp.server.runtime.protocols): it is not run with different code."""
+
+    code, status = "protocol_version_mismatch", 409
 
 
 class StudyMismatch(FedldpError):

@@ -4,10 +4,10 @@ env prefix."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["Settings"]
 
@@ -72,6 +72,12 @@ class Settings(BaseSettings):
         "batches) and of predictions; default: each its own cap, derived from its most items "
         "and its largest legitimate item (fedldp.server.web.limits.BATCH_CAPS)",
     )
+    protocols: Annotated[tuple[str, ...] | None, NoDecode] = Field(
+        None,
+        description="the protocols this server offers, comma-separated names (default: every "
+        "installed one, plugins included); creating a study with another is refused "
+        "(unknown_protocol) and GET /v1/protocols lists only these",
+    )
     key_dir: Path | None = Field(
         None,
         description=(
@@ -81,3 +87,13 @@ class Settings(BaseSettings):
             "PostgreSQL, whose replicas must all be given the same (shared) directory"
         ),
     )
+
+    @field_validator("protocols", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        """``FEDLDP_PROTOCOLS=user-mean,hetero-mean-rr`` (spaces around names ignored; empty:
+        every installed protocol)."""
+        if isinstance(value, str):
+            names = tuple(n.strip() for n in value.split(",") if n.strip())
+            return names or None
+        return value

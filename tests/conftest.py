@@ -17,16 +17,28 @@ sometimes took longer than 200 ms for one example and failed a correct test.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from fedldp.protocol import catalogue
+from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.threads import one_blas_thread
+from tests.plugins import Plugins, plugins_fixture
 
 # as every process fedldp starts does (the e2e tests' servers and swarms among them): the same BLAS
 # thread count in the tests' own process, so in-process sums are summed as theirs are
 one_blas_thread()
+
+# Each process of the run reads the installed plugins once, while it collects (xdist starts no test
+# before every worker has collected): the slow test that pip-installs one into this environment
+# for a moment (tests/protocol/test_plugins.py) cannot then leak it into another worker's
+# catalogue, nor can a test that fakes plugins (the ``plugins`` fixture) re-read it afterwards.
+_INSTALLED = tuple(catalogue.plugin_entry_points())
+catalogue.plugin_entry_points = lambda: _INSTALLED
+CATALOGUE.reload()
 
 settings.register_profile("fedldp", deadline=None)
 settings.load_profile("fedldp")
@@ -44,3 +56,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if any(item.get_closest_marker(name) is not None for name in HEAVY_MARKERS)
     )
     items.sort(key=lambda item: -heavy[item.path])
+
+
+@pytest.fixture
+def plugins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Plugins]:
+    """Plugin distributions installed for one test (tests/plugins.py); the catalogue is back to
+    what this installation declares afterwards."""
+    yield plugins_fixture(monkeypatch, tmp_path)
+    monkeypatch.undo()
+    CATALOGUE.reload()

@@ -3,7 +3,8 @@ ast (function-level imports included: an import at call time is still an edge).
 
 * ``fedldp.protocol`` imports only the standard library, numpy, scipy, pydantic and itself.
 * Inside it: ``core`` imports no other part of the protocol package; ``mechanisms`` only ``core``;
-  each paper family (``user_level``, ``heterogeneous``, ``central``, ``semi_feature``) only
+  the extension API (``api``, what a plugin imports) only ``core`` and ``mechanisms``; each paper
+  family (``user_level``, ``heterogeneous``, ``central``, ``semi_feature``) only ``api``,
   ``core``, ``mechanisms`` and itself: no family builds on another today, and a family that comes
   to build on another must be added to ``FAMILY_EXTRA`` here, on purpose. ``catalogue`` imports
   every family.
@@ -34,8 +35,11 @@ FAMILIES = ("user_level", "heterogeneous", "central", "semi_feature")
 ALLOWED_SUBPACKAGES: dict[str, set[str]] = {
     "core": set(),
     "mechanisms": {"core"},
-    **{family: {"core", "mechanisms"} for family in FAMILIES},
+    **{family: {"api", "core", "mechanisms"} for family in FAMILIES},
 }
+API_ALLOWED = {"core", "mechanisms"}
+"""What ``fedldp.protocol.api`` (a module beside the sub-packages) may import: a family imports
+it, so it must import no family (nor the catalogue, which imports them all)."""
 FAMILY_EXTRA: dict[str, set[str]] = {}
 """A family that builds on another names it here (none does)."""
 SERVER_LAYERS = ("web", "services", "runtime", "store")
@@ -139,6 +143,15 @@ def test_protocol_subpackages_import_only_the_layers_below(path: Path) -> None:
         and (subpackage(name) or name.split(".")[2]) not in allowed
     }
     assert not wrong, f"{path.relative_to(ROOT)} ({own}) imports {sorted(wrong)}"
+
+
+def test_the_extension_api_imports_only_core_and_mechanisms() -> None:
+    wrong = {
+        name
+        for name in imported_names(ROOT / "protocol" / "api.py")
+        if name.startswith("fedldp.protocol.") and subpackage(name) not in API_ALLOWED
+    }
+    assert not wrong, f"protocol/api.py imports {sorted(wrong)}"
 
 
 @pytest.mark.parametrize(("part", "other"), [("client", "server"), ("server", "client")])

@@ -57,8 +57,9 @@ class AuthError(ApiError):
 
 class PhaseError(ApiError):
     """The study or round is not in a state that allows the request: study_not_enrolling,
-    study_not_running, round_closed, wrong_round, not_finished, lease_expired, study_mismatch
-    (and the other conflicts listed in ``_FAMILIES``)."""
+    study_not_running, round_closed, wrong_round, not_finished, lease_expired, study_mismatch,
+    protocol_version_mismatch (the study was created with other code of its protocol than the
+    server's) (and the other conflicts listed in ``_FAMILIES``)."""
 
 
 class InvalidRequestError(ApiError):
@@ -113,6 +114,7 @@ _FAMILIES: dict[str, type[ApiError]] = {
             "enrollment_full",
             "lease_expired",
             "study_mismatch",
+            "protocol_version_mismatch",
         ),
         PhaseError,
     ),

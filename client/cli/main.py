@@ -68,15 +68,18 @@ def _value_range(prop: dict[str, Any]) -> str | None:
     return None
 
 
-def protocol_catalogue(epsilon: float = 1.0) -> list[dict[str, Any]]:
-    """Every catalogue protocol with its parameters, their defaults (None when required) and
-    the ranges of the numeric ones, its broadcast fields, and its minimum population at
-    ``epsilon`` (GET /v1/protocols has the parameters' whole JSON schema)."""
+def protocol_catalogue(epsilon: float = 1.0) -> dict[str, list[dict[str, Any]]]:
+    """Every catalogue protocol (``protocols``) with its origin and version, its parameters,
+    their defaults (None when required) and the ranges of the numeric ones, its broadcast
+    fields, and its minimum population at ``epsilon``; and the installed plugins that are not
+    served (``broken``, with the reason), as GET /v1/protocols lists them (which also has the
+    parameters' whole JSON schema)."""
     from fedldp.protocol.catalogue import CATALOGUE
 
     out = []
     for name in sorted(CATALOGUE):
         p = CATALOGUE[name]
+        origin = CATALOGUE.origin(name)
         properties = p.params_model.model_json_schema()["properties"]
         params = []
         for field_name, f in p.params_model.model_fields.items():
@@ -101,9 +104,15 @@ def protocol_catalogue(epsilon: float = 1.0) -> list[dict[str, Any]]:
                 "parameters": params,
                 "broadcast_fields": dict(p.broadcast_fields),
                 "population": p.population(epsilon),
+                "origin": origin.package,
+                "origin_version": origin.version,
             }
         )
-    return out
+    broken = [
+        {"name": b.name, "package": b.package, "version": b.version, "error": b.error}
+        for b in CATALOGUE.broken
+    ]
+    return {"protocols": out, "broken": broken}
 
 
 def _run_protocols(args: argparse.Namespace) -> int:
@@ -129,7 +138,7 @@ def _run_protocols(args: argparse.Namespace) -> int:
             # one parameter a line, never folded mid-name
             min_width=30 if col == "parameters (default, range)" else None,
         )
-    for p in catalogue:
+    for p in catalogue["protocols"]:
         params = "\n".join(
             f"{q['name']}"
             + (" (required)" if q["required"] else f"={json.dumps(q['default'])}")
@@ -144,10 +153,15 @@ def _run_protocols(args: argparse.Namespace) -> int:
             rule = f"depends on {', '.join(population['depends_on'])}: {population['rule']}"
         else:
             rule = population["rule"]
-        table.add_row(
-            p["name"], p["summary"], p["source"], p["trust"], p["heterogeneity"], params, rule
+        name = f"{p['name']}\n({p['origin']} {p['origin_version']})"
+        table.add_row(name, p["summary"], p["source"], p["trust"], p["heterogeneity"], params, rule)
+    console = Console(width=max(200, Console().width))  # seven columns: wide
+    console.print(table)
+    for b in catalogue["broken"]:
+        console.print(
+            f"broken plugin {b['name']} ({b['package']} {b['version']}), not served: {b['error']}",
+            markup=False,
         )
-    Console(width=max(200, Console().width)).print(table)  # seven columns: wide
     return 0
 
 
@@ -155,10 +169,12 @@ def add_protocols_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "protocols",
         help="list the protocol catalogue",
-        description="List every protocol: name, description, source (paper and algorithm), "
+        description="List every protocol: name, origin (built-in, or the plugin distribution "
+        "that declares it) and version, description, source (paper and algorithm), "
         "trust model, how it combines unequal ε's, data kind, its parameters with their "
         "defaults, the fields of its round broadcasts (--json; docs/clients.md), and the "
-        "smallest population it can plan for with every participant at --epsilon.",
+        "smallest population it can plan for with every participant at --epsilon; then the "
+        "installed plugins that are not served, with the reason (--json: 'broken').",
         epilog="examples:\n  fedldp protocols\n  fedldp protocols --epsilon 0.5 --json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -124,6 +124,8 @@ def _run_server(args: argparse.Namespace) -> int:
     command = ["--host", args.host, "--port", str(args.port)]
     if args.workers is not None:
         command += ["--workers", str(args.workers)]
+    if args.protocols is not None:
+        command += ["--protocols", args.protocols]
     return exec_server(command, env)
 
 
@@ -156,6 +158,12 @@ def add_server_parser(subparsers: Subparsers) -> None:
         default=None,
         metavar="KEY",
         help="require this X-Admin-Key for admin requests (default $FEDLDP_ADMIN_KEY)",
+    )
+    parser.add_argument(
+        "--protocols",
+        metavar="A,B",
+        help="offer only these protocols, comma-separated (default $FEDLDP_PROTOCOLS, or every "
+        "installed one, plugins included: fedldp protocols lists them)",
     )
     parser.set_defaults(handler=remote(_run_server))
 

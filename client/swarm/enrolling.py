@@ -16,7 +16,7 @@ from fedldp.client.api.errors import SwarmError
 from fedldp.client.population.build import AnyPopulation
 from fedldp.client.swarm.progress import SwarmProgress
 from fedldp.client.swarm.roster import Roster
-from fedldp.protocol.catalogue import CATALOGUE
+from fedldp.protocol.catalogue import CATALOGUE, origin_mismatch
 from fedldp.protocol.core.base.protocol import Protocol
 from fedldp.protocol.core.base.records import IntArray, jsonable
 from fedldp.protocol.core.wire import (
@@ -38,6 +38,7 @@ __all__ = [
     "local_protocol",
     "refuse_late_joiners",
     "start",
+    "study_protocol",
 ]
 
 ENROLL_CHUNK = 10_000
@@ -56,6 +57,21 @@ def local_protocol(name: str) -> Protocol[Any]:
         raise SwarmError(
             "unknown_protocol", f"the server runs {name!r}, which this client does not know"
         )
+    return protocol
+
+
+def study_protocol(study: StudyView) -> Protocol[Any]:
+    """The local protocol of ``study``: SwarmError ``unknown_protocol`` if this client does not
+    know it, ``protocol_version_mismatch`` if its code here has another origin or version than
+    the one the study was created with (``StudyView.protocol_origin``/``protocol_version``;
+    a study that recorded none is not checked): a swarm never privatizes with other code than
+    the server aggregates with."""
+    protocol = local_protocol(study.protocol)
+    reason = origin_mismatch(
+        study.protocol, study.protocol_origin, study.protocol_version, "this client"
+    )
+    if reason is not None:
+        raise SwarmError("protocol_version_mismatch", f"study {study.id}: {reason}")
     return protocol
 
 

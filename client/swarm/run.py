@@ -58,6 +58,7 @@ from fedldp.client.swarm.enrolling import (
     local_protocol,
     refuse_late_joiners,
     start,
+    study_protocol,
 )
 from fedldp.client.swarm.peruser import HOLDERS
 from fedldp.client.swarm.prefetch import Prefetch
@@ -398,7 +399,7 @@ async def run_swarm(
             else:
                 assert study_id is not None
                 study = await api.study(study_id)
-            protocol = local_protocol(study.protocol)
+            protocol = study_protocol(study)  # the same code as the study's, or refused
             _check_data(protocol, pop)
             prefetch = _prefetch(pop, batch, processes, lease, members)
             if prefetch is not None:  # while the server enrolls them (cancelled at the start)

@@ -9,11 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedldp.protocol.core.base.records import FloatArray, IntArray
-from fedldp.protocol.mechanisms.dp_noise import (
-    as_user_means,
-    check_positive,
-)
+from fedldp.protocol.api import FloatArray, IntArray, as_user_means, check_positive
 
 __all__ = [
     "LATTICE_CANDIDATES",

@@ -30,18 +30,19 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
+from fedldp.protocol.api import (
+    Calibration,
+    FloatArray,
+    IntArray,
+    as_user_means,
+    check_positive,
+    noise_constants,
+)
 from fedldp.protocol.central.distance import (
     delta_cover_1d,
     delta_exact_1d,
     delta_lattice,
     lattice_spacing,
-)
-from fedldp.protocol.core.base.records import FloatArray, IntArray
-from fedldp.protocol.mechanisms.dp_noise import (
-    Calibration,
-    as_user_means,
-    check_positive,
-    noise_constants,
 )
 
 __all__ = [

@@ -24,11 +24,10 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from fedldp.protocol.api import JSON, DataKind, FloatArray, Plan, Protocol
 from fedldp.protocol.central import huber as hb
 from fedldp.protocol.central import wme
 from fedldp.protocol.central.release import CentralParams, CentralProtocol
-from fedldp.protocol.core.base.protocol import Protocol
-from fedldp.protocol.core.base.records import JSON, DataKind, FloatArray, Plan
 from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.mechanisms import dp_noise as dn
 from fedldp.protocol.mechanisms.transforms import next_power_of_two

@@ -43,13 +43,15 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
 
-from fedldp.protocol.core.base.protocol import Params, Protocol
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     BoolArray,
     FloatArray,
     IntArray,
+    Params,
     Plan,
+    Protocol,
+    RandomSource,
     ReportChunk,
     Result,
     RoundPlan,
@@ -60,7 +62,6 @@ from fedldp.protocol.core.base.records import (
     jsonable,
     valid_payloads,
 )
-from fedldp.protocol.core.streams import RandomSource
 
 __all__ = [
     "HETEROGENEITY",

@@ -22,8 +22,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedldp.protocol.core.base.records import FloatArray
-from fedldp.protocol.mechanisms.dp_noise import as_user_means, check_positive, gaussian_coefficient
+from fedldp.protocol.api import FloatArray, as_user_means, check_positive, gaussian_coefficient
 from fedldp.protocol.mechanisms.transforms import fwht, next_power_of_two
 
 __all__ = [

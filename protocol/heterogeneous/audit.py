@@ -33,28 +33,27 @@ from typing import Any
 
 import numpy as np
 
-from fedldp.protocol.core.base.protocol import Protocol
-from fedldp.protocol.core.base.records import FloatArray, UserData
-from fedldp.protocol.heterogeneous.frequency import HeteroFrequency
-from fedldp.protocol.heterogeneous.means import HeteroDuchiMean, HeteroLaplaceMean, HeteroRRMean
-from fedldp.protocol.mechanisms.audit import (
+from fedldp.protocol.api import (
     AuditCase,
     ClientAudit,
     ClientStep,
     Draw,
+    FloatArray,
+    Protocol,
+    UserData,
     client_step,
-    laplace_loss_statistic,
-    one_user,
-    scaled_loss,
-)
-from fedldp.protocol.mechanisms.randomizers import (
     duchi_report,
     jl_report,
     jl_sign,
+    laplace_loss_statistic,
     laplace_mean_report,
     one_bit_report,
+    one_user,
     randomized_response,
+    scaled_loss,
 )
+from fedldp.protocol.heterogeneous.frequency import HeteroFrequency
+from fedldp.protocol.heterogeneous.means import HeteroDuchiMean, HeteroLaplaceMean, HeteroRRMean
 
 __all__ = ["AUDITS", "CLIENT_AUDITS", "DUCHI_DIMENSION", "JL_ITEMS", "JL_ROWS", "JL_SEED"]
 

@@ -26,8 +26,14 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from fedldp.protocol.core.base.records import JSON, FloatArray, check_epsilons
-from fedldp.protocol.mechanisms.randomizers import duchi_radius, laplace_scale, rr_debias
+from fedldp.protocol.api import (
+    JSON,
+    FloatArray,
+    check_epsilons,
+    duchi_radius,
+    laplace_scale,
+    rr_debias,
+)
 
 __all__ = [
     "Accumulator",

@@ -28,15 +28,16 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
 
-from fedldp.protocol.core.base.bounds import EpsilonParam, FailureProbability
-from fedldp.protocol.core.base.protocol import Params, Protocol
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     ErrorBar,
     FloatArray,
     IntArray,
+    Params,
     PayloadKind,
     Plan,
+    Protocol,
+    RandomSource,
     ReportChunk,
     Result,
     RoundPlan,
@@ -44,7 +45,7 @@ from fedldp.protocol.core.base.records import (
     UserData,
     check_epsilons,
 )
-from fedldp.protocol.core.streams import RandomSource
+from fedldp.protocol.core.base.bounds import EpsilonParam, FailureProbability
 from fedldp.protocol.heterogeneous import estimators as est
 
 __all__ = [

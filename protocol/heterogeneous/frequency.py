@@ -16,30 +16,28 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from fedldp.protocol.core.base.protocol import Protocol
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
+    JL_MAX_ENTRIES,
     JSON,
     BoolArray,
     DataKind,
     FloatArray,
     PayloadKind,
     Plan,
+    Protocol,
+    RandomSource,
     ReportChunk,
     RoundTask,
     UserData,
-    valid_payloads,
-)
-from fedldp.protocol.core.broadcast import described
-from fedldp.protocol.core.streams import RandomSource
-from fedldp.protocol.heterogeneous import estimators as est
-from fedldp.protocol.heterogeneous.flow import WEIGHTS_TEXT, HeteroParams, HeteroProtocol
-from fedldp.protocol.mechanisms.randomizers import (
-    JL_MAX_ENTRIES,
     jl_dimension,
     jl_estimate,
     jl_report,
     rr_debias,
+    valid_payloads,
 )
+from fedldp.protocol.core.broadcast import described
+from fedldp.protocol.heterogeneous import estimators as est
+from fedldp.protocol.heterogeneous.flow import WEIGHTS_TEXT, HeteroParams, HeteroProtocol
 
 __all__ = [
     "PROTOCOLS",

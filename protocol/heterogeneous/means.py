@@ -17,9 +17,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from fedldp.protocol.core.base.bounds import Location, Scale, check_range
-from fedldp.protocol.core.base.protocol import Protocol
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     BoolArray,
     DataKind,
@@ -27,27 +25,28 @@ from fedldp.protocol.core.base.records import (
     IntArray,
     PayloadKind,
     Plan,
+    Protocol,
+    RandomSource,
     ReportChunk,
     RoundTask,
     UserData,
+    around,
     check_epsilons,
-    valid_payloads,
-)
-from fedldp.protocol.core.broadcast import described
-from fedldp.protocol.core.streams import RandomSource
-from fedldp.protocol.heterogeneous import estimators as est
-from fedldp.protocol.heterogeneous.flow import WEIGHTS_TEXT, HeteroParams, HeteroProtocol
-from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
-from fedldp.protocol.mechanisms.randomizers import (
     duchi_radius,
     duchi_report,
     from_unit,
     laplace_mean_report,
+    laplace_reach,
     laplace_scale,
     one_bit_report,
     randomized_response,
     rr_debias,
+    valid_payloads,
 )
+from fedldp.protocol.core.base.bounds import Location, Scale, check_range
+from fedldp.protocol.core.broadcast import described
+from fedldp.protocol.heterogeneous import estimators as est
+from fedldp.protocol.heterogeneous.flow import WEIGHTS_TEXT, HeteroParams, HeteroProtocol
 
 __all__ = [
     "PROTOCOLS",

@@ -189,6 +189,8 @@ def laplace_loss_statistic(z: ArrayLike, v_a: ArrayLike, v_b: ArrayLike) -> Floa
 
 
 Draw = Callable[[float, int, np.random.Generator], tuple[FloatArray, FloatArray]]
+"""``draw(epsilon, draws, rng)``: ``draws`` samples of a scalar statistic of a randomizer's
+output at ``epsilon`` on input A, and ``draws`` on input B (``AuditCase``)."""
 
 
 @dataclass(frozen=True)

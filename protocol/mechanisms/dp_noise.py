@@ -49,6 +49,7 @@ Calibration = Literal["dp", "paper-proxy"]
 
 
 def check_positive(value: float, name: str) -> float:
+    """``value`` as a float; ValueError naming ``name`` unless it is finite and > 0."""
     v = float(value)
     if not (math.isfinite(v) and v > 0):
         raise ValueError(f"{name} must be finite and > 0, got {value!r}")
@@ -56,6 +57,7 @@ def check_positive(value: float, name: str) -> float:
 
 
 def check_delta(delta: float) -> float:
+    """``delta`` as a float; ValueError unless it lies in the open interval (0, 1)."""
     v = float(delta)
     if not (math.isfinite(v) and 0 < v < 1):
         raise ValueError(f"delta must lie in (0, 1), got {delta!r}")

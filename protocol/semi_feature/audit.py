@@ -38,11 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from fedldp.protocol.core.base.protocol import Protocol
-from fedldp.protocol.core.base.records import FloatArray, UserData
-from fedldp.protocol.mechanisms.audit import (
+from fedldp.protocol.api import (
     ClientAudit,
     ClientStep,
+    FloatArray,
+    Protocol,
+    UserData,
     client_step,
     laplace_loss_statistic,
     one_user,

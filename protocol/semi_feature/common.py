@@ -20,12 +20,19 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import ConfigDict, Field, model_validator
 
+from fedldp.protocol.api import (
+    BoolArray,
+    FloatArray,
+    Params,
+    RandomSource,
+    UserData,
+    around,
+    check_epsilons,
+    laplace,
+    laplace_reach,
+    laplace_scale,
+)
 from fedldp.protocol.core.base.bounds import Location, check_range
-from fedldp.protocol.core.base.protocol import Params
-from fedldp.protocol.core.base.records import BoolArray, FloatArray, UserData, check_epsilons
-from fedldp.protocol.core.streams import RandomSource
-from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
-from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
 
 __all__ = [
     "MAX_DIMENSION",

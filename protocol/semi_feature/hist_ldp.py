@@ -16,24 +16,27 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import Field, model_validator
 
-from fedldp.protocol.core.base.protocol import Predictor, Protocol
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     DataKind,
     FloatArray,
     IntArray,
     Plan,
+    Predictor,
+    Protocol,
+    RandomSource,
     ReportChunk,
     Result,
     RoundPlan,
     RoundTask,
     UserData,
+    around,
     check_epsilons,
+    laplace,
+    laplace_reach,
+    laplace_scale,
 )
 from fedldp.protocol.core.broadcast import described
-from fedldp.protocol.core.streams import RandomSource
-from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
-from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
 from fedldp.protocol.semi_feature.common import (
     MAX_HIST_CELLS,
     POPULATION_PROBE,

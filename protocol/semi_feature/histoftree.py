@@ -14,9 +14,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field, model_validator
 
+from fedldp.protocol.api import JSON, BoolArray, FloatArray, Protocol
 from fedldp.protocol.core.base.bounds import Scale
-from fedldp.protocol.core.base.protocol import Protocol
-from fedldp.protocol.core.base.records import JSON, BoolArray, FloatArray
 from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.semi_feature.common import (
     MAX_DIMENSION,

@@ -26,25 +26,27 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import Field
 
-from fedldp.protocol.core.base.bounds import SCALE_MAX, SHARE_MIN
-from fedldp.protocol.core.base.protocol import Predictor, Protocol
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     BoolArray,
     DataKind,
     FloatArray,
     IntArray,
     Plan,
+    Predictor,
+    Protocol,
+    RandomSource,
     ReportChunk,
     Result,
     RoundPlan,
     RoundTask,
     UserData,
     check_epsilons,
+    rr_debias,
+    rr_keep_probability,
     valid_payloads,
 )
-from fedldp.protocol.core.streams import RandomSource
-from fedldp.protocol.mechanisms.randomizers import rr_debias, rr_keep_probability
+from fedldp.protocol.core.base.bounds import SCALE_MAX, SHARE_MIN
 from fedldp.protocol.semi_feature.common import (
     MAX_RR_CELLS,
     POPULATION_PROBE,

@@ -23,9 +23,15 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedldp.protocol.core.base.records import JSON, BoolArray, FloatArray, IntArray, check_epsilons
-from fedldp.protocol.core.streams import RandomSource
-from fedldp.protocol.mechanisms.randomizers import rr_keep_probability
+from fedldp.protocol.api import (
+    JSON,
+    BoolArray,
+    FloatArray,
+    IntArray,
+    RandomSource,
+    check_epsilons,
+    rr_keep_probability,
+)
 from fedldp.protocol.semi_feature.trees import MAX_DEPTH, Tree
 
 __all__ = [

@@ -20,8 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import Field
 
-from fedldp.protocol.core.base.protocol import Predictor, Protocol
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     BoolArray,
     DataKind,
@@ -29,6 +28,9 @@ from fedldp.protocol.core.base.records import (
     IntArray,
     PayloadKind,
     Plan,
+    Predictor,
+    Protocol,
+    RandomSource,
     ReportChunk,
     Result,
     RoundPlan,
@@ -38,7 +40,6 @@ from fedldp.protocol.core.base.records import (
     valid_payloads,
 )
 from fedldp.protocol.core.broadcast import described
-from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.core.wire.common import MAX_ID
 from fedldp.protocol.semi_feature.common import (
     POPULATION_PROBE,

@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedldp.protocol.core.base.records import JSON, BoolArray, FloatArray, IntArray
+from fedldp.protocol.api import JSON, BoolArray, FloatArray, IntArray
 
 __all__ = [
     "CART_LEVELS",

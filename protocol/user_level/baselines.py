@@ -14,25 +14,29 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
 
-from fedldp.protocol.core.base.bounds import Level, Scale
-from fedldp.protocol.core.base.protocol import Params, Protocol
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     DataKind,
     FloatArray,
     IntArray,
+    Params,
     Plan,
+    Protocol,
+    RandomSource,
     ReportChunk,
     Result,
     RoundPlan,
     RoundTask,
     UserData,
+    around,
     check_epsilons,
+    laplace,
+    laplace_mean_reach,
+    laplace_reach,
+    laplace_scale,
 )
+from fedldp.protocol.core.base.bounds import Level, Scale
 from fedldp.protocol.core.broadcast import described
-from fedldp.protocol.core.streams import RandomSource
-from fedldp.protocol.mechanisms.plausibility import around, laplace_mean_reach, laplace_reach
-from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
 from fedldp.protocol.user_level.weighting import (
     MAX_SAMPLES_PER_USER,
     clt_error_bar,

@@ -22,17 +22,18 @@ import numpy as np
 from numpy.typing import ArrayLike
 from pydantic import Field, model_validator
 
-from fedldp.protocol.core.base.bounds import SCALE_MIN, Scale
-from fedldp.protocol.core.base.protocol import Predictor, Protocol
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     DataKind,
     FloatArray,
     IntArray,
     Plan,
+    Predictor,
+    Protocol,
     Result,
     UserData,
 )
+from fedldp.protocol.core.base.bounds import SCALE_MIN, Scale
 from fedldp.protocol.mechanisms.transforms import fwht, next_power_of_two
 from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.driver import (

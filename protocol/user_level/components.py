@@ -26,18 +26,18 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     BoolArray,
     ErrorBar,
     FloatArray,
     IntArray,
+    RandomSource,
     ReportChunk,
     check_epsilons,
+    laplace_reach,
+    laplace_scale,
 )
-from fedldp.protocol.core.streams import RandomSource
-from fedldp.protocol.mechanisms.plausibility import laplace_reach
-from fedldp.protocol.mechanisms.randomizers import laplace_scale
 from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.layout import Families, Layout
 

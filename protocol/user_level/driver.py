@@ -19,21 +19,24 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
 
-from fedldp.protocol.core.base.bounds import EpsilonParam, Level
-from fedldp.protocol.core.base.protocol import Params, Protocol, cohort_permutation, split_sizes
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     FloatArray,
     IntArray,
+    Params,
     Plan,
+    Protocol,
+    RandomSource,
     ReportChunk,
     RoundPlan,
     RoundTask,
     UserData,
     check_epsilons,
+    cohort_permutation,
+    split_sizes,
 )
+from fedldp.protocol.core.base.bounds import EpsilonParam, Level
 from fedldp.protocol.core.broadcast import described
-from fedldp.protocol.core.streams import RandomSource
 from fedldp.protocol.mechanisms.transforms import KashinFrame, kashin_frame
 from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts

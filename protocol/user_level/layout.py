@@ -29,8 +29,14 @@ from typing import Literal
 
 import numpy as np
 
-from fedldp.protocol.core.base.protocol import cohort_permutation, split_sizes
-from fedldp.protocol.core.base.records import JSON, FloatArray, IntArray, check_epsilons
+from fedldp.protocol.api import (
+    JSON,
+    FloatArray,
+    IntArray,
+    check_epsilons,
+    cohort_permutation,
+    split_sizes,
+)
 from fedldp.protocol.user_level import two_stage as ts
 
 __all__ = [

@@ -19,24 +19,27 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field, model_validator
 
-from fedldp.protocol.core.base.bounds import MAX_MOMENT_P, Level, Scale
-from fedldp.protocol.core.base.protocol import Params, Protocol, cohort_permutation
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     DataKind,
     FloatArray,
     IntArray,
+    Params,
     Plan,
+    Protocol,
+    RandomSource,
     ReportChunk,
     Result,
     RoundPlan,
     RoundTask,
     UserData,
+    around,
     check_epsilons,
+    cohort_permutation,
+    laplace_reach,
 )
+from fedldp.protocol.core.base.bounds import MAX_MOMENT_P, Level, Scale
 from fedldp.protocol.core.broadcast import described
-from fedldp.protocol.core.streams import RandomSource
-from fedldp.protocol.mechanisms.plausibility import around, laplace_reach
 from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.weighting import (
     MAX_SAMPLES_PER_USER,

@@ -18,9 +18,8 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 from pydantic import Field, model_validator
 
+from fedldp.protocol.api import JSON, DataKind, FloatArray, Plan, Protocol, Result, UserData
 from fedldp.protocol.core.base.bounds import MAX_MOMENT_P, Scale
-from fedldp.protocol.core.base.protocol import Protocol
-from fedldp.protocol.core.base.records import JSON, DataKind, FloatArray, Plan, Result, UserData
 from fedldp.protocol.mechanisms.transforms import KashinFrame, fwht, next_power_of_two
 from fedldp.protocol.user_level import components as comp
 from fedldp.protocol.user_level import two_stage as ts

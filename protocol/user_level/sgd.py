@@ -18,17 +18,17 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from fedldp.protocol.core.base.bounds import Scale
-from fedldp.protocol.core.base.protocol import Protocol
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     DataKind,
     FloatArray,
     Plan,
+    Protocol,
     ReportChunk,
     Result,
     UserData,
 )
+from fedldp.protocol.core.base.bounds import Scale
 from fedldp.protocol.mechanisms.transforms import KashinFrame
 from fedldp.protocol.user_level import two_stage as ts
 from fedldp.protocol.user_level.driver import (

@@ -21,9 +21,15 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedldp.protocol.core.base.records import JSON, FloatArray, IntArray, check_epsilons
-from fedldp.protocol.core.streams import RandomSource
-from fedldp.protocol.mechanisms.randomizers import laplace, laplace_scale
+from fedldp.protocol.api import (
+    JSON,
+    FloatArray,
+    IntArray,
+    RandomSource,
+    check_epsilons,
+    laplace,
+    laplace_scale,
+)
 
 __all__ = [
     "FEASIBLE_SCORE",

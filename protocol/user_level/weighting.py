@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fedldp.protocol.core.base.records import (
+from fedldp.protocol.api import (
     JSON,
     ErrorBar,
     FloatArray,

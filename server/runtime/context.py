@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
+from fedldp.server.errors import UnknownProtocol
 from fedldp.server.runtime.auth import TokenCache
 from fedldp.server.runtime.keys import KeyStore, default_key_dir
 from fedldp.server.runtime.metrics import Metrics
 from fedldp.server.runtime.plans import EnrolledCache, PlanCache
+from fedldp.server.runtime.protocols import offered_protocols
 from fedldp.server.runtime.received import ReceivedCache
 from fedldp.server.runtime.states import StudyStates
 from fedldp.server.settings import Settings
@@ -91,10 +93,18 @@ class Context:
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
     """Each study's token key, once read (it never changes): the single-participant routes
     check a token before they parse the body with no database round trip."""
+    offered: tuple[str, ...] = field(init=False)
+    """The protocols this server offers (``FEDLDP_PROTOCOLS``, else every installed one):
+    ``fedldp.server.runtime.protocols``; a name not installed stops the server at start."""
 
     def __post_init__(self) -> None:
         directory = self.settings.key_dir or default_key_dir(self.settings.database_url)
         self.keys = KeyStore(directory)
+        try:
+            self.offered = offered_protocols(self.settings)
+        except UnknownProtocol:  # the server does not start: its database closes with it
+            self.db.dispose()
+            raise
 
     def study_secret(self, study_id: str) -> str | None:
         """The study's token key (None: no such study); read once per process."""

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.base.protocol import Params, Protocol
 from fedldp.protocol.core.base.records import FloatArray, IntArray, Plan
+from fedldp.server.runtime.protocols import check_version
 from fedldp.server.store import repository as repo
 from fedldp.server.store.tables import StudyRow
 
@@ -74,8 +75,11 @@ def metadata_arrays(rows: Sequence[Mapping[str, Any]]) -> dict[str, NDArray[Any]
 
 
 def build_plan(study: StudyRow, epsilon: FloatArray, metadata: list[dict[str, Any]]) -> StudyPlan:
-    """The study's plan; ValueError (with the protocol's reason) if it is infeasible."""
+    """The study's plan; ValueError (with the protocol's reason) if it is infeasible,
+    ProtocolVersionMismatch if the study was created with other code of its protocol than the
+    one installed here (every use of a running study's protocol goes through its plan)."""
     protocol = get_protocol(study.protocol)
+    check_version(study)
     params = protocol.parse_params(study.params)
     # a central-trust protocol's only randomness is the server's noise: its secret seed
     seed = study.noise_seed if study.noise_seed is not None else study.seed

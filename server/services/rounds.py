@@ -14,9 +14,11 @@ once across threads, replicas and restarts:
 Failure isolation: protocol code (plan, broadcast, aggregate, finalize) that raises fails its own
 study with the reason, never the request that triggered it or the sweeper. A ``ValueError`` fails
 it inside the closing transaction; any other exception (a protocol bug) rolls that transaction
-back and fails the study in a transaction of its own. Database errors, and a central-trust
-study's key missing from this server's key directory, are not the study's fault: they propagate,
-and the round stays open for the next sweep. The sweeper goes on past a study whose transition
+back and fails the study in a transaction of its own. Database errors, a central-trust
+study's key missing from this server's key directory, and a study created with other code of its
+protocol than this server's (``protocol_version_mismatch``) are not the study's fault: they
+propagate, and the round stays open for the next sweep (by a server that has the key, or the
+study's version). The sweeper goes on past a study whose transition
 raised anyway.
 """
 
@@ -35,9 +37,11 @@ from sqlalchemy.orm import Session
 from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core.base.records import JSON, ReportChunk, jsonable
 from fedldp.protocol.core.ledger import check_plan_budget
+from fedldp.server.errors import ProtocolVersionMismatch
 from fedldp.server.runtime.context import Context, shred_after_commit
 from fedldp.server.runtime.keys import KeyMissing
 from fedldp.server.runtime.plans import Enrolled, StudyPlan, build_plan
+from fedldp.server.runtime.protocols import version_mismatch
 from fedldp.server.runtime.received import in_chunks
 from fedldp.server.store import eventlog, report_rows
 from fedldp.server.store import repository as repo
@@ -100,10 +104,11 @@ def shred_ended(ctx: Context) -> int:
 
 def _crash(exc: Exception) -> str:
     """What a protocol step that raised something other than ValueError (a bug) is reported as;
-    database errors and a missing study key are re-raised: they are not the study's fault (a
-    replica whose FEDLDP_KEY_DIR is not the study's must not fail it for every replica), and
-    the round stays open for a sweep that has the key."""
-    if isinstance(exc, SQLAlchemyError | KeyMissing):
+    database errors, a missing study key and another version of the study's protocol code are
+    re-raised: they are not the study's fault (a replica whose FEDLDP_KEY_DIR, or installation,
+    is not the study's must not fail it for every replica), and the round stays open for a
+    sweep that has the key and the study's code."""
+    if isinstance(exc, SQLAlchemyError | KeyMissing | ProtocolVersionMismatch):
         raise exc
     return f"{type(exc).__name__}: {exc}"
 
@@ -121,7 +126,9 @@ def start_study(
     else the reason the plan is infeasible. The study then stays enrolling either way (more
     participants may enroll, then start again): ``recoverable`` is an explicit start, whose
     caller reports the reason; an automatic one (enrollment deadline or target) records it
-    (``_postpone``). A protocol that crashes while planning fails it either way. The
+    (``_postpone``). A protocol that crashes while planning fails it either way. A study
+    created with other code of its protocol than this server's is not planned: an explicit
+    start raises ProtocolVersionMismatch, an automatic one postpones it with the reason. The
     participants come from what this process enrolled (``Context.enrolled``, with
     ``enrolling``: the caller's own enrollment, in this transaction) when that is all of them,
     else from the database."""
@@ -130,6 +137,12 @@ def start_study(
         if not recoverable:
             _postpone(session, study, reason, now)
         return reason
+
+    mismatch = version_mismatch(study)
+    if mismatch is not None:  # not the plan's fault: an explicit start answers 409
+        if recoverable:
+            raise ProtocolVersionMismatch(mismatch)
+        return refuse(mismatch)
 
     if study.n_participants == 0:
         return refuse("no participants enrolled")
@@ -410,7 +423,7 @@ def sweep(ctx: Context) -> int:
     for study_id, index in due:
         try:
             done += int(close_round(ctx, study_id, index))
-        except KeyMissing as exc:  # the operator's to fix (README "Trust"): one line, no trace
+        except (KeyMissing, ProtocolVersionMismatch) as exc:  # the operator's to fix: one line
             log.error("sweep: round %d of study %s stays open: %s", index, study_id, exc)
         except Exception:
             log.exception("sweep: closing round %d of study %s failed", index, study_id)

@@ -20,6 +20,7 @@ from fedldp.protocol.core.base.protocol import Params, Predictor, Protocol
 from fedldp.protocol.core.base.records import jsonable
 from fedldp.protocol.core.wire import (
     EPSILON_MAX,
+    BrokenProtocol,
     EpsilonLedgerView,
     PredictRequest,
     PredictView,
@@ -122,12 +123,39 @@ def _mismatch(ctx: Context, name: str, mine: dict[str, Any]) -> None:
             )
 
 
+def catalogue(ctx: Context, epsilon: float) -> ProtocolList:
+    """The protocols this server offers, at ``epsilon``, and the installed plugins it cannot
+    serve (``CATALOGUE.broken``)."""
+    return _catalogue(ctx.offered, epsilon, CATALOGUE.generation)
+
+
 @functools.lru_cache(maxsize=64)
-def catalogue(epsilon: float) -> ProtocolList:
-    """The catalogue at ``epsilon`` (each minimum population is searched once per ε)."""
-    return ProtocolList(
-        protocols=[ProtocolInfo(**CATALOGUE[n].describe(epsilon)) for n in sorted(CATALOGUE)]
-    )
+def _catalogue(offered: tuple[str, ...], epsilon: float, generation: int) -> ProtocolList:
+    """The catalogue of ``offered`` at ``epsilon`` (each minimum population is searched once
+    per ε and ``CATALOGUE.generation``). A plugin whose description raises is listed as
+    broken, not served."""
+    protocols: list[ProtocolInfo] = []
+    broken = [
+        BrokenProtocol(name=b.name, package=b.package, version=b.version, error=b.error)
+        for b in CATALOGUE.broken
+    ]
+    for name in offered:
+        if name not in CATALOGUE:  # gone since the server started (only tests reload it)
+            continue
+        origin = CATALOGUE.origin(name)
+        try:
+            described = CATALOGUE[name].describe(epsilon)
+            info = ProtocolInfo(**described, origin=origin.package, origin_version=origin.version)
+        except Exception as exc:  # a plugin's bug must not keep the rest from being listed
+            error = f"its catalogue entry could not be built: {type(exc).__name__}: {exc}"
+            broken.append(
+                BrokenProtocol(
+                    name=name, package=origin.package, version=origin.version, error=error
+                )
+            )
+            continue
+        protocols.append(info)
+    return ProtocolList(protocols=protocols, broken=broken)
 
 
 def _check_target(protocol: Protocol[Any], params: Params, body: StudyCreate) -> None:
@@ -149,11 +177,14 @@ def _check_target(protocol: Protocol[Any], params: Params, body: StudyCreate) ->
 
 
 def create(ctx: Context, body: StudyCreate) -> StudyView:
-    protocol = CATALOGUE.get(body.protocol)
-    if protocol is None:
+    """A new study of an offered protocol, recording its origin (UnknownProtocol for another
+    name, InvalidParams, PopulationTooSmall; StudyExists or StudyMismatch for a taken name)."""
+    if body.protocol not in ctx.offered or body.protocol not in CATALOGUE:
         raise UnknownProtocol(
-            f"no protocol {body.protocol!r}; the catalogue has {', '.join(sorted(CATALOGUE))}"
+            f"no protocol {body.protocol!r} on this server; it offers {', '.join(ctx.offered)}"
         )
+    protocol = CATALOGUE[body.protocol]
+    origin = CATALOGUE.origin(protocol.name)
     try:
         params = _parse_params(protocol, body.params)
     except ValidationError as exc:
@@ -194,6 +225,8 @@ def create(ctx: Context, body: StudyCreate) -> StudyView:
         epsilon_max=body.epsilon_max,
         population_digest=body.population_digest,
         enrollment=body.enrollment,
+        protocol_origin=origin.package,
+        protocol_version=origin.version,
         n_participants=0,
         current_round=None,
         failure_reason=None,

@@ -62,6 +62,8 @@ def study_view(study: StudyRow, rounds: list[RoundRow], now: datetime) -> StudyV
         epsilon_max=EPSILON_MAX if study.epsilon_max is None else study.epsilon_max,
         population_digest=study.population_digest,
         enrollment="leased" if study.enrollment == "leased" else "open",
+        protocol_origin=study.protocol_origin,
+        protocol_version=study.protocol_version,
     )
 
 

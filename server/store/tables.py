@@ -97,6 +97,12 @@ class StudyRow(Base):
     population_digest: Mapped[str | None] = mapped_column(String(128), nullable=True)
     # who may enroll: "open" or "leased" (protocol.core.wire.EnrollmentPolicy)
     enrollment: Mapped[str] = mapped_column(String(8), default="open", server_default="open")
+    # where the protocol's code came from when the study was created (protocol.catalogue.Origin,
+    # within its MAX_PACKAGE and MAX_NAME):
+    # "built-in" and fedldp's version, or a plugin's distribution and version; None: made before
+    # origins were recorded (not checked)
+    protocol_origin: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    protocol_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
     current_round: Mapped[int | None]
     failure_reason: Mapped[str | None] = mapped_column(Text)
     warnings: Mapped[list[Any]]

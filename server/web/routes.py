@@ -234,6 +234,7 @@ def health(ctx: Ctx) -> wire.Health:
 
 @router.get("/v1/protocols", responses=_refusals(InvalidRequest), tags=["catalogue"])
 def protocols(
+    ctx: Ctx,
     epsilon: Annotated[
         float,
         Query(
@@ -243,9 +244,11 @@ def protocols(
         ),
     ] = 1.0,
 ) -> wire.ProtocolList:
-    """The protocol catalogue: each protocol's parameter JSON schema, its broadcast fields and
-    the smallest population it plans for at ``epsilon``."""
-    return studies.catalogue(epsilon)
+    """The protocol catalogue: each protocol this server offers (``FEDLDP_PROTOCOLS``, else
+    every installed one) with its origin and version, its parameter JSON schema, its broadcast
+    fields and the smallest population it plans for at ``epsilon``; and the installed plugins
+    it cannot serve (``broken``, with the reason)."""
+    return studies.catalogue(ctx, epsilon)
 
 
 @router.post(

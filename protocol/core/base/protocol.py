@@ -26,7 +26,14 @@ randomness is keyed by its slot under the population's private seed (never sent 
 cohorts are drawn from the public study seed.
 
 The values these steps exchange (plans, tasks, report chunks, results) are in
-``fedldp.protocol.core.base.records``.
+``fedldp.protocol.core.base.records``. Each step's docstring below is its contract, the one a
+plugin written against ``fedldp.protocol.api`` implements: what it may assume, what it may raise,
+and what must be deterministic. In short: every step is a pure function of its arguments (the
+server recomputes plans and broadcasts on every replica and after a restart, and the in-process
+simulator must agree with a deployment to the last digit), ``privatize`` draws its randomness
+only from the stream it is given, and steps signal bad input with ``ValueError`` alone (the
+server fails the study with its message; any other exception is a bug, which fails only that
+study, with a stack trace's last line for a reason).
 """
 
 from __future__ import annotations
@@ -69,7 +76,15 @@ ParamsT = TypeVar("ParamsT", bound=Params)
 
 
 class Protocol(ABC, Generic[ParamsT]):
-    """A catalogue protocol. Subclasses set the class attributes and implement the steps."""
+    """A catalogue protocol. Subclasses set the class attributes and implement the steps.
+
+    Required class attributes: ``name`` (the catalogue key, lower-case with hyphens; a plugin's
+    is its entry point's name), ``summary`` (one line), ``source`` (paper and algorithm),
+    ``heterogeneity`` (how unequal ε's are combined), ``data_kind`` and ``params_model`` (a
+    ``Params`` subclass, instantiable from ``{}`` unless some fields are required). ``version``
+    is the algorithm's own revision, shown in the catalogue; the code's version is its origin's
+    (``fedldp.protocol.catalogue.Origin``). One instance serves every study at once, from
+    several threads: keep no per-study state on it."""
 
     name: ClassVar[str]
     version: ClassVar[str] = "1"
@@ -189,13 +204,28 @@ class Protocol(ABC, Generic[ParamsT]):
         metadata: Mapping[str, NDArray[Any]],
         seed: int,
     ) -> Plan:
-        """Fix the rounds from the enrolled ε's (and public metadata) and the study seed."""
+        """Fix the rounds from the enrolled ε's (and public metadata) and the study seed.
+
+        ``epsilon[i]`` is participant slot i's declared ε (finite, > 0, inside the study's
+        range); ``metadata`` maps each public enrollment field to one array row per slot (a
+        field some participant did not declare is absent). Deterministic given its arguments:
+        randomness (cohorts) comes from ``seed`` (``cohort_permutation``), since every replica
+        and every restart plans again and must get the same plan. No round may charge a
+        participant more than it declared in total (the server checks the plan's charges).
+        Raises ``ValueError`` when no plan fits (too few participants, parameters the population
+        cannot support), with a message a user can act on (the participants it needs): an
+        explicit start answers it as ``422 plan_infeasible`` and the study stays enrolling."""
 
     @abstractmethod
     def broadcast(
         self, params: ParamsT, plan: Plan, round_index: int, outputs: Sequence[JSON]
     ) -> JSON:
-        """Round ``round_index``'s public broadcast, given the outputs of the earlier rounds."""
+        """Round ``round_index``'s public broadcast, given the outputs of the earlier rounds.
+
+        ``outputs`` holds exactly rounds 0..round_index-1's ``aggregate`` results, as they came
+        back from JSON (lists for arrays). Deterministic; the result must be JSON (``jsonable``)
+        and carry every public constant a client needs (the client never sees the plan).
+        ``ValueError`` fails the study with its message."""
 
     def client_broadcast(self, broadcast: JSON) -> JSON:
         """What of round k's broadcast its participants are sent with their task: by default all
@@ -213,12 +243,25 @@ class Protocol(ABC, Generic[ParamsT]):
         group: IntArray,
         rng: RandomSource,
     ) -> FloatArray:
-        """Client step for a block of users: payloads of shape ``(n, *task.payload_shape)``."""
+        """Client step for a block of users: payloads of shape ``(n, *task.payload_shape)``.
+
+        Row u of ``data``, ``epsilon`` (the ε the round charges user u) and ``group`` (u's
+        sub-task) belong to one user; the block may hold any subset of the round's cohort in any
+        size, down to a single user on its own device. Every random number comes from ``rng``,
+        and user u's from its own row (``UserStreams``: the first axis of every draw is the
+        user axis), so a user's report depends only on its data, ε, group, the task and its own
+        stream, never on who else is in the block. It must satisfy ε-LDP for each user at the
+        ε it is charged (the privacy audit checks it). ``ValueError`` for data it cannot
+        privatize (outside the declared domain), never a report computed from it."""
 
     def check(
         self, params: ParamsT, task: RoundTask, epsilon: FloatArray, payloads: FloatArray
     ) -> BoolArray:
-        """Which payloads are admissible; subclasses add range checks to the generic ones."""
+        """Which payloads are admissible; subclasses add range checks to the generic ones.
+
+        ``payloads`` come from the network: any floats of the round's shape, NaN included.
+        Returns one bool per row (False refuses that report with ``invalid_payload``); never
+        raises for a bad payload. Deterministic, row by row."""
         return valid_payloads(task, payloads)
 
     def report_bounds(
@@ -272,11 +315,21 @@ class Protocol(ABC, Generic[ParamsT]):
         broadcast: JSON,
         chunks: Iterable[ReportChunk],
     ) -> JSON:
-        """Server step: the round's public output from its reports (streamed in slot order)."""
+        """Server step: the round's public output from its reports (streamed in slot order).
+
+        ``chunks`` yields the round's accepted reports in strictly increasing participant slot,
+        each report once, in chunks of any size (the simulator's block size, the server's
+        ``FEDLDP_AGGREGATE_CHUNK``): the output must not depend on where the chunks are cut
+        (up to the rounding of sums grouped differently) nor hold them all in memory when it
+        need not. They may be fewer than the cohort (a round closed on its quorum: aggregate
+        who reported, see ``dropout``), or none. Called once per round (again, to the same
+        output, if the closing transaction is rolled back). Deterministic; returns JSON, the
+        round's public output. ``ValueError`` fails the study with its message."""
 
     @abstractmethod
     def finalize(self, params: ParamsT, plan: Plan, outputs: Sequence[JSON]) -> Result:
-        """The result from all rounds' outputs."""
+        """The result from all rounds' outputs (every round's, in order, as JSON gave them
+        back). Deterministic; ``ValueError`` fails the study with its message."""
 
     internal_diagnostics: ClassVar[bool] = False
     """Whether ``internal`` reports anything: only then does the in-process simulator keep a

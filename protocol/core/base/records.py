@@ -282,4 +282,5 @@ def jsonable(x: Any) -> Any:
 
 
 def finite_or_none(x: float) -> float | None:
+    """``x``, or None when it is infinite or NaN (what JSON can hold)."""
     return x if math.isfinite(x) else None

@@ -64,6 +64,7 @@ from fedldp.protocol.core.wire.reports import (
 )
 from fedldp.protocol.core.wire.studies import (
     MAX_PREDICT_ROWS,
+    BrokenProtocol,
     BudgetCharge,
     BudgetView,
     EnrollmentPolicy,
@@ -101,6 +102,7 @@ __all__ = [
     "BatchReceipt",
     "BitPayload",
     "BlockToken",
+    "BrokenProtocol",
     "BudgetCharge",
     "BudgetView",
     "Credentials",

@@ -53,10 +53,33 @@ class ProtocolInfo(Model):
         "what a client computes from it (docs/clients.md)"
     )
     population: PopulationInfo
+    origin: str = Field(
+        description="where its code comes from: 'built-in' (fedldp's own families) or the "
+        "name of the installed distribution that declares it (a plugin)"
+    )
+    origin_version: str = Field(
+        description="the version of that code: fedldp's for a built-in protocol, the "
+        "distribution's for a plugin; a study records it (StudyView.protocol_version)"
+    )
+
+
+class BrokenProtocol(Model):
+    """A plugin protocol installed beside the server that it does not serve, and why."""
+
+    name: str = Field(description="the entry point's name")
+    package: str = Field(description="the distribution that declares it")
+    version: str = Field(description="that distribution's version")
+    error: str = Field(
+        description="why: it failed to import, is not a protocol, or its name clashes with a "
+        "built-in protocol's or another plugin's"
+    )
 
 
 class ProtocolList(Model):
     protocols: list[ProtocolInfo]
+    broken: list[BrokenProtocol] = Field(
+        default_factory=list, description="declared plugin protocols that are not served"
+    )
 
 
 class Health(Model):
@@ -167,6 +190,16 @@ class StudyView(Model):
     )
     enrollment: EnrollmentPolicy = Field(
         "open", description="who may enroll (see StudyCreate): 'open' or 'leased'"
+    )
+    protocol_origin: str | None = Field(
+        None,
+        description="where the protocol's code came from when the study was created "
+        "(ProtocolInfo.origin); None for a study made before origins were recorded",
+    )
+    protocol_version: str | None = Field(
+        None,
+        description="that code's version (ProtocolInfo.origin_version): a swarm, and a server, "
+        "running the study with another version are refused (protocol_version_mismatch)",
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -11,12 +12,13 @@ import pytest
 from fedldp.client.cli.main import main
 from fedldp.protocol.core.base.records import z_quantile
 from tests.client.toy_protocol import ToyMean
+from tests.plugins import PLUGIN, Plugins
 
 SMALL = ["--users", "2000", "--samples", "8", "--distribution", "two-point", "--mean", "0.3"]
 
 
 @pytest.fixture
-def catalogue(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def catalogue(monkeypatch: pytest.MonkeyPatch) -> Mapping[str, Any]:
     from fedldp.protocol import catalogue as cat
 
     monkeypatch.setitem(cat.CATALOGUE, "toy-mean", ToyMean())
@@ -30,10 +32,10 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def test_protocols_json_lists_every_protocol(
-    catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    catalogue: Mapping[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = run(capsys, "protocols", "--json")
-    listed = {p["name"]: p for p in json.loads(out)}
+    listed = {p["name"]: p for p in json.loads(out)["protocols"]}
     assert code == 0
     assert set(listed) == set(catalogue)
     toy = listed["toy-mean"]
@@ -49,7 +51,7 @@ def test_protocols_state_the_minimum_population_for_an_epsilon(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     code, out, _ = run(capsys, "protocols", "--json", "--epsilon", "0.5")
-    listed = {p["name"]: p for p in json.loads(out)}
+    listed = {p["name"]: p for p in json.loads(out)["protocols"]}
     assert code == 0
     user_mean = listed["user-mean"]["population"]
     assert user_mean["epsilon"] == 0.5
@@ -62,7 +64,7 @@ def test_protocols_state_the_minimum_population_for_an_epsilon(
     assert "2400" in out
 
 
-def test_protocols_table(catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_protocols_table(catalogue: Mapping[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "protocols")
     assert code == 0
     assert "toy-mean" in out
@@ -71,7 +73,7 @@ def test_protocols_table(catalogue: dict[str, Any], capsys: pytest.CaptureFixtur
     assert " ".join(ToyMean.heterogeneity.split()[:3]) in " ".join(out.split("│"))
 
 
-def test_simulate_json(catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_simulate_json(catalogue: Mapping[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(
         capsys,
         "simulate",
@@ -98,7 +100,7 @@ def test_simulate_json(catalogue: dict[str, Any], capsys: pytest.CaptureFixture[
 
 
 def test_simulate_table_and_progress(
-    catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    catalogue: Mapping[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = run(
         capsys, "simulate", "--protocol", "toy-mean", *SMALL, "--seed", "1", "--progress"
@@ -110,7 +112,7 @@ def test_simulate_table_and_progress(
 
 
 def test_param_values_are_json_or_strings(
-    catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    catalogue: Mapping[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _, err = run(
         capsys,
@@ -156,7 +158,7 @@ def test_help_exits_zero(argv: list[str], capsys: pytest.CaptureFixture[str]) ->
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
-    catalogue: dict[str, Any], capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+    catalogue: Mapping[str, Any], capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
     argv = ["simulate", *extra]
     if "--seed" not in extra:
@@ -214,3 +216,29 @@ def test_readme_user_mean_command(capsys: pytest.CaptureFixture[str]) -> None:
     # The estimate lies within 5 predicted standard errors (CLT: p ≈ 6e-7 of a false failure).
     bar = result["error_bar"]
     assert result["error"] <= 5 * bar["half_width"] / z_quantile(bar["level"])
+
+
+def test_protocols_show_origins_and_broken_plugins(
+    plugins: Plugins, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plugins.install("fedldp-plug", "1.2.3", {"plug-mean": f"{PLUGIN}:PluginMean"})
+    plugins.install("fedldp-impostor", "0.1", {"user-mean": f"{PLUGIN}:Impostor"})
+    code, out, _ = run(capsys, "protocols", "--json")
+    assert code == 0
+    listed = json.loads(out)
+    served = {p["name"]: p for p in listed["protocols"]}
+    assert (served["plug-mean"]["origin"], served["plug-mean"]["origin_version"]) == (
+        "fedldp-plug",
+        "1.2.3",
+    )
+    assert served["user-mean"]["origin"] == "built-in"
+    (broken,) = listed["broken"]
+    assert (broken["name"], broken["package"], broken["version"]) == (
+        "user-mean",
+        "fedldp-impostor",
+        "0.1",
+    )
+    code, out, _ = run(capsys, "protocols")
+    assert code == 0
+    assert "(fedldp-plug 1.2.3)" in out
+    assert "broken plugin user-mean (fedldp-impostor 0.1), not served:" in " ".join(out.split())

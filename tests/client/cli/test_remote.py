@@ -285,3 +285,25 @@ def test_sigkill_of_fedldp_server_leaves_nothing_serving(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_fedldp_server_passes_the_protocols_it_offers_on(tmp_path: Path) -> None:
+    """``--protocols`` reaches the server, which stops at once on a name not installed."""
+    run = subprocess.run(
+        [
+            *FEDLDP,
+            "server",
+            "--protocols",
+            "user-mean,plug-missing",
+            "--database-url",
+            sqlite_url(tmp_path / "never.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 1
+    assert run.stderr.startswith("error: unknown_protocol: ")
+    assert "plug-missing" in run.stderr
+    assert not (tmp_path / "never.db").exists()

@@ -1,0 +1,62 @@
+"""Plugin distributions for tests, without pip: each is a ``<name>-<version>.dist-info`` folder
+(METADATA and entry_points.txt, as pip writes them) read by ``importlib.metadata``, and the
+catalogue's one question to the installation (``plugin_entry_points``) is answered from them
+(the ``plugins`` fixture of tests/conftest.py). tests/protocol/test_plugins.py has the one slow
+test that pip-installs a real distribution instead."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+from fedldp.protocol import catalogue
+
+PLUGIN = "tests.protocol.plugin_mean"
+"""The module of the test plugin protocols (``PluginMean``, ``PROTOCOL``, ``Impostor``, …)."""
+
+
+class Plugins:
+    """The fake installation: ``install`` a distribution, ``uninstall`` it; the catalogue
+    forgets what it loaded after each (as a restarted process would)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.installed: dict[str, Path] = {}
+        self.asked = 0
+        """How many times the catalogue asked for the entry points."""
+
+    def entry_points(self) -> Iterable[importlib.metadata.EntryPoint]:
+        self.asked += 1
+        points: list[importlib.metadata.EntryPoint] = []
+        for path in self.installed.values():
+            points.extend(importlib.metadata.PathDistribution(path).entry_points)
+        return points
+
+    def install(self, dist: str, version: str, entries: Mapping[str, str]) -> None:
+        """Distribution ``dist`` ``version`` declaring ``entries`` (name → ``module:attr``)."""
+        self.uninstall(dist)
+        path = self.root / f"{dist.replace('-', '_')}-{version}.dist-info"
+        path.mkdir(parents=True)
+        (path / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        lines = "".join(f"{name} = {value}\n" for name, value in entries.items())
+        (path / "entry_points.txt").write_text(f"[{catalogue.ENTRY_POINT_GROUP}]\n{lines}")
+        self.installed[dist] = path
+        catalogue.CATALOGUE.reload()
+
+    def uninstall(self, dist: str) -> None:
+        path = self.installed.pop(dist, None)
+        if path is not None:
+            for child in path.iterdir():
+                child.unlink()
+            path.rmdir()
+            catalogue.CATALOGUE.reload()
+
+
+def plugins_fixture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Plugins:
+    fake = Plugins(tmp_path / "site-packages")
+    monkeypatch.setattr(catalogue, "plugin_entry_points", fake.entry_points)
+    catalogue.CATALOGUE.reload()
+    return fake
