@@ -13,7 +13,7 @@ from fedldp.protocol.catalogue import CATALOGUE
 
 def test_protocols_show_each_numeric_range(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["protocols", "--json"]) == 0
-    listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)}
+    listed = {p["name"]: p for p in json.loads(capsys.readouterr().out)["protocols"]}
     laplace = {q["name"]: q for q in listed["hetero-mean-laplace"]["parameters"]}
     assert laplace["hi"]["range"] == "[-1e+50, 1e+50]"
     assert laplace["beta"]["range"] == "[1e-12, 1)"  # ")": the bound itself is refused
