@@ -20,6 +20,8 @@ from fedldp.protocol.catalogue import CATALOGUE, origin_mismatch
 from fedldp.protocol.core.base.protocol import Protocol
 from fedldp.protocol.core.base.records import IntArray, jsonable
 from fedldp.protocol.core.wire import (
+    EPSILON_MAX,
+    EPSILON_MIN,
     MAX_BATCH,
     BlockToken,
     EnrollBatch,
@@ -121,7 +123,8 @@ async def refuse_late_joiners(
 async def join(api: ApiClient, name: str, create: StudyCreate) -> StudyView:
     """The study called ``name``: created by the first swarm to ask (with the population size
     as enrollment target and the population's digest), found by the others, whose declaration
-    (protocol, params, study seed, target, population digest) must be the creator's: the server
+    (protocol, params, study seed, target, population digest, enrollment policy, quorum, round
+    deadline, ε range) must be the creator's: the server
     refuses another (``study_mismatch``), and so does this side, should the server not."""
     try:
         return await api.create_study(create.model_copy(update={"name": name}))
@@ -142,14 +145,20 @@ async def join(api: ApiClient, name: str, create: StudyCreate) -> StudyView:
         "enrollment_target": create.enrollment_target,
         "population_digest": create.population_digest,
         "enrollment": create.enrollment,
+        "quorum": create.quorum,
+        "round_deadline_s": create.round_deadline_s,
+        # the view shows the range enrollment accepts: the global bounds where none was given
+        "epsilon_min": EPSILON_MIN if create.epsilon_min is None else create.epsilon_min,
+        "epsilon_max": EPSILON_MAX if create.epsilon_max is None else create.epsilon_max,
     }
     for key, value in mine.items():
         if getattr(study, key) != value:
             raise SwarmError(
                 "study_mismatch",
                 f"study {name!r} was created with another {key} than this swarm's: give every "
-                "swarm of a study the same protocol, params, seed and population (and a study "
-                "that swarms lease must be created with the enrollment policy 'leased')",
+                "swarm of a study the same protocol, params, seed, population, behaviour, quorum, "
+                "round deadline and ε range (and a study that swarms lease must be created with "
+                "the enrollment policy 'leased')",
             )
     return study
 

@@ -103,6 +103,12 @@ def _declared(study: StudyRow) -> dict[str, Any]:
         "enrollment_target": study.enrollment_target,
         "population_digest": study.population_digest,
         "enrollment": study.enrollment,
+        # what decides a round's close and who may enroll: a joiner with other values would
+        # print the creator's result under its own
+        "quorum": study.quorum,
+        "round_deadline_s": study.round_deadline_s,
+        "epsilon_min": study.epsilon_min,
+        "epsilon_max": study.epsilon_max,
     }
 
 
@@ -119,7 +125,7 @@ def _mismatch(ctx: Context, name: str, mine: dict[str, Any]) -> None:
             raise StudyMismatch(
                 f"study {name!r} was created with another {field} than this request's: joining "
                 "swarms must declare the same protocol, params, seed, enrollment target, "
-                "population and enrollment policy"
+                "population, enrollment policy, quorum, round deadline and ε range"
             )
 
 

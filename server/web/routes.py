@@ -273,7 +273,8 @@ def create_study(
 ) -> wire.StudyView:
     """Create a study (admin key needed when the server has one). A name already taken
     answers ``study_exists`` when the request declares what its creator did (protocol, params,
-    seed, enrollment target, population digest, enrollment policy: the request may join it), else
+    seed, enrollment target, population digest, enrollment policy, quorum, round deadline, ε
+    range: the request may join it), else
     ``study_mismatch`` naming the first field that differs."""
     return studies.create(ctx, body)
 

@@ -705,3 +705,21 @@ async def test_study_names_are_unique(client: httpx.AsyncClient) -> None:
     await create_study(client, "hetero-mean-rr")
     listed = StudyList.model_validate_json((await client.get("/v1/studies")).content)
     assert [s.name for s in listed.studies] == ["shared", None, None]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("quorum", 0.5), ("round_deadline_s", 30.0), ("epsilon_min", 0.5), ("epsilon_max", 2.0)],
+)
+async def test_a_join_declares_the_rules_of_the_rounds(
+    client: httpx.AsyncClient, field: str, value: float
+) -> None:
+    """Joining a study by name with another quorum, round deadline or ε range would run the
+    joiner's users under the creator's rules and print the creator's result under the joiner's
+    flags: ``study_mismatch`` naming the field; the same declaration may join."""
+    body = {"protocol": "hetero-mean-rr", "seed": 7, "name": "rules"}
+    await create_study(client, "hetero-mean-rr", name="rules")
+    expect_error(await client.post("/v1/studies", json=body), 409, "study_exists")
+    other = {**body, field: value}
+    error = expect_error(await client.post("/v1/studies", json=other), 409, "study_mismatch")
+    assert field in error.detail

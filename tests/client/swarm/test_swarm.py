@@ -424,3 +424,17 @@ async def test_a_swarm_says_at_once_which_users_were_not_enrolled(
     assert caught.value.code == "enrollment_refused"
     assert "participant_exists" in str(caught.value)
     assert re.search(r"participant ids \d+\.\.\d+", str(caught.value))
+
+
+async def test_a_swarm_with_other_round_rules_cannot_join(app: FastAPI) -> None:
+    """Another quorum, round deadline or ε range than the creator's: refused, naming the field
+    (the swarm would print the creator's result under its own rules)."""
+    spec = PopulationSpec(users=300, samples=4, distribution="two-point", mean=0.1)
+    kw: dict[str, Any] = {"batch": 300, "name": "rules", "lease": True}
+    first = await swarm(app, "user-mean", spec, 3, **kw)
+    assert first.study.phase == "finished"
+    for other in ({"quorum": 0.8}, {"round_deadline_s": 30.0}, {"epsilon_max": 2.0}):
+        with pytest.raises(SwarmError) as caught:
+            await swarm(app, "user-mean", spec, 3, **kw, **other)
+        assert caught.value.code == "study_mismatch"
+        assert next(iter(other)) in str(caught.value)
