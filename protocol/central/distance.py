@@ -106,7 +106,15 @@ def delta_lattice(y: ArrayLike, radii: ArrayLike, h: float) -> int:
     n, d = ym.shape
     rr = np.broadcast_to(np.asarray(radii, dtype=np.float64), (n,))
     width = _box_width(rr, h)
-    start = np.ceil((ym - rr[:, None]) / h).astype(np.int64)
+    first = np.ceil((ym - rr[:, None]) / h)
+    # lattice indices must fit int64 with room for the box (|index| < 2^62), else the cast below
+    # would give garbage indices with only a numpy warning
+    if not np.all(np.abs(first) < 2.0**62):
+        raise ValueError(
+            f"user means far from the lattice's scale (|y|/h up to {np.max(np.abs(ym)) / h:.3g}): "
+            "no lattice index fits 64 bits; give data on the scale the parameters declare"
+        )
+    start = first.astype(np.int64)
     hits: list[IntArray] = []
     for w in np.unique(width):
         users = np.flatnonzero(width == w)

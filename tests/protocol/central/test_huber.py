@@ -294,6 +294,18 @@ def test_lattice_and_cover_deltas_match_brute_force() -> None:
         assert lattice >= distance.delta_exact_1d(y[:, 0], t)
 
 
+def test_the_lattice_refuses_means_no_index_can_hold() -> None:
+    """|y|/h beyond 2^62: no int64 lattice index holds the box (the cast gave garbage indices
+    with only a numpy warning); a ValueError fails the study with the reason instead. Just
+    inside the limit it still answers."""
+    radii = np.full(3, 0.5)
+    far = np.array([[1e19], [1e19], [-1e19]])
+    with pytest.raises(ValueError, match="64 bits"):
+        distance.delta_lattice(far, radii, 0.25)
+    near = np.array([[2.0**58], [2.0**58], [-(2.0**58)]])
+    assert distance.delta_lattice(near, radii, 1.0) == 1  # the two equal means share a point
+
+
 # --------------------------------------------------------------------------- S(D), definitions
 
 
