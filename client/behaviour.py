@@ -24,9 +24,11 @@ them is refused and counted, in process as over HTTP):
 * ``input``: the honest randomizer on the worst-case input: every sample far above the domain
   (``INPUT_EXTREME``, which the protocol's own clipping brings to the domain's upper end), or, for
   categorical data, the first target item;
-* ``output``: the valid report that shifts the estimate most: the upper end of the protocol's
-  report bounds (``Protocol.report_bounds``: the largest plausible Laplace value, the +1 bit of
-  randomized response, ...);
+* ``output``: the plausible report that shifts the estimate most: the upper end of the
+  protocol's report bounds (``Protocol.report_bounds``: the largest plausible Laplace value, the
+  +1 bit of randomized response, ...). It lies within the plausibility bounds, but a protocol
+  whose own ``check`` constrains reports further refuses it (``hetero-mean-duchi``'s reports lie
+  on a sphere, ``krr-tree``'s coordinates are bin centres): the round counts it as refused;
 * ``max-gain`` (the frequency oracles): the report that raises the target items' estimates most
   (Cao et al., USENIX Security 2021, maximal gain attack). ``hetero-frequency`` (JL oracle): the
   attacker's row j with the sign that the targets' column entries agree on. ``user-frequency``

@@ -272,7 +272,9 @@ class Protocol(ABC, Generic[ParamsT]):
         randomizer lands with probability below 10^-12 per entry
         (``fedldp.protocol.mechanisms.plausibility``), or None when it declares none. Protocols
         with unbounded (Laplace) reports declare them; the server refuses reports outside them
-        (``implausible_report``) and an ``output`` attacker sends the bound itself."""
+        (``implausible_report``) and an ``output`` attacker sends the bound itself (which the
+        protocol's own ``check`` may still refuse when it constrains reports further, as a
+        sphere or a grid of bin centres does)."""
         return None
 
     def plausible(
