@@ -7,6 +7,7 @@ plugin's tests)."""
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import subprocess
 import sys
@@ -73,13 +74,19 @@ PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
 def pip_installed(package: Path, distribution: str) -> Iterator[None]:
     """The distribution at ``package`` installed into the project's environment (editable, no
     dependencies, no build isolation: seconds, offline) for the block, uninstalled after it.
-    Only new processes see it (this one read its site-packages at start)."""
-    subprocess.run(
-        [*PIP, "install", "--no-deps", "--no-build-isolation", "-e", str(package)],
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield
-    finally:
-        subprocess.run([*PIP, "uninstall", "--yes", distribution], check=True, capture_output=True)
+    Only new processes see it (this one read its site-packages at start). One such block at a
+    time across the test workers (a lock file beside the environment): two pips at once in one
+    environment, or one uninstalling what another's block still uses, would race."""
+    with (Path(sys.prefix) / ".fedldp-tests-pip.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        subprocess.run(
+            [*PIP, "install", "--no-deps", "--no-build-isolation", "-e", str(package)],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            yield
+        finally:
+            subprocess.run(
+                [*PIP, "uninstall", "--yes", distribution], check=True, capture_output=True
+            )
