@@ -64,7 +64,6 @@ def worst_sigma() -> float:
     return math.sqrt(float(np.sum(0.25 / (p - q) ** 2))) / USERS
 
 
-@pytest.mark.slow
 def test_the_installed_example_is_listed_simulates_and_passes_the_kit() -> None:
     simulate = [
         *(FEDLDP, "simulate", "--protocol", "example-krr", "--seed", "3", "--json"),
