@@ -1,13 +1,18 @@
 """Plugin distributions for tests, without pip: each is a ``<name>-<version>.dist-info`` folder
 (METADATA and entry_points.txt, as pip writes them) read by ``importlib.metadata``, and the
 catalogue's one question to the installation (``plugin_entry_points``) is answered from them
-(the ``plugins`` fixture of tests/conftest.py). tests/protocol/test_plugins.py has the one slow
-test that pip-installs a real distribution instead."""
+(the ``plugins`` fixture of tests/conftest.py). ``pip_installed`` installs a real distribution into
+the project's environment for a block (tests/protocol/test_plugins.py's slow test, the example
+plugin's tests)."""
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
-from collections.abc import Iterable, Mapping
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -60,3 +65,28 @@ def plugins_fixture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Plugins:
     monkeypatch.setattr(catalogue, "plugin_entry_points", fake.entry_points)
     catalogue.CATALOGUE.reload()
     return fake
+
+
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+
+
+@contextmanager
+def pip_installed(package: Path, distribution: str) -> Iterator[None]:
+    """The distribution at ``package`` installed into the project's environment (editable, no
+    dependencies, no build isolation: seconds, offline) for the block, uninstalled after it.
+    Only new processes see it (this one read its site-packages at start). One such block at a
+    time across the test workers (a lock file beside the environment): two pips at once in one
+    environment, or one uninstalling what another's block still uses, would race."""
+    with (Path(sys.prefix) / ".fedldp-tests-pip.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        subprocess.run(
+            [*PIP, "install", "--no-deps", "--no-build-isolation", "-e", str(package)],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            yield
+        finally:
+            subprocess.run(
+                [*PIP, "uninstall", "--yes", distribution], check=True, capture_output=True
+            )

@@ -25,7 +25,7 @@ from fedldp.protocol.catalogue import (
     Origin,
     get_protocol,
 )
-from tests.plugins import PLUGIN, Plugins
+from tests.plugins import PLUGIN, Plugins, pip_installed
 from tests.protocol.plugin_mean import PROTOCOL, PluginMean
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,22 +131,12 @@ def test_a_pip_installed_distribution_shows_in_fedldp_protocols(tmp_path: Path) 
         'plug-mean = "fedldp_test_plugin:PluginMean"\n'
         '[tool.setuptools]\npackages = ["fedldp_test_plugin"]\n'
     )
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    subprocess.run(
-        [*pip, "install", "--no-deps", "--no-build-isolation", "-e", str(package)],
-        check=True,
-        capture_output=True,
-    )
-    try:
+    with pip_installed(package, "fedldp-test-plugin"):
         run = subprocess.run(
             [str(Path(sys.executable).parent / "fedldp"), "protocols", "--json"],
             check=True,
             capture_output=True,
             text=True,
-        )
-    finally:
-        subprocess.run(
-            [*pip, "uninstall", "--yes", "fedldp-test-plugin"], check=True, capture_output=True
         )
     listed = json.loads(run.stdout)
     served = {p["name"]: p for p in listed["protocols"]}
