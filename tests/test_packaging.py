@@ -8,6 +8,7 @@ directory outside any checkout, and the build prints no warning."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -145,6 +146,26 @@ def test_every_file_of_the_package_data_is_in_the_wheel(wheel: Path) -> None:
     assert len(experiments) >= 46  # the papers' 42 files and the robustness 4, at least
     assert experiments <= expected  # every file of experiments/
     assert expected - names == set(), "package data missing from the wheel"
+
+
+def test_the_image_copies_every_file_the_wheel_is_built_from() -> None:
+    """deploy/Dockerfile installs fedldp from the files its COPY lines take: all that a wheel
+    build reads (a data folder added to pyproject.toml but not to the image would break its
+    build, or ship an image without the files)."""
+    copied: list[str] = []
+    for line in (ROOT / "deploy" / "Dockerfile").read_text(encoding="utf-8").splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not any(w.startswith("--from") for w in words):
+            copied += [w.rstrip("/") for w in words[1:-1]]
+    missing = [
+        path.as_posix()
+        for path in _build_inputs()
+        if not any(
+            fnmatch.fnmatch(path.as_posix(), source) or Path(source) in path.parents
+            for source in copied
+        )
+    ]
+    assert missing == [], f"deploy/Dockerfile copies none of {missing[:10]}"
 
 
 @pytest.fixture(scope="module")
