@@ -303,3 +303,14 @@ def test_the_example_run_estimates_the_weighted_mean_within_theory(
     assert abs(float(answer["estimate"]) - target) <= t, (answer["estimate"], target, t)
     printed = capsys.readouterr().out
     assert printed.startswith(f"estimate {answer['estimate']:.3f}, target {target:.3f} ±")
+
+
+@pytest.mark.e2e
+def test_the_plain_client_names_the_refusal_of_a_leased_study(server: str) -> None:
+    """A hand-written client enrolling in a swarm's (leased) study is told why it may not."""
+    client = _load()
+    with httpx.Client(base_url=server, timeout=30.0) as http:
+        body = {"protocol": "hetero-mean-rr", "params": {}, "seed": 4, "enrollment": "leased"}
+        study = _create(http, body)
+        with pytest.raises(RuntimeError, match=r"403 .*enrollment_closed"):
+            client["enroll"](http, study, 1.0)
