@@ -13,14 +13,14 @@ Subparsers = Any
 
 _RUN_EPILOG = """\
 examples:
-  fedldp experiment run my-sweep.yaml --out results/mine
   fedldp experiment run heterogeneous-e1-weighting --out results/hw --jobs 2
   fedldp experiment plot results/hw
   fedldp experiment check results/hw
   fedldp experiment run heterogeneous-e1-weighting --cluster tcp://scheduler:8786
 
-FILE is an experiment file, or the name of one that comes with fedldp (fedldp reproduce
---list; in a checkout, the files of experiments/). The run writes DIR/trials.csv (one row per
+FILE is an experiment file (your own, say my-sweep.yaml), or the name of one that comes with
+fedldp (fedldp reproduce --list names them; in a checkout, they are the files of
+experiments/). The run writes DIR/trials.csv (one row per
 trial, appended as each ends) and DIR/experiment.yaml; rerunning skips the trials already in
 the CSV, so an interrupted run resumes. With --cluster the trials run on the workers of an
 existing Dask scheduler (pip install 'fedldp[cluster]'; the workers must run the same fedldp)
