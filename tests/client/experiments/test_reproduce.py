@@ -9,13 +9,7 @@ import pytest
 
 from fedldp.client.cli.main import main
 from fedldp.client.experiments.loading import load_experiment
-from fedldp.client.experiments.reproduce import (
-    experiment_file,
-    experiments_dir,
-    find_experiments,
-    reproduce,
-    shipped_dir,
-)
+from fedldp.client.experiments.reproduce import experiments_dir, find_experiments, reproduce
 
 PREFIXES = ("user-level-", "heterogeneous-", "huber-", "semi-feature-", "robustness-")
 
@@ -78,23 +72,3 @@ def test_the_report_times_each_experiment_and_estimates_the_paper_scale(tmp_path
     assert done.paper_seconds == pytest.approx(
         done.trial_seconds * done.paper_trials / len(quick.trials())
     )
-
-
-def test_an_experiment_is_named_by_its_file_or_by_its_shipped_name(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """``fedldp experiment run NAME`` runs a shipped file from any directory (issue 28 item 5);
-    a file of that name where the command runs comes first, and a path is taken as given."""
-    monkeypatch.chdir(tmp_path)
-    shipped = shipped_dir() / "heterogeneous-e3-frequency.yaml"
-    assert experiments_dir() == shipped_dir()
-    assert experiment_file(Path("heterogeneous-e3-frequency")) == shipped
-    assert experiment_file(Path("heterogeneous-e3-frequency.yaml")) == shipped
-    Path("heterogeneous-e3-frequency.yaml").write_text(shipped.read_text())
-    local = Path("heterogeneous-e3-frequency.yaml")
-    assert experiment_file(local) == local
-    assert experiment_file(Path("sub/no-such.yaml")) == Path("sub/no-such.yaml")
-    with pytest.raises(ValueError, match="nor a shipped experiment of that name"):
-        experiment_file(Path("no-such"))
-    assert main(["experiment", "run", "no-such"]) == 2
-    assert "fedldp reproduce --list names them" in capsys.readouterr().err
