@@ -467,7 +467,14 @@ CONTEXT = (
     "fedldp/threads.py",
     "fedldp/py.typed",
 )
-CONTEXT_TREES = ("protocol/", "client/", "server/", "fedldp/testing/", "deploy/wheelhouse/")
+CONTEXT_TREES = (
+    "protocol/",
+    "client/",
+    "server/",
+    "fedldp/testing/",
+    "experiments/",
+    "deploy/wheelhouse/",
+)
 # The context less the wheelhouse (sources and README.md: 1.3 MB when written): it stays well
 # below this, while one stray folder (docs/, tests/, .git) would not.
 CONTEXT_SOURCES_MAX_BYTES = 4_000_000
