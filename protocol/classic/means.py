@@ -44,6 +44,7 @@ Bonferroni over d coordinates for vectors; approximate).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from statistics import NormalDist
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -83,6 +84,11 @@ __all__ = [
     "ClassicVectorParams",
 ]
 
+VARIANCE_FLOOR = 1e-100
+"""The inverse-variance weights use max(V*_i, 1e-100): PM's and HM's variances vanish like
+e^{−ε/2}, and 1/V*² would overflow past ε ≈ 460 (no weight changes below)."""
+LEVEL_MAX = 1.0 - 1e-12
+"""The highest error-bar level (its normal quantile stays finite)."""
 _TOLERANCE = 1e-9
 """Relative slack of the report checks (the reports are computed in float64)."""
 
@@ -98,7 +104,7 @@ class ClassicMeanParams(Params):
         "optimal); uniform: the plain average (the same estimator when every ε is equal)",
     )
     clip: bool = Field(True, description="clip the estimate into [-1, 1]")
-    level: float = Field(0.95, gt=0.0, lt=1.0, description="level of the (CLT) error bar")
+    level: float = Field(0.95, gt=0.0, le=LEVEL_MAX, description="level of the (CLT) error bar")
 
 
 class ClassicVectorParams(ClassicMeanParams):
@@ -264,7 +270,7 @@ class ClassicMean(Protocol[Any]):
         if params.weights == "uniform":
             return np.ones_like(eps)
         a, b = self._terms(params, eps)
-        return np.asarray(1.0 / th.worst_variance(a, b), dtype=np.float64)
+        return np.asarray(1.0 / np.maximum(th.worst_variance(a, b), VARIANCE_FLOOR))
 
     def aggregate(
         self,
@@ -333,8 +339,8 @@ class ClassicMean(Protocol[Any]):
             "worst_case_mse": worst,
         }
         level = float(params.level)
-        if self.vector:
-            z = z_quantile(1.0 - (1.0 - level) / d)
+        if self.vector:  # z_{1 − (1 − level)/(2d)}, from the tail (1 − tail rounds to 1)
+            z = -NormalDist().inv_cdf((1.0 - level) / (2.0 * d))
             bar = ErrorBar(z * float(np.sqrt(per.max())), level, "clt-bonferroni", True, "linf")
             diagnostics |= {
                 "d": d,

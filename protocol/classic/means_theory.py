@@ -39,7 +39,9 @@ of ``variance_terms``; the inverse-variance weights use its worst case over [−
 
 from __future__ import annotations
 
+import functools
 import math
+from fractions import Fraction
 from typing import Literal
 
 import numpy as np
@@ -114,12 +116,15 @@ def duchi_bound(epsilon: ArrayLike, d: int = 1) -> FloatArray:
     if d < 1:
         raise ValueError(f"d must be >= 1, got {d}")
     eps = check_epsilons(epsilon)
-    c = 1.0 / np.tanh(eps / 2.0)
+    return np.asarray(_duchi_constant(d) / np.tanh(eps / 2.0), dtype=np.float64)
+
+
+@functools.lru_cache(maxsize=64)
+def _duchi_constant(d: int) -> float:
+    """C_d, in exact rational arithmetic (the binomials of d = 4096 exceed a float)."""
     if d % 2:
-        c_d = 2 ** (d - 1) / math.comb(d - 1, (d - 1) // 2)
-    else:
-        c_d = (2 ** (d - 1) + math.comb(d, d // 2) / 2) / math.comb(d - 1, d // 2)
-    return np.asarray(c * c_d, dtype=np.float64)
+        return float(Fraction(2 ** (d - 1), math.comb(d - 1, (d - 1) // 2)))
+    return float(Fraction(2**d + math.comb(d, d // 2), 2 * math.comb(d - 1, d // 2)))
 
 
 def hm_alpha(epsilon: ArrayLike) -> FloatArray:
