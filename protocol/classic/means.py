@@ -37,19 +37,22 @@ diagnostic is an unbiased estimate of the exact variance whatever the data. Duch
 (and HM's below ε*, which is Duchi) have B_i = −1: |Y| is constant and says nothing of t², so
 there t_ij² is replaced by clip(θ̂_j)², a lower bound of the users' mean t² when their means scatter
 (Jensen), which makes the prediction an upper bound. ``worst_case_mse`` is Σ w_i² Σ_j V*_i (the
-papers' worst-case formulas). The error bar is the CLT one from ``coordinate_mse`` (ℓ∞ with
-Bonferroni over d coordinates for vectors; approximate).
+papers' worst-case formulas). The error bar is the CLT one from ``coordinate_mse``: z·sqrt(mse)
+for scalars; for vectors the ℓ2 radius sqrt(χ²_{d, level}·max_j coordinate_mse), which holds for
+independent Gaussian coordinates (approximate: Alg. 4's sampling correlates them slightly). The
+predictions concern the error around the users' own (weighted) mean; against the mean of the law
+the users were drawn from, the users' spread adds Var(t)/n.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from statistics import NormalDist
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 from pydantic import ConfigDict, Field
+from scipy import special
 
 from fedldp.protocol.api import (
     JSON,
@@ -339,9 +342,9 @@ class ClassicMean(Protocol[Any]):
             "worst_case_mse": worst,
         }
         level = float(params.level)
-        if self.vector:  # z_{1 − (1 − level)/(2d)}, from the tail (1 − tail rounds to 1)
-            z = -NormalDist().inv_cdf((1.0 - level) / (2.0 * d))
-            bar = ErrorBar(z * float(np.sqrt(per.max())), level, "clt-bonferroni", True, "linf")
+        if self.vector:  # ‖e‖² ≤ max_j v_j · χ²_d for independent Gaussian coordinates
+            half = float(np.sqrt(special.chdtri(d, 1.0 - level) * per.max()))
+            bar = ErrorBar(half, level, "clt-chi2", True, "l2")
             diagnostics |= {
                 "d": d,
                 "raw_estimate": [float(v) for v in raw],
