@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from fedldp.protocol.api import Plan, ReportChunk, Result, RoundTask, UserData
 from fedldp.protocol.classic import means
@@ -222,3 +223,21 @@ def test_params_are_validated() -> None:
             np.zeros(1, dtype=np.int64),
             UserStreams(KEY, np.arange(1)),
         )
+
+
+@pytest.mark.parametrize(
+    "name", ["classic-pm-vector", "classic-hm-vector", "classic-laplace-vector"]
+)
+def test_alg_4_samples_k_coordinates_uniformly_whatever_the_data(name: str) -> None:
+    # ε = 5 at d = 4: k = 2, so the sampled pair is one of binom(4, 2) = 6, each with probability
+    # 1/6 whatever the data (the set carries no information); chi-square at α = 1e-4
+    protocol = next(p for p in PROTOCOLS if p.name == name)
+    n = 12_000
+    t = np.tile(np.array([1.0, -1.0, 0.3, 0.0]), (n, 1))
+    _, _, payloads, _ = _run(protocol, _raw(protocol), t, np.full(n, 5.0))
+    chosen = payloads != 0
+    assert np.all(chosen.sum(axis=1) == 2)
+    pairs = [tuple(np.flatnonzero(row)) for row in chosen]
+    counts = np.array([pairs.count(p) for p in sorted(set(pairs))])
+    assert counts.size == 6
+    assert stats.chisquare(counts).pvalue > 1e-4
