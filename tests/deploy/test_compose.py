@@ -445,7 +445,14 @@ CONTEXT = (
     "fedldp/threads.py",
     "fedldp/py.typed",
 )
-CONTEXT_TREES = ("protocol/", "client/", "server/", "fedldp/testing/", "deploy/wheelhouse/")
+CONTEXT_TREES = (
+    "protocol/",
+    "client/",
+    "server/",
+    "fedldp/testing/",
+    "deploy/wheelhouse/",
+    "deploy/plugins/",  # protocol plugins' wheels (tests/deploy/test_compose_plugins.py)
+)
 # The context less the wheelhouse (sources and README.md: 1.3 MB when written): it stays well
 # below this, while one stray folder (docs/, tests/, .git) would not.
 CONTEXT_SOURCES_MAX_BYTES = 4_000_000
