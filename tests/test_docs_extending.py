@@ -104,6 +104,7 @@ def deploy_blocks() -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.slow  # a Dask scheduler, a worker and 200 trials
 def test_the_dask_block_runs(installed: None, tmp_path: Path) -> None:
     port = str(free_port())
     started: list[subprocess.Popen[bytes]] = []

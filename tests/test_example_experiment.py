@@ -22,6 +22,8 @@ import pytest
 from fedldp.client.experiments.results import TIMING_COLUMNS
 from tests.plugins import pip_installed
 
+pytestmark = pytest.mark.slow  # a minute or two: scheduled first in the parallel run
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "protocol-plugin"
 EXPERIMENT = EXAMPLE / "experiments" / "krr-epsilon.yaml"
