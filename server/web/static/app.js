@@ -121,12 +121,13 @@ function barChart({ title, values, outline, labels, width = 460, height = 190, c
   const svg = frame(title, width, height);
   const left = 52, right = width - 8, top = 24, bottom = height - 30;
   const top_ = Math.max(...values, ...(outline || []), 0);
-  const y = scale(0, top_ || 1, bottom, top);
+  const low = Math.min(...values, 0);  // below 0: a debiased estimate may be
+  const y = scale(low, top_ || 1, bottom, top);
   yAxis(svg, y, left, right);
+  if (low < 0) svg.append(sv("line", { x1: left, x2: right, y1: y(0), y2: y(0), class: "axis" }));
   const n = values.length, w = (right - left) / n;
   values.forEach((v, i) => {
-    const h = bottom - y(v);
-    svg.append(sv("rect", { x: left + i * w + 1, y: y(v), width: Math.max(1, w - 2), height: Math.max(0, h), fill: i === highlight ? COLORS[1] : color, rx: 1 },
+    svg.append(sv("rect", { x: left + i * w + 1, y: Math.min(y(v), y(0)), width: Math.max(1, w - 2), height: Math.abs(y(0) - y(v)), fill: i === highlight ? COLORS[1] : color, rx: 1 },
       sv("title", {}, `${labels ? labels[i] + ": " : ""}${fmt(v, 6)}`)));
   });
   if (outline) outline.forEach((v, i) => {
