@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import io
 import json
 import math
@@ -108,6 +109,13 @@ def compose_command() -> list[str] | None:
 @pytest.fixture(scope="module")
 def compose() -> list[str]:
     """The compose command, once an engine answers and the base image is there."""
+    return prepared_compose()
+
+
+@functools.cache
+def prepared_compose() -> list[str]:
+    """What ``compose`` returns, prepared once per run (the modules of tests/deploy share it:
+    deploy/offline-base-image.sh need not run again); a skip or failure is not remembered."""
     if os.geteuid() == 0:
         # Installs and starts Docker if needed; builds the stand-in base image and wheelhouse.
         prepared = run(["bash", "deploy/offline-base-image.sh"], 1800)
