@@ -2,12 +2,15 @@
 the module): its Python blocks in order in one namespace, in a new process (only new processes
 see what pip installs), and its safe shell blocks (the ``fedldp`` commands); the module it shows
 is the example's own file, its ``pyproject.toml`` the example's own, and the failure report it
-prints is what the kit prints."""
+prints is what the kit prints. Its ``sh`` blocks ("Deploying"): the Dask one runs (a scheduler
+and a worker of this machine, on a free port, results in a temporary folder), the compose one
+is what tests/deploy/test_compose_plugins.py runs (``bash scripts/ci-docker`` runs that)."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,12 +18,17 @@ from pathlib import Path
 
 import pytest
 
+from fedldp.client.swarm.server_process import free_port
+from tests.deploy.test_compose_plugins import PLUGIN_SETTINGS, PLUGIN_UP, PLUGIN_WHEEL
 from tests.plugins import pip_installed
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "extending.md"
 EXAMPLE = ROOT / "examples" / "protocol-plugin"
 FEDLDP = str(Path(sys.executable).parent / "fedldp")
+BIN = Path(sys.executable).parent
+DASK_PORT = "8786"
+"""The scheduler port of the page's Dask block (the test runs it on a free one)."""
 NOT_RUN = {"pip install -e examples/protocol-plugin": "what the installed fixture does"}
 """Shell lines of the page not run as written, and why."""
 RUNNER = """
@@ -84,3 +92,52 @@ def test_the_shell_blocks_run(installed: None) -> None:
     simulated = [run.stdout for line, run in runs.items() if "simulate" in line]
     assert simulated, "the page lost its simulate command"
     assert "example-krr" in simulated[0]
+
+
+def deploy_blocks() -> dict[str, list[str]]:
+    """The page's ``sh`` blocks (section "Deploying") by what they deploy to: their lines."""
+    found: dict[str, list[str]] = {}
+    for block in blocks("sh"):
+        lines = [line for line in block.splitlines() if line.strip()]
+        found["compose" if "scripts/compose" in block else "dask"] = lines
+    assert len(found) == len(blocks("sh")) == 2, "an sh block of the page is not checked"
+    return found
+
+
+@pytest.mark.slow  # a Dask scheduler, a worker and 200 trials
+def test_the_dask_block_runs(installed: None, tmp_path: Path) -> None:
+    port = str(free_port())
+    started: list[subprocess.Popen[bytes]] = []
+    runs: dict[str, subprocess.CompletedProcess[str]] = {}
+    try:
+        for line in deploy_blocks()["dask"]:
+            words = [w.replace(DASK_PORT, port) for w in shlex.split(line.removesuffix(" &"))]
+            words = [str(tmp_path / w) if w.startswith("results/") else w for w in words]
+            if line.endswith(" &"):  # a service: started, stopped after the block
+                assert words[0] == "dask", line
+                with (tmp_path / f"{words[1]}.log").open("wb") as log:  # the child keeps it
+                    command = [str(BIN / "dask"), *words[1:]]
+                    started.append(subprocess.Popen(command, stdout=log, stderr=log))
+                continue
+            assert words[0] == "fedldp", line
+            runs[words[2]] = subprocess.run(
+                [FEDLDP, *words[1:]], capture_output=True, text=True, cwd=ROOT, timeout=900
+            )
+            assert runs[words[2]].returncode == 0, (line, runs[words[2]].stderr)
+    finally:
+        for process in started:
+            process.terminate()
+            process.wait(timeout=60)
+    assert list(runs) == ["run", "check", "plot"]
+    assert "200 trials run, 0 already done, of 200" in runs["run"].stderr + runs["run"].stdout
+    assert runs["check"].stdout.startswith("holds"), runs["check"].stdout
+    assert (tmp_path / "results" / "krr-epsilon" / "plot-1.png").stat().st_size > 20_000
+
+
+def test_the_compose_block_is_what_the_compose_test_runs() -> None:
+    wheel, up = deploy_blocks()["compose"]
+    assert wheel == PLUGIN_WHEEL
+    words = shlex.split(up)
+    settings = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
+    assert settings == PLUGIN_SETTINGS
+    assert words[len(settings) :] == ["scripts/compose", *PLUGIN_UP]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import io
 import json
 import math
@@ -108,6 +109,13 @@ def compose_command() -> list[str] | None:
 @pytest.fixture(scope="module")
 def compose() -> list[str]:
     """The compose command, once an engine answers and the base image is there."""
+    return prepared_compose()
+
+
+@functools.cache
+def prepared_compose() -> list[str]:
+    """What ``compose`` returns, prepared once per run (the modules of tests/deploy share it:
+    deploy/offline-base-image.sh need not run again); a skip or failure is not remembered."""
     if os.geteuid() == 0:
         # Installs and starts Docker if needed; builds the stand-in base image and wheelhouse.
         prepared = run(["bash", "deploy/offline-base-image.sh"], 1800)
@@ -474,6 +482,7 @@ CONTEXT_TREES = (
     "fedldp/testing/",
     "experiments/",
     "deploy/wheelhouse/",
+    "deploy/plugins/",  # protocol plugins' wheels (tests/deploy/test_compose_plugins.py)
 )
 # The context less the wheelhouse (sources and README.md: 1.3 MB when written): it stays well
 # below this, while one stray folder (docs/, tests/, .git) would not.

@@ -64,6 +64,20 @@ async function api(path, options) {
   return body;
 }
 
+// where a study's protocol code came from (StudyView.protocol_origin / protocol_version):
+// fedldp's own ("built-in"), an installed plugin distribution, or not recorded (older studies)
+function origin(v) {
+  if (!v.protocol_origin) return { plugin: false, text: "origin not recorded" };
+  if (v.protocol_origin === "built-in") return { plugin: false, text: `built-in, fedldp ${v.protocol_version}` };
+  return { plugin: true, text: `plugin ${v.protocol_origin} ${v.protocol_version}` };
+}
+
+function protocolCell(v) {
+  const o = origin(v);
+  return el("td", { "data-testid": "protocol", title: o.text }, v.protocol,
+    o.plugin ? el("div", { class: "muted small", "data-testid": "protocol-origin" }, `${v.protocol_origin} ${v.protocol_version}`) : null);
+}
+
 function badge(text) { return el("span", { class: `badge ${text}`, "data-testid": "phase" }, text); }
 
 function bar(fraction, done) {
@@ -107,12 +121,13 @@ function barChart({ title, values, outline, labels, width = 460, height = 190, c
   const svg = frame(title, width, height);
   const left = 52, right = width - 8, top = 24, bottom = height - 30;
   const top_ = Math.max(...values, ...(outline || []), 0);
-  const y = scale(0, top_ || 1, bottom, top);
+  const low = Math.min(...values, 0);  // below 0: a debiased estimate may be
+  const y = scale(low, top_ || 1, bottom, top);
   yAxis(svg, y, left, right);
+  if (low < 0) svg.append(sv("line", { x1: left, x2: right, y1: y(0), y2: y(0), class: "axis" }));
   const n = values.length, w = (right - left) / n;
   values.forEach((v, i) => {
-    const h = bottom - y(v);
-    svg.append(sv("rect", { x: left + i * w + 1, y: y(v), width: Math.max(1, w - 2), height: Math.max(0, h), fill: i === highlight ? COLORS[1] : color, rx: 1 },
+    svg.append(sv("rect", { x: left + i * w + 1, y: Math.min(y(v), y(0)), width: Math.max(1, w - 2), height: Math.abs(y(0) - y(v)), fill: i === highlight ? COLORS[1] : color, rx: 1 },
       sv("title", {}, `${labels ? labels[i] + ": " : ""}${fmt(v, 6)}`)));
   });
   if (outline) outline.forEach((v, i) => {
@@ -206,7 +221,7 @@ function listPage() {
           : `${closed} / ${v.rounds.length} rounds${open ? ` · ${open.received} / ${open.expected} reports` : ""}`;
         return el("tr", { class: "link", "data-study": v.id, onclick: () => { location.hash = `#/study/${v.id}`; } },
           el("td", {}, el("a", { href: `#/study/${v.id}` }, v.name || v.id.slice(0, 12))),
-          el("td", {}, v.protocol),
+          protocolCell(v),
           el("td", {}, badge(v.phase)),
           el("td", { class: "num" }, String(v.n_participants)),
           el("td", {}, bar(studyProgress(v), v.phase === "finished")),
@@ -268,16 +283,16 @@ function studyPage(id) {
       fill(parts.head, 
         el("div", { class: "headline" }, el("a", { href: "#/" }, "← studies"), el("h1", {}, v.name || "study"), el("span", { id: "phase" }, badge(st.phase)),
           el("span", { class: st.live ? "live on" : "live" }, st.live ? "live" : ENDED.includes(st.phase) ? "ended" : "connecting"), el("span", { class: "id" }, v.id)),
-        el("div", { class: "actions" }, el("span", { class: "muted" }, `${v.protocol} · ${v.trust} trust${Number.isSafeInteger(v.seed) ? ` · seed ${v.seed}` : ""}`), el("span", { style: "flex:1" }), actions),
+        el("div", { class: "actions" }, el("span", { class: "muted", id: "protocol-line" }, `${v.protocol} (${origin(v).text}) · ${v.trust} trust${Number.isSafeInteger(v.seed) ? ` · seed ${v.seed}` : ""}`), el("span", { style: "flex:1" }), actions),
         st.reason ? el("p", { class: "error" }, st.reason) : null,
         el("p", { class: "error", id: "action-error" }));
     },
     facts() {
       const v = st.view;
-      const rows = [["participants", String(st.n)], ["enrollment target", v.enrollment_target ?? "–"], ["ε accepted", `${fmt(v.epsilon_min)} to ${fmt(v.epsilon_max)}`],
+      const rows = [["protocol", v.protocol], ["protocol code", origin(v).text], ["participants", String(st.n)], ["enrollment target", v.enrollment_target ?? "–"], ["ε accepted", `${fmt(v.epsilon_min)} to ${fmt(v.epsilon_max)}`],
         ["round deadline", `${fmt(v.round_deadline_s)} s, quorum ${fmt(v.quorum)}`], ["parameters", JSON.stringify(v.params)], ["created", new Date(v.created_at).toLocaleString()]];
       for (const w of v.warnings) rows.push(["warning", w]);
-      fill(parts.facts, el("h2", {}, "Study"), el("dl", { class: "facts" }, rows.map(([k, val]) => [el("dt", {}, k), el("dd", {}, String(val))])));
+      fill(parts.facts, el("h2", {}, "Study"), el("dl", { class: "facts", id: "study-facts" }, rows.map(([k, val]) => [el("dt", {}, k), el("dd", {}, String(val))])));
     },
     progress() {
       const rounds = [...st.rounds.values()];
@@ -474,7 +489,19 @@ function drawOutput(r) {
   }
   if (isNum(o.loss)) out.push(el("p", {}, "Loss ", el("b", {}, fmt(o.loss, 6))));
   if (isNum(o.n_reports)) out.push(el("p", { class: "muted" }, `${o.n_reports} reports aggregated`));
+  if (out.length === 0) out.push(...drawAnyOutput(o));
   out.push(el("details", {}, el("summary", {}, "output as JSON"), el("pre", {}, JSON.stringify(o, null, 1))));
+  return out;
+}
+
+// an output none of the fields above names (a plugin protocol's own): its numeric lists as bar
+// charts (the first two), its numbers as facts
+function drawAnyOutput(o) {
+  const out = [];
+  const lists = Object.keys(o).filter((k) => isNumArray(o[k]) && o[k].length > 1).slice(0, 2);
+  for (const k of lists) out.push(barChart({ title: `${k} (${o[k].length} values)`, values: o[k].slice(0, 64), labels: o[k].slice(0, 64).map((_, i) => String(i)), note: o[k].length > 64 ? "first 64" : undefined }));
+  const numbers = Object.keys(o).filter((k) => isNum(o[k]));
+  if (numbers.length) out.push(el("dl", { class: "facts", "data-testid": "output-numbers" }, numbers.map((k) => [el("dt", {}, k), el("dd", {}, fmt(o[k], 6))])));
   return out;
 }
 
