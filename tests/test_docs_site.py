@@ -112,7 +112,9 @@ def test_a_browser_requests_nothing_from_another_host(site: Path) -> None:
         try:
             page = browser.new_page()
             page.on("request", lambda request: requested.append(request.url))
-            for name in ("index.html", "protocols.html", "api/client.html", "concepts.html"):
+            shown = ["index.html", "protocols.html", "api/client.html", "concepts.html"]
+            shown += [p.relative_to(site).as_posix() for p in site.glob("notebooks/*.html")][:1]
+            for name in shown:
                 page.goto((site / name).as_uri(), wait_until="load")
                 page.wait_for_timeout(300)  # scripts the page starts (search index, …)
                 assert page.locator("h1").first.is_visible()
@@ -148,6 +150,8 @@ def test_every_notebook_is_a_page_with_its_outputs(site: Path) -> None:
         assert page.is_file(), notebook
         html = page.read_text(encoding="utf-8")
         assert "jp-Notebook" in html, notebook
+        stored = notebook.read_text(encoding="utf-8").count('"image/png"')
+        assert html.count("data:image/png;base64,") >= stored, notebook  # its figures, inline
 
 
 def shown_commands(text: str) -> list[str]:

@@ -27,9 +27,16 @@ LINK = re.compile(r"\]\((?!https?:|#|mailto:)([^)\s#]+)(#[^)\s]*)?\)")
 REPO = "repo"
 
 
+ORDER = ("quickstart", "sweep", "live", "misbehaving")
+"""The tutorials a reader should meet first, in issue 28's order; any other notebook follows them,
+by file name."""
+
+
 def notebooks() -> list[Path]:
-    """The tutorial notebooks, by file name."""
-    return sorted(NOTEBOOKS.glob("*.ipynb"))
+    """The tutorial notebooks, in reading order."""
+    found = sorted(NOTEBOOKS.glob("*.ipynb"))
+    rank = {stem: i for i, stem in enumerate(ORDER)}
+    return sorted(found, key=lambda nb: rank.get(nb.stem, len(ORDER)))
 
 
 def outside_target(page_src: Path, target: str) -> Path | None:
@@ -57,7 +64,16 @@ def on_config(config: Any) -> Any:
 def on_files(files: Files, config: Any) -> Files:
     """The notebooks, and a copy of every repository file a page links to."""
     for nb in notebooks():
-        files.append(File.generated(config, f"notebooks/{nb.name}", abs_src_path=str(nb)))
+        # a File of its own source folder (examples/), not File.generated: mkdocs-jupyter's
+        # NotebookFile wrapper reads the path from src_dir, which a generated file lacks
+        files.append(
+            File(
+                f"{NOTEBOOKS.name}/{nb.name}",
+                src_dir=str(NOTEBOOKS.parent),
+                dest_dir=config["site_dir"],
+                use_directory_urls=config["use_directory_urls"],
+            )
+        )
     linked: set[Path] = set()
     for page in list(files.documentation_pages()):
         if page.abs_src_path is None or not page.src_uri.endswith(".md"):
