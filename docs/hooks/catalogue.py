@@ -33,7 +33,8 @@ def _inline(text: str) -> str:
         if part is None:
             continue
         if i % 3 == 0:
-            out.append(re.sub(r"([\\*_\[\]<>|])", r"\\\1", part))
+            escaped = re.sub(r"([\\*_\[\]])", r"\\\1", part)
+            out.append(escaped.replace("<", "&lt;").replace(">", "&gt;").replace("|", "&#124;"))
         else:
             out.append(f"`{part}`")
     return "".join(out)
@@ -78,8 +79,7 @@ def protocol_section(entry: dict[str, Any], protocol: Any) -> str:
     if home is not None:
         paper, spec = home
         facts.append(("family", _inline(paper) + (f" ([spec]({spec}))" if spec else "")))
-    lines += ["| | |", "|---|---|"]
-    lines += [f"| {key} | {value} |" for key, value in facts]
+    lines += [f"- **{key}**: {value}" for key, value in facts]
     lines += ["", f"**Unequal ε.** {_inline(entry['heterogeneity'])}", ""]
     population = entry["population"]
     smallest = population["min_participants"]
