@@ -22,6 +22,7 @@ API reference fails the build), into a temporary folder, as ``scripts/check`` bu
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 import shlex
@@ -30,6 +31,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -222,3 +224,34 @@ def test_the_server_page_lists_every_setting(site: Path) -> None:
     html = (site / "server.html").read_text(encoding="utf-8")
     for name in Settings.model_fields:
         assert f"<code>FEDLDP_{name.upper()}</code>" in html, name
+
+
+def hook(name: str) -> Any:
+    """A module of docs/hooks/, imported from its file (mkdocs loads them the same way)."""
+    spec = importlib.util.spec_from_file_location(
+        f"docs_hook_{name}", DOCS / "hooks" / f"{name}.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_links_out_of_docs_are_served_only_for_files_that_exist(tmp_path: Path) -> None:
+    repo_files = hook("repo_files")
+    page = DOCS / "extending.md"
+    elsewhere = tmp_path / "secret.txt"
+    elsewhere.write_text("not the repository's", encoding="utf-8")
+    assert repo_files.outside_target(page, "../protocol/api.py") == ROOT / "protocol" / "api.py"
+    assert repo_files.outside_target(page, "../protocol/no_such_module.py") is None  # strict fails
+    assert repo_files.outside_target(page, "architecture.md") is None  # a page: mkdocs's own
+    outside = os.path.relpath(elsewhere, DOCS)
+    assert repo_files.outside_target(page, outside) is None  # outside the repository
+
+
+def test_docstring_prose_becomes_inert_markdown() -> None:
+    catalogue = hook("catalogue")
+    assert catalogue._inline("a <b> | *c* d_e [f] ``x<y``") == (
+        r"a &lt;b&gt; &#124; \*c\* d\_e \[f\] `x<y`"
+    )
