@@ -49,7 +49,10 @@ def outside_target(page_src: Path, target: str) -> Path | None:
 
 
 def on_config(config: Any) -> Any:
-    """Add the "Tutorials" section (one entry per notebook) after "Concepts"."""
+    """Add the "Tutorials" section (one entry per notebook) after "Concepts"; ``mkdocs serve``
+    watches the notebooks' folder too."""
+    if NOTEBOOKS.is_dir() and str(NOTEBOOKS) not in config["watch"]:
+        config["watch"].append(str(NOTEBOOKS))
     found = notebooks()
     if found and config["nav"] is not None:
         nav = list(config["nav"])
