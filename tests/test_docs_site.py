@@ -8,11 +8,13 @@ API reference fails the build), into a temporary folder, as ``scripts/check`` bu
   protocol-relative address, no inline style or stylesheet imports one, and the material theme's
   web fonts are off. Plain ``<a href>`` links to other hosts (a paper, say) are allowed: the
   reader follows them, the page does not load them. In a real browser (Debian's chromium, as the
-  dashboard test drives it), opening the start page, the catalogue and the API reference from
-  ``file://`` requests no ``http(s)`` URL;
-* the catalogue page has a section for every protocol of the catalogue, with each parameter;
+  dashboard test drives it), opening the start page, the concepts, the catalogue, the API
+  reference and a tutorial notebook from ``file://`` requests no ``http(s)`` URL;
+* the catalogue page has a section for every protocol of the catalogue, with each parameter, and
+  the server page a row for every setting;
 * the API reference renders every public name (``__all__``) of the modules it documents;
-* each tutorial notebook of examples/notebooks/ is a page of the site, with its outputs;
+* each tutorial notebook of examples/notebooks/ is a page of the site, with its figures;
+* the hooks' own rules: which links out of docs/ are served, how docstring prose is escaped;
 * every ``fedldp`` command shown in a shell block of the README or of a page parses with the
   command line's own parser (an option renamed or removed fails here), the README's two first
   commands are exactly the ones CI runs, the README stays under 200 lines, its relative links
