@@ -257,3 +257,20 @@ def test_docstring_prose_becomes_inert_markdown() -> None:
     assert catalogue._inline("a <b> | *c* d_e [f] ``x<y``") == (
         r"a &lt;b&gt; &#124; \*c\* d\_e \[f\] `x<y`"
     )
+
+
+def test_the_build_fails_on_what_it_should() -> None:
+    """What makes a broken link or anchor fail (mkdocs.yml), and that CI's build does not hide it:
+    mkdocs' ``--quiet`` silences the warnings ``--strict`` fails on."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert config["strict"] is True
+    assert set(config["validation"].values()) == {"warn"}
+    assert config["theme"]["font"] is False
+    assert not [url for url in config.get("extra_javascript", []) if "//" in str(url)]
+    check = (ROOT / "scripts" / "check").read_text(encoding="utf-8")
+    (line,) = [line for line in check.splitlines() if "mkdocs build" in line]
+    assert "--strict" in line
+    assert "--quiet" not in line.split("#")[0]
+    assert " -q" not in line.split("#")[0]
