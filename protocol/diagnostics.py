@@ -83,6 +83,11 @@ DIAGNOSTICS: dict[str, str] = {
     "projected": "estimate after projection onto the probability simplex",
     "variance_bound": "theoretical variance bound of the estimate",
     "jl_seed": "public seed of the Johnson–Lindenstrauss projection",
+    # --- classic means (Duchi, Laplace, PM, HM: fedldp.protocol.classic.means)
+    "worst_case_mse": "the mean squared error the papers' worst-case variance formula bounds "
+    "(every user's mean at its mechanism's worst point of [-1, 1])",
+    "sampled_coordinates": "smallest and largest k: coordinates each user reports (Alg. 4 of "
+    "Wang et al. 2019, k = max(1, min(d, floor(ε/2.5))))",
     # --- central trust (Zhao et al. NeurIPS 2024)
     "estimator": "the central estimator (wme: winsorized mean; huber: Huber loss)",
     "noise": "distribution of the added noise (laplace or gaussian)",

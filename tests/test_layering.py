@@ -36,6 +36,7 @@ ALLOWED_SUBPACKAGES: dict[str, set[str]] = {
     "core": set(),
     "mechanisms": {"core"},
     **{family: {"api", "core", "mechanisms"} for family in FAMILIES},
+    "classic": {"api"},  # the classic baselines are written only against the extension API
 }
 API_ALLOWED = {"core", "mechanisms"}
 """What ``fedldp.protocol.api`` (a module beside the sub-packages) may import: a family imports
