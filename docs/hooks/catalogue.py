@@ -84,7 +84,8 @@ def protocol_section(entry: dict[str, Any], protocol: Any) -> str:
     population = entry["population"]
     smallest = population["min_participants"]
     if smallest is not None:
-        least = f"{smallest} participants at ε = {population['epsilon']:g}"
+        noun = "participant" if smallest == 1 else "participants"
+        least = f"{smallest} {noun} at ε = {population['epsilon']:g}"
     else:
         least = "depends on " + ", ".join(f"`{d}`" for d in population["depends_on"])
     lines += [f"**Minimum population.** {least}: {_inline(population['rule'])}", ""]
