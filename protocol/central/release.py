@@ -8,10 +8,10 @@ each participant sends its user-wise statistic, [its local mean (d values), its 
 (spec §1.3, §9.1), in the clear, and the trusted server releases one user-level (ε, δ)-DP
 estimate. The server keeps the n statistics in memory for the one aggregation call (the server
 keeps contributions encrypted in their own table, never returned by any endpoint, and deletes
-them and destroys their key when the study ends: README, "Trust"); a round's output, which is
-public, holds only the DP release and aggregate, public constants (n, N, the noise constants), never
-a participant's statistic. The m_i are public information in the paper (§1.1); they enter the noise
-of WME through max_i m_i/N.
+them and destroys their key when the study ends: docs/reliability.md, "Trust"); a round's
+output, which is public, holds only the DP release and aggregate, public constants (n, N, the
+noise constants), never a participant's statistic. The m_i are public information in the paper
+(§1.1); they enter the noise of WME through max_i m_i/N.
 
 **One low ε sets everyone's noise.** The release is (ε, δ)-DP at ε = min_i ε_i, the smallest
 declared ε (``release_epsilon``, ``HETEROGENEITY``), charged to everyone; the noise scales like

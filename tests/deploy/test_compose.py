@@ -2,13 +2,13 @@
 HTTP from the host equals the in-process simulation of the same seed (docs/architecture.md: 1e-9
 relative).
 
-* default mode: the server on SQLite and one swarm; and the README's ``--scale swarm=3`` sequence
-  on its default population, where each of at least two swarms serves users;
+* default mode: the server on SQLite and one swarm; and docs/deployment.md's ``--scale swarm=3``
+  sequence on its default population, where each of at least two swarms serves users;
 * profile ``postgres``: PostgreSQL, two server replicas behind an nginx balancer, and two swarms
   (``--scale swarm-pg=2``) sharing one study through the balancer;
 * profile ``cluster``: a Dask scheduler, two workers and an experiment driver
-  (``fedldp experiment run --cluster``), run by the README's command: its trials CSV equals a
-  local run's, timing aside, and no container of the profile keeps running after it;
+  (``fedldp experiment run --cluster``), run by docs/experiments.md's command: its trials CSV
+  equals a local run's, timing aside, and no container of the profile keeps running after it;
 * the build context ``.dockerignore`` lets through: only what deploy/Dockerfile copies.
 
 Each mode is started with ``up --build``, which builds the fedldp image once (one service of the
@@ -16,7 +16,7 @@ mode builds it, the others use its tag; with compose v1, whose output names each
 checked).
 
 Needs a Docker engine and compose (``docker compose`` v2 or Debian's ``docker-compose`` v1), run
-through ``scripts/compose`` as the README does (``FEDLDP_COMPOSE`` picks one). As root,
+through ``scripts/compose`` as docs/deployment.md does (``FEDLDP_COMPOSE`` picks one). As root,
 ``deploy/offline-base-image.sh`` is run first: it installs and starts Docker when needed and
 builds the registry-free base image and wheelhouse. Without a usable engine the tests are
 skipped with the reason. Run with ``pytest -m docker tests/deploy`` (the default run excludes
@@ -70,7 +70,7 @@ SCALED_USERS = 24_000
 SCALED_POPULATION = (
     f"--users {SCALED_USERS} --samples 16 --distribution two-point --mean 0.3 --epsilon 1"
 )
-# The compose file's default population (the README's `--scale swarm=3` runs it), two
+# The compose file's default population (docs/deployment.md's `--scale swarm=3` runs it), two
 # ENROLL_CHUNKs of users.
 DEFAULT_POPULATION = "--users 20000 --samples 256 --distribution two-point --mean 0.3 --epsilon 1"
 REPLICAS = ("server-a", "server-b")
@@ -100,7 +100,7 @@ def engine_answers() -> bool:
 
 
 def compose_command() -> list[str] | None:
-    """``scripts/compose`` (the README's command), when it finds a compose to run: it picks
+    """``scripts/compose`` (docs/deployment.md's command), when it finds a compose to run: it picks
     ``$FEDLDP_COMPOSE``, else ``docker compose`` (v2) when present, else ``docker-compose``."""
     wrapper = str(ROOT / "scripts" / "compose")
     return [wrapper] if run([wrapper, "which"], 60).returncode == 0 else None
@@ -311,8 +311,8 @@ def test_compose_swarm_reproduces_the_in_process_estimate(deployment: Deployment
 
 
 def test_three_swarms_of_the_readme_share_the_default_population(compose: list[str]) -> None:
-    """The README's sequence on the default population (two ENROLL_CHUNKs of users, which one
-    swarm used to lease alone while the others served 0): `up --exit-code-from swarm`, then
+    """docs/deployment.md's sequence on the default population (two ENROLL_CHUNKs of users, which
+    one swarm used to lease alone while the others served 0): `up --exit-code-from swarm`, then
     `up --detach --scale swarm=3` on a new study (compose re-creates the first swarm, so the
     three start over a second apart), `docker wait` on the swarms, `logs swarm` for their
     results."""
@@ -406,8 +406,9 @@ def test_the_cluster_profile_runs_an_experiment_as_local_processes_do(
     cluster_deployment: Deployment, tmp_path: Path
 ) -> None:
     deployment = cluster_deployment
-    # The README's command (two workers, not four): naming experiment starts the scheduler and
-    # workers it needs; it returns when the driver is done, with the driver's exit code.
+    # docs/experiments.md's command (two workers, not four): naming experiment starts the
+    # scheduler and workers it needs; it returns when the driver is done, with the driver's exit
+    # code.
     up = deployment.up(
         "--build", "--scale", "dask-worker=2", "--exit-code-from", "experiment", "experiment"
     )
@@ -428,7 +429,8 @@ def test_the_cluster_profile_runs_an_experiment_as_local_processes_do(
     listed = deployment.compose("ps", "-q", "-a", "experiment", timeout=60)
     (driver,) = listed.stdout.split()
     remote = tmp_path / "results"
-    copied = run(["docker", "cp", f"{driver}:/results", str(remote)], 60)  # the README's cp
+    # docs/experiments.md's cp
+    copied = run(["docker", "cp", f"{driver}:/results", str(remote)], 60)
     assert copied.returncode == 0, tail(copied)
     remote = remote / CLUSTER_EXPERIMENT / "trials.csv"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -199,16 +200,21 @@ def test_missing_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None
     assert "usage:" in err
 
 
-README_USER_MEAN = (
+GUIDE_USER_MEAN = (
     "simulate --protocol user-mean --users 100000 --samples 256 --distribution two-point "
     "--mean 0.3 --epsilon 1 --seed 7 --json"
 )
+"""The first command of docs/getting-started.md and docs/simulate.md (it was the README's)."""
 
 
 @pytest.mark.slow
-def test_readme_user_mean_command(capsys: pytest.CaptureFixture[str]) -> None:
-    # The brief's first command, exactly; about a second (n = 10^5 users x 256 samples).
-    code, out, _ = run(capsys, *shlex.split(README_USER_MEAN))
+def test_guide_user_mean_command(capsys: pytest.CaptureFixture[str]) -> None:
+    # The brief's first command, exactly as the pages show it; about a second (n = 10^5 users x
+    # 256 samples).
+    for page in ("getting-started.md", "simulate.md"):
+        text = (Path(__file__).resolve().parents[3] / "docs" / page).read_text(encoding="utf-8")
+        assert GUIDE_USER_MEAN in " ".join(text.replace("\\\n", " ").split()), page
+    code, out, _ = run(capsys, *shlex.split(GUIDE_USER_MEAN))
     result = json.loads(out)
     assert code == 0
     assert result["truth"] == 0.3
