@@ -41,8 +41,8 @@ def _flat(summary: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in summary.items():
         if key in ("estimate", "truth"):
             continue
-        if key in RUN_SECTIONS and isinstance(value, Mapping):
-            for name, inner in value.items():
+        if key in RUN_SECTIONS:  # a missing section (no error bar) adds no column
+            for name, inner in (value or {}).items():
                 out[f"{key}.{name}"] = inner if np.ndim(inner) == 0 else list(inner)
         elif value is None or isinstance(value, str | int | float | bool):
             out[key] = value

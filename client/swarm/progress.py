@@ -56,11 +56,12 @@ class NotebookBars:
     ``interval`` seconds and once more when closed (the final state, which a saved notebook
     keeps). The output is an HTML rendering of the bars with a text twin."""
 
-    def __init__(self, bars: Progress, interval: float = 0.25) -> None:
+    interval = 0.25
+
+    def __init__(self, bars: Progress) -> None:
         from IPython.display import display  # in a kernel: IPython is there
 
         self._bars = bars
-        self._interval = interval
         self._drawn = time.monotonic()
         self._handle = display(  # type: ignore[no-untyped-call]
             self._bundle(), raw=True, display_id=True
@@ -78,7 +79,7 @@ class NotebookBars:
 
     def refresh(self, *, force: bool = False) -> None:
         now = time.monotonic()
-        if force or now - self._drawn >= self._interval:
+        if force or now - self._drawn >= self.interval:
             self._drawn = now
             self._handle.update(self._bundle(), raw=True)
 
