@@ -29,7 +29,7 @@ from fedldp.client.frames import run_frame
 from fedldp.client.population.build import AnyPopulation
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
-from fedldp.client.results import result_summary
+from fedldp.client.results import plain, result_summary
 from fedldp.client.seeds import derive_seeds, noise_seed, round_key
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.base.protocol import Params, Predictor, Protocol
@@ -79,6 +79,17 @@ class SimulationResult:
     data_kind: str = field(default="scalar")
 
     @property
+    def estimate(self) -> float | list[float] | None:
+        """The estimate (``result.estimate``) as a float or a list of floats."""
+        return plain(self.result.estimate)
+
+    @property
+    def truth(self) -> float | list[float] | None:
+        """The population's true value (its mean, or distribution), which the protocol
+        estimates; learning protocols' targets are in ``to_dict()["truth"]``."""
+        return plain(self.population.truth)
+
+    @property
     def warnings(self) -> tuple[str, ...]:
         # a protocol may repeat a plan warning in its result: each is shown once
         every = (*self.population.warnings, *self.plan.warnings, *self.result.warnings)
@@ -113,6 +124,8 @@ class SimulationResult:
         >>> mean = get_protocol("user-mean")
         >>> params = mean.parse_params({"samples_per_user": 16})
         >>> run = simulate(mean, params, build_population(spec, 7), seed=7)
+        >>> run.estimate == run.result.estimate, run.truth
+        (True, 0.3)
         >>> frame = run.to_frame()
         >>> frame[["protocol", "n", "seed", "truth"]].to_dict("records")
         [{'protocol': 'user-mean', 'n': 2000, 'seed': 7, 'truth': 0.3}]

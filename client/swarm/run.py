@@ -55,7 +55,7 @@ from fedldp.client.population.build import (
 )
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
-from fedldp.client.results import result_summary
+from fedldp.client.results import plain, result_summary
 from fedldp.client.seeds import derive_seeds, noise_seed, population_digest
 from fedldp.client.swarm.agents import DriveStats, Roster, SwarmError, WaitPolicy, drive
 from fedldp.client.swarm.enrolling import (
@@ -113,10 +113,14 @@ class SwarmResult:
         return self.population.seed
 
     @property
-    def truth(self) -> float | list[float]:
+    def estimate(self) -> float | list[float] | None:
+        """The server's estimate (``result.estimate``; None unless the study finished)."""
+        return self.result.estimate
+
+    @property
+    def truth(self) -> float | list[float] | None:
         """The population's true mean (known only here, never sent to the server)."""
-        t = np.asarray(self.population.truth, dtype=np.float64)
-        return float(t) if t.ndim == 0 else t.tolist()
+        return plain(self.population.truth)
 
     def to_dict(self) -> JSON:
         """The object ``fedldp simulate --json`` prints for the same run (its ``to_dict()``),
