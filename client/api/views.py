@@ -9,7 +9,10 @@ The tables, by view:
   refused, late, and the deadline or the open and close times);
 * ``StudyList``: one row per study;
 * ``ResultView``: the run summary's table (``fedldp.client.frames.run_frame``): one row, or one
-  per coordinate of a vector estimate.
+  per coordinate of a vector estimate;
+* ``ProtocolList``: one row per protocol the server offers;
+* ``BudgetView``: one row per ε charge a participant's plan holds;
+* ``PredictView``: one row per prediction.
 """
 
 from __future__ import annotations
@@ -21,7 +24,16 @@ from pydantic import BaseModel
 from fedldp.client.frames import records_frame, run_frame
 from fedldp.protocol.core import wire
 
-__all__ = ["ResultView", "RoundView", "RoundsView", "StudyList", "StudyView"]
+__all__ = [
+    "BudgetView",
+    "PredictView",
+    "ProtocolList",
+    "ResultView",
+    "RoundView",
+    "RoundsView",
+    "StudyList",
+    "StudyView",
+]
 
 _PROGRESS_COLUMNS = ("index", "name", "status", "expected", "received", "refused", "late")
 _STUDY_COLUMNS = (
@@ -114,3 +126,38 @@ class ResultView(_Tabular, wire.ResultView):
         ``epsilon_spent.*``; one row per coordinate of a vector estimate. The truth is not
         the server's to know: ``SwarmResult.to_frame`` adds it."""
         return run_frame(self.to_dict())
+
+
+class ProtocolList(_Tabular, wire.ProtocolList):
+    """The protocols a server offers (``GET /v1/protocols``)."""
+
+    def to_frame(self) -> Any:
+        """One row per protocol: name, version, trust, data kind, its minimum population rule
+        and summary (parameters and the rest stay in ``to_dict()``)."""
+        columns = ("name", "version", "trust", "data_kind", "min_participants", "summary")
+        rows = [
+            {
+                **{c: getattr(p, c) for c in ("name", "version", "trust", "data_kind")},
+                "min_participants": p.population.min_participants,
+                "summary": p.summary,
+            }
+            for p in self.protocols
+        ]
+        return records_frame(rows, columns)
+
+
+class BudgetView(_Tabular, wire.BudgetView):
+    """One participant's privacy budget (``GET …/participants/{id}/budget``)."""
+
+    def to_frame(self) -> Any:
+        """One row per planned charge: round, name, ε, messages and whether it was reported."""
+        columns = ("round", "name", "epsilon", "messages", "reported")
+        return records_frame([c.model_dump() for c in self.planned], columns)
+
+
+class PredictView(_Tabular, wire.PredictView):
+    """A finished study's predictions (``POST …/predict``)."""
+
+    def to_frame(self) -> Any:
+        """One row per feature row sent, in its order: ``prediction``."""
+        return records_frame([{"prediction": p} for p in self.predictions], ("prediction",))

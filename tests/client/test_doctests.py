@@ -24,7 +24,14 @@ that pytest rewrites after an earlier compile was interrupted: "AST constructor 
 mismatch")."""
 
 
-@pytest.mark.parametrize("name", MODULES)
+SERVED = {"fedldp.client.swarm.local", "fedldp.client.swarm.run"}
+"""Modules whose examples start a server program (marked e2e, as the tests that do)."""
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.e2e) if n in SERVED else n for n in MODULES],
+)
 def test_docstring_examples_run(name: str) -> None:
     module = LOADED[name]
     flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE

@@ -157,3 +157,33 @@ def test_a_missing_pandas_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(MissingExtra, match=r"pip install 'fedldp\[notebook\]'"):
         view.to_frame()
     assert view.to_dict()["rounds"][0]["received"] == 10  # needs no pandas
+
+
+def test_protocols_budgets_and_predictions_are_tables() -> None:
+    from fedldp.client.api.views import BudgetView, PredictView, ProtocolList
+    from fedldp.protocol.catalogue import CATALOGUE
+
+    described = CATALOGUE["user-mean"].describe(1.0)  # what the server lists for it
+    listing = ProtocolList.model_validate(
+        {"protocols": [{**described, "origin": "fedldp", "origin_version": "0"}]}
+    )
+    row = listing.to_frame().to_dict("records")[0]
+    assert row["name"] == "user-mean"
+    assert row["trust"] == "local"
+    assert row["data_kind"] == "scalar"
+    budget = BudgetView.model_validate(
+        {
+            "participant_id": 4,
+            "declared_epsilon": 1.0,
+            "planned": [
+                {"round": 0, "name": "stage-1", "epsilon": 0.5, "reported": True},
+                {"round": 1, "name": "stage-2", "epsilon": 0.5, "reported": False},
+            ],
+            "spent": 0.5,
+            "remaining": 0.5,
+        }
+    )
+    assert budget.to_frame()["epsilon"].sum() == budget.declared_epsilon
+    assert budget.to_frame()["reported"].tolist() == [True, False]
+    predicted = PredictView(study_id="s", protocol="user-regress", predictions=[0.5, -1.0])
+    assert predicted.to_frame()["prediction"].tolist() == [0.5, -1.0]
