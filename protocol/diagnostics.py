@@ -36,18 +36,21 @@ DIAGNOSTICS: dict[str, str] = {
     "differentially_private": "false only for a paper-proxy calibration that is not DP",
     "calibration": "how the central noise is calibrated (dp, or the paper's proxy)",
     # --- user-level mean, two stages (Zhao et al. 2024, Alg. 1)
-    "L": "left end of the stage-one interval",
-    "R": "right end of the stage-one interval",
+    "L": "left end of the stage-one interval: the bins k_hat-1..k_hat+1 (1-based) around the "
+    "winning bin",
+    "R": "right end of the stage-one interval (R − L = 3h)",
     "lo": "lower clipping bound of stage two",
     "hi": "upper clipping bound of stage two",
     "stage_one_interval": "[L, R], the interval stage one found around the mean",
-    "stage_one_score": "effective stage-one sample size Σ tanh(ε_i/2)² of its participants",
+    "stage_one_score": "stage-one score Σ min(ε_i², 1) of its participants (the §1.5 "
+    "feasibility score)",
     "stage_one_messages": "privatized messages sent in stage one",
     "stage_two_messages": "privatized messages sent in stage two",
     "h": "bin width of the stage-one histogram",
     "bound": "range bound of the data the design assumes (moment bound for heavy tails)",
     "c_star": "the design constant c* that sizes the stage-one bins",
-    "k_hat": "the stage-one histogram's winning bin (1-based), per component",
+    "k_hat": "the stage-one histogram's winning bin, 1-based as in the paper (bin j of "
+    "docs/clients.md's 0-based numbering is k_hat = j + 1), per component",
     "n_bins": "bins of the stage-one histogram",
     "heavy_tail": "true when the heavy-tailed variant (Alg. 1-HT) ran",
     "regime": "privacy regime that split coordinates over groups (low, medium, high ε)",
@@ -71,15 +74,20 @@ DIAGNOSTICS: dict[str, str] = {
     "p_hat": "estimated share of users per cell",
     "q_hat": "estimated label mean (or sign margin) per cell",
     # --- heterogeneous ε (Aliakbarpour et al. 2025)
-    "S": "Σ ε_i², the effective sample size of the Laplace weights",
+    "S": "Σ ε_i², the paper's effective sample size (that of the Duchi weights)",
     "S_RR": "Σ tanh(ε_i/2)², the effective sample size of randomized response",
-    "W": "Σ ε_i²/(1 + ε_i²), the effective sample size of the Duchi weights",
+    "W": "Σ ε_i²/(1 + ε_i²), the effective sample size of the Laplace weights",
     "weights": "weighting of the users' reports (paper's optimal, or uniform)",
     "sum_w2": "Σ w_i² of the weights (the variance factor)",
     "raw_estimate": "estimate before the final clipping or projection onto the data's domain",
     "projected": "estimate after projection onto the probability simplex",
     "variance_bound": "theoretical variance bound of the estimate",
     "jl_seed": "public seed of the Johnson–Lindenstrauss projection",
+    # --- classic means (Duchi, Laplace, PM, HM: fedldp.protocol.classic.means)
+    "worst_case_mse": "the mean squared error the papers' worst-case variance formula bounds "
+    "(every user's mean at its mechanism's worst point of [-1, 1])",
+    "sampled_coordinates": "smallest and largest k: coordinates each user reports (Alg. 4 of "
+    "Wang et al. 2019, k = max(1, min(d, floor(ε/2.5))))",
     # --- central trust (Zhao et al. NeurIPS 2024)
     "estimator": "the central estimator (wme: winsorized mean; huber: Huber loss)",
     "noise": "distribution of the added noise (laplace or gaussian)",

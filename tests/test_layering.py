@@ -36,6 +36,7 @@ ALLOWED_SUBPACKAGES: dict[str, set[str]] = {
     "core": set(),
     "mechanisms": {"core"},
     **{family: {"api", "core", "mechanisms"} for family in FAMILIES},
+    "classic": {"api"},  # the classic baselines are written only against the extension API
 }
 API_ALLOWED = {"core", "mechanisms"}
 """What ``fedldp.protocol.api`` (a module beside the sub-packages) may import: a family imports
@@ -52,14 +53,25 @@ CLIENT_ALLOWED: dict[str, set[str]] = {
     "results": set(),
     "extras": set(),
     "frames": {"extras"},
+    "cluster": {"extras"},
     "behaviour": {"seeds"},
     "population": {"extras", "seeds"},
     "simulate": {"behaviour", "frames", "population", "results", "seeds"},
-    "swarm": {"api", "behaviour", "extras", "frames", "population", "results", "seeds"},
-    "experiments": {"behaviour", "extras", "frames", "population", "results", "seeds", "simulate"},
+    "swarm": {"api", "behaviour", "cluster", "extras", "frames", "population", "results", "seeds"},
+    "experiments": {
+        "behaviour",
+        "cluster",
+        "extras",
+        "frames",
+        "population",
+        "results",
+        "seeds",
+        "simulate",
+    },
     "cli": {
         "api",
         "behaviour",
+        "cluster",
         "experiments",
         "extras",
         "frames",

@@ -13,23 +13,27 @@ Subparsers = Any
 
 _RUN_EPILOG = """\
 examples:
-  fedldp experiment run experiments/heterogeneous-e1-weighting.yaml --out results/hw --jobs 2
+  fedldp experiment run heterogeneous-e1-weighting --out results/hw --jobs 2
   fedldp experiment plot results/hw
   fedldp experiment check results/hw
-  fedldp experiment run experiments/heterogeneous-e1-weighting.yaml --cluster tcp://scheduler:8786
+  fedldp experiment run heterogeneous-e1-weighting --cluster tcp://scheduler:8786
 
-The run writes DIR/trials.csv (one row per trial, appended as each ends) and DIR/experiment.yaml;
-rerunning skips the trials already in the CSV, so an interrupted run resumes. With --cluster
-the trials run on the workers of an existing Dask scheduler (pip install 'fedldp[cluster]'; the
-workers must run the same fedldp) and this process writes the same CSV.
+FILE is an experiment file (your own, say my-sweep.yaml), or the name of one that comes with
+fedldp (fedldp reproduce --list names them; in a checkout, they are the files of
+experiments/). The run writes DIR/trials.csv (one row per
+trial, appended as each ends) and DIR/experiment.yaml; rerunning skips the trials already in
+the CSV, so an interrupted run resumes. With --cluster the trials run on the workers of an
+existing Dask scheduler (pip install 'fedldp[cluster]'; the workers must run the same fedldp)
+and this process writes the same CSV.
 """
 
 
 def _run(args: argparse.Namespace) -> int:
     from fedldp.client.experiments.loading import load_experiment
+    from fedldp.client.experiments.reproduce import experiment_file
     from fedldp.client.experiments.runner import run_experiment
 
-    experiment = load_experiment(args.file, args.scale)
+    experiment = load_experiment(experiment_file(args.file), args.scale)
     out = args.out or Path("results") / experiment.spec.name
     summary = run_experiment(
         experiment,
@@ -85,7 +89,12 @@ def add_experiment_parser(subparsers: Subparsers) -> None:
         epilog=_RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("file", type=Path, metavar="FILE", help="experiment file (YAML)")
+    run.add_argument(
+        "file",
+        type=Path,
+        metavar="FILE",
+        help="experiment file (YAML), or the name of a shipped one (fedldp reproduce --list)",
+    )
     run.add_argument("--out", type=Path, metavar="DIR", help="run directory (default results/NAME)")
     run.add_argument("--jobs", type=int, default=1, metavar="K", help="worker processes (1)")
     run.add_argument(
@@ -140,9 +149,9 @@ def add_reproduce_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "reproduce",
         help="reproduce the papers' figures and check their claims",
-        description="Run the papers' experiment files (the repository's experiments/ folder), "
-        "draw their figures and write OUT/REPORT.md with every claim: paper's value, measured "
-        "value, holds/partly/fails.",
+        description="Run the papers' experiment files (those that come with fedldp: the "
+        "repository's experiments/ folder, shipped in the wheel), draw their figures and write "
+        "OUT/REPORT.md with every claim: paper's value, measured value, holds/partly/fails.",
         epilog="examples:\n  fedldp reproduce --list\n"
         "  fedldp reproduce heterogeneous-e1-weighting --out results/reproduce\n"
         "  fedldp reproduce --scale paper --jobs 2",
@@ -161,7 +170,10 @@ def add_reproduce_parser(subparsers: Subparsers) -> None:
         "--cluster", metavar="ADDRESS", help="run the trials on the workers of this Dask scheduler"
     )
     parser.add_argument(
-        "--experiments", type=Path, metavar="DIR", help="folder of experiment files"
+        "--experiments",
+        type=Path,
+        metavar="DIR",
+        help="folder of experiment files (default: the shipped ones; or $FEDLDP_EXPERIMENTS)",
     )
     parser.add_argument("--progress", action="store_true", help="progress bar even without a tty")
     parser.set_defaults(handler=_reproduce)

@@ -49,6 +49,7 @@ from fedldp.client.population.build import (
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.client.swarm.run import SwarmResult, run_swarm
 from fedldp.client.swarm.server_process import ServerProcess, exec_server, free_port, sqlite_url
+from fedldp.client.swarm.spread import run_swarm_cluster
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import EPSILON_MAX, EPSILON_MIN, MAX_BATCH
 
@@ -188,6 +189,8 @@ def _run_swarm(args: argparse.Namespace) -> int:
     if args.lease and (create is None or not args.name):
         raise ValueError("--lease needs --create PROTOCOL and --name NAME (the study to share)")
     retry = retry_policy(args)
+    if args.cluster is not None:
+        return _run_swarm_cluster(args, create, retry)
     study_id = None if args.study is None else asyncio.run(_resolve(args.server, args.study, retry))
     run = asyncio.run(
         run_swarm(
@@ -209,6 +212,36 @@ def _run_swarm(args: argparse.Namespace) -> int:
             quorum=args.quorum,
             behaviour=behaviour_from_args(args),
         )
+    )
+    _print_summary(run.to_dict(), args.json)
+    return 0
+
+
+def _run_swarm_cluster(
+    args: argparse.Namespace, create: tuple[str, dict[str, Any]] | None, retry: RetryPolicy
+) -> int:
+    if create is None:
+        raise ValueError("--cluster needs --create PROTOCOL (its parts share a new study)")
+    if args.processes != 1 or args.lease:
+        raise ValueError("--cluster runs leasing swarms on the workers: no --processes or --lease")
+    run = run_swarm_cluster(
+        args.server,
+        args.cluster,
+        population=population_spec_from_args(args),
+        seed=args.seed,
+        create=create,
+        name=args.name,
+        parts=args.parts,
+        progress=_progress(args),
+        admin_key=args.admin_key,
+        concurrency=args.concurrency,
+        batch=args.batch,
+        epsilon_min=args.epsilon_min,
+        epsilon_max=args.epsilon_max,
+        retry=retry,
+        round_deadline_s=args.round_deadline,
+        quorum=args.quorum,
+        behaviour=behaviour_from_args(args),
     )
     _print_summary(run.to_dict(), args.json)
     return 0
@@ -239,7 +272,9 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
         "      --mean 0.2 --epsilon-mix 0.1:0.5,1:0.5 --seed 3 --concurrency 200 --json\n"
         "  fedldp swarm --study 6f1c... --users 5000 --samples 64 --seed 1 --processes 2 --batch\n"
         "  fedldp swarm --create user-mean --users 2000 --samples 16 --seed 1 --batch 500 \\\n"
-        "      --dropout 0.2 --late 0.05:5 --round-deadline 2 --quorum 0.5",
+        "      --dropout 0.2 --late 0.05:5 --round-deadline 2 --quorum 0.5\n"
+        "  fedldp swarm --create user-mean --users 1000000 --samples 16 --seed 1 --batch \\\n"
+        "      --cluster tcp://127.0.0.1:8786",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_server_option(parser)
@@ -257,6 +292,19 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
         "each leases disjoint blocks of participant ids and runs those users (for "
         "docker compose --scale swarm=K; every swarm gets the same seed, population and "
         "behaviour options)",
+    )
+    parser.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="spread the population over the workers of the Dask scheduler at ADDRESS (e.g. "
+        "tcp://scheduler:8786): each worker runs a leasing swarm of the same new study (needs "
+        "--create; pip install 'fedldp[cluster]')",
+    )
+    parser.add_argument(
+        "--parts",
+        type=int,
+        metavar="K",
+        help="with --cluster: leasing swarms to run (default: one per worker)",
     )
     for bound, default in (("min", EPSILON_MIN), ("max", EPSILON_MAX)):
         parser.add_argument(

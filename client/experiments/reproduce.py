@@ -2,12 +2,14 @@
 
 The experiment files live in the repository's ``experiments/`` folder, one per figure or table
 of the papers as the specs' reproduction plans lay them out (names start with ``user-level-``,
-``heterogeneous-``, ``huber-``, ``semi-feature-``), and the robustness experiments of issue 13
-(``robustness-``: error against dropout and attackers). They are found relative to the package's
-source (``<repo>/experiments``, which an editable install, ``scripts/bootstrap``'s, has); they are
-not shipped in the wheel, where ``--experiments DIR`` (or ``FEDLDP_EXPERIMENTS``) names them. Each
-experiment runs into ``OUT/NAME/`` (resumable, like ``fedldp experiment run``), its figures are
-drawn there, and ``OUT/REPORT.md`` shows every figure with a table claim → paper's value →
+``heterogeneous-``, ``huber-``, ``semi-feature-``), the robustness experiments of issue 13
+(``robustness-``: error against dropout and attackers) and the classic baselines' of issue 26
+(``classic-``: Wang et al. 2017's frequency oracles, Wang et al. 2019's mean mechanisms). The
+wheel ships them as package data (``fedldp/experiment_files/``, built from ``experiments/`` by
+pyproject.toml's package-dir); an editable install (``scripts/bootstrap``'s) reads the checkout's
+``experiments/`` itself; ``--experiments DIR`` (or ``FEDLDP_EXPERIMENTS``) names another folder.
+Each experiment runs into ``OUT/NAME/`` (resumable, like ``fedldp experiment run``), its figures
+are drawn there, and ``OUT/REPORT.md`` shows every figure with a table claim → paper's value →
 measured → verdict.
 """
 
@@ -30,25 +32,42 @@ from fedldp.client.extras import optional_import
 
 __all__ = [
     "ReproducedExperiment",
+    "experiment_file",
     "experiments_dir",
     "find_experiments",
     "reproduce",
+    "shipped_dir",
     "write_report",
 ]
 
-_PREFIXES = ("user-level-", "heterogeneous-", "huber-", "semi-feature-", "robustness-")
+_PREFIXES = (
+    "user-level-",
+    "heterogeneous-",
+    "huber-",
+    "semi-feature-",
+    "robustness-",
+    "classic-",
+)
+
+
+def shipped_dir() -> Path:
+    """The experiment files that come with fedldp: an installed wheel's package data
+    (``fedldp/experiment_files/``), else, in an editable install, the checkout's
+    ``experiments/`` folder the wheel's is built from."""
+    here = Path(__file__).resolve().parents[2]  # the installed fedldp/, or the checkout's root
+    installed = here / "experiment_files"
+    return installed if installed.is_dir() else here / "experiments"
 
 
 def experiments_dir(given: Path | None = None) -> Path:
-    """The folder of experiment files: ``given``, else $FEDLDP_EXPERIMENTS, else the repo's."""
+    """The folder of experiment files: ``given``, else $FEDLDP_EXPERIMENTS, else the shipped
+    ones (``shipped_dir``)."""
     if given is None and os.environ.get("FEDLDP_EXPERIMENTS"):
         given = Path(os.environ["FEDLDP_EXPERIMENTS"])
-    path = given or Path(__file__).resolve().parents[2] / "experiments"
+    path = given or shipped_dir()
     if not path.is_dir():
-        raise ValueError(
-            f"no experiment folder at {path}: the files live in the repository's experiments/ "
-            "folder; give --experiments DIR"
-        )
+        where = "--experiments DIR" if given is None else "another folder"
+        raise ValueError(f"no experiment folder at {path}; give {where}")
     return path
 
 
@@ -56,6 +75,22 @@ def find_experiments(folder: Path) -> dict[str, Path]:
     """The reproduction experiments of ``folder`` by name (file stem), sorted."""
     files = sorted(folder.glob("*.yaml"))
     return {p.stem: p for p in files if p.stem.startswith(_PREFIXES)}
+
+
+def experiment_file(given: Path) -> Path:
+    """``given`` when it is a file, else the shipped experiment of that name (with or without
+    ``.yaml``: ``fedldp experiment run heterogeneous-e3-frequency`` from any directory).
+    ValueError naming both when neither exists."""
+    if given.is_file() or given.parent != Path("."):
+        return given  # a path: loading it says what is wrong with it
+    folder = shipped_dir()
+    shipped = folder / (given.name if given.suffix == ".yaml" else f"{given.name}.yaml")
+    if shipped.is_file():
+        return shipped
+    raise ValueError(
+        f"no experiment file {given}, nor a shipped experiment of that name in {folder} "
+        "(fedldp reproduce --list names them)"
+    )
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from fedldp.client.experiments.cluster import cluster_rows, connect
+from fedldp.client.cluster import connect
+from fedldp.client.experiments.cluster import cluster_rows
 from fedldp.client.experiments.conduct import conduct_of
 from fedldp.client.experiments.results import TrialsCsv, flatten
 from fedldp.client.experiments.spec import Experiment, Trial, cell

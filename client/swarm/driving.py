@@ -9,7 +9,7 @@ import asyncio
 import collections
 import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
@@ -69,6 +69,15 @@ class DriveStats:
     task_requests: int = 0
     report_requests: int = 0
     waits: int = 0
+
+    @classmethod
+    def total(cls, parts: Iterable[DriveStats]) -> DriveStats:
+        """The sum of several processes' (or machines') stats."""
+        out = cls()
+        for part in parts:
+            for name in vars(out):
+                setattr(out, name, getattr(out, name) + getattr(part, name))
+        return out
 
 
 class Gate:

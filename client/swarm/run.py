@@ -306,11 +306,7 @@ async def _drive_in_processes(jobs: list[_Job]) -> DriveStats:
             pool.apply_async(_work, (job,), callback=done, error_callback=failed)
             futures.append(future)
         parts = await asyncio.gather(*futures)
-    total = DriveStats()
-    for part in parts:
-        for name in vars(total):
-            setattr(total, name, getattr(total, name) + getattr(part, name))
-    return total
+    return DriveStats.total(parts)
 
 
 async def run_swarm(

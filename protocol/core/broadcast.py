@@ -25,8 +25,11 @@ BROADCAST_GLOSSARY: dict[str, str] = {
     "heavy_tail": "true: clamp the user's mean to [-bound, bound] before clipping to [lo, hi]",
     "sensitivity": "ℓ1 sensitivity of this round's message: add Laplace noise of scale "
     "sensitivity/ε to each payload entry, ε being the task's epsilon",
-    "L": "left edge of the stage-one bin the server selected (public, for reading)",
-    "R": "right edge of the stage-one bin the server selected (public, for reading)",
+    "L": "left end of the stage-one interval [L, R]: the three bins j-1..j+1 around the bin j "
+    "(0-based; the result's k_hat is j+1) the server selected, L = -D + (j-1)*h (public, for "
+    "reading)",
+    "R": "right end of the stage-one interval [L, R], R = -D + (j+2)*h = L + 3h (public, for "
+    "reading)",
     "lo": "lower end of the clip interval (user-mean: clip the mean to [lo, hi]; multi-"
     "dimensional protocols: a list, one per coordinate of the user's group)",
     "hi": "upper end of the clip interval (see lo)",

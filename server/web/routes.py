@@ -373,7 +373,9 @@ def enroll(
     lease_token: LeaseBearer = None,
 ) -> wire.Enrollment:
     """Enroll one participant with its declared ε: its id and secret token. An explicit
-    ``participant_id`` must lie in the caller's lease (its token as bearer)."""
+    ``participant_id`` must lie in the caller's lease (its token as bearer). A study whose
+    ``enrollment`` is ``leased`` (every study a swarm creates) enrolls only lease holders:
+    anyone else is refused with 403 ``enrollment_closed`` (docs/clients.md, *Enrollment*)."""
     token = None if lease_token is None else lease_token.credentials
     enrolled = enrollment.enroll(
         ctx, study_id, [body.epsilon], [body.metadata], [body.participant_id], lease_token=token

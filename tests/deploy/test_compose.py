@@ -203,6 +203,7 @@ def deployed(
         "COMPOSE_",
         "SCHEDULER_",
         "EXPERIMENT",
+        "CLUSTER_",
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
     if "FEDLDP_COMPOSE" in os.environ:  # scripts/compose's choice, not a deployment setting
@@ -436,6 +437,27 @@ def test_the_cluster_profile_runs_an_experiment_as_local_processes_do(
     assert same_rows(without_timing(remote), local), (without_timing(remote), local)
 
 
+def test_the_cluster_profile_spreads_a_population_over_the_workers(compose: list[str]) -> None:
+    """`fedldp swarm --cluster` in the ``cluster`` profile: the parts on two workers run every
+    user of one study, whose estimate is the in-process one."""
+    with deployed(
+        compose,
+        "CLUSTER_SERVER_PORT",
+        ("cluster",),
+        SCHEDULER_PORT=str(free_port()),
+        SWARM_POPULATION=SCALED_POPULATION,
+        SWARM_STUDY="spread",
+    ) as deployment:
+        deployment.build_and_start("--scale", "dask-worker=2", "swarm-cluster")
+        (driver,) = deployment.containers("swarm-cluster")
+        summary = deployment.swarm_summary(driver, "server-cluster")
+        study, remote = finished_study(deployment.port, SCALED_USERS, "spread")
+        assert summary["study_id"] == study.id
+        assert summary["users_served"] == SCALED_USERS
+        np.testing.assert_array_equal(remote, np.asarray(summary["estimate"], dtype=np.float64))
+        assert_reproduces(remote, SCALED_POPULATION)
+
+
 # What deploy/Dockerfile copies from the repository root (its COPY lines), all the build context
 # needs; .dockerignore keeps everything else out (docs/ alone was 69 MB of the 158 MB sent).
 CONTEXT = (
@@ -445,7 +467,14 @@ CONTEXT = (
     "fedldp/threads.py",
     "fedldp/py.typed",
 )
-CONTEXT_TREES = ("protocol/", "client/", "server/", "fedldp/testing/", "deploy/wheelhouse/")
+CONTEXT_TREES = (
+    "protocol/",
+    "client/",
+    "server/",
+    "fedldp/testing/",
+    "experiments/",
+    "deploy/wheelhouse/",
+)
 # The context less the wheelhouse (sources and README.md: 1.3 MB when written): it stays well
 # below this, while one stray folder (docs/, tests/, .git) would not.
 CONTEXT_SOURCES_MAX_BYTES = 4_000_000

@@ -57,7 +57,7 @@ EXEMPT = {
         COMPOSE_DATABASE
     ),
     "fedldp db upgrade --database-url postgresql+psycopg://fedldp@db/fedldp": COMPOSE_DATABASE,
-    "fedldp experiment run experiments/heterogeneous-e1-weighting.yaml --cluster "
+    "fedldp experiment run heterogeneous-e1-weighting --cluster "
     "tcp://scheduler:8786": "needs the compose deployment's Dask scheduler; "
     "tests/client/experiments/test_cluster.py runs trials with --cluster on a LocalCluster",
     "fedldp reproduce --scale paper --jobs 2": "every experiment at the papers' scale takes "
@@ -134,7 +134,7 @@ class Setting:
 
 NEEDS = {
     "fedldp experiment plot results/hw": "fedldp experiment run "
-    "experiments/heterogeneous-e1-weighting.yaml --out results/hw --jobs 2",
+    "heterogeneous-e1-weighting --out results/hw --jobs 2",
 }
 NEEDS["fedldp experiment check results/hw"] = NEEDS["fedldp experiment plot results/hw"]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from fedldp.client import cluster as cluster_module
 from fedldp.client.cli.main import main
-from fedldp.client.experiments import cluster as cluster_module
 from fedldp.client.experiments.loading import load_experiment
 from fedldp.client.experiments.results import TIMING_COLUMNS, read_rows
 from fedldp.client.experiments.runner import run_experiment

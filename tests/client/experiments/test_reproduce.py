@@ -11,7 +11,14 @@ from fedldp.client.cli.main import main
 from fedldp.client.experiments.loading import load_experiment
 from fedldp.client.experiments.reproduce import experiments_dir, find_experiments, reproduce
 
-PREFIXES = ("user-level-", "heterogeneous-", "huber-", "semi-feature-", "robustness-")
+PREFIXES = (
+    "user-level-",
+    "heterogeneous-",
+    "huber-",
+    "semi-feature-",
+    "robustness-",
+    "classic-",
+)
 
 
 @pytest.mark.parametrize("scale", ["quick", "paper"])
