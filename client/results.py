@@ -15,7 +15,15 @@ from numpy.typing import NDArray
 
 from fedldp.protocol.core.base.records import JSON, jsonable
 
-__all__ = ["estimation_error", "result_summary"]
+__all__ = ["estimation_error", "plain", "result_summary"]
+
+
+def plain(value: float | Sequence[float] | NDArray[Any] | None) -> float | list[float] | None:
+    """A scalar or vector estimate (or truth) as a float or a list of floats (None stays)."""
+    if value is None:
+        return None
+    array = np.asarray(value, dtype=np.float64)
+    return float(array) if array.ndim == 0 else array.tolist()
 
 
 def estimation_error(

@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from fedldp.client.behaviour import Behaviour, Roles, respond
+from fedldp.client.frames import run_frame
 from fedldp.client.population.build import AnyPopulation
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
-from fedldp.client.results import result_summary
+from fedldp.client.results import plain, result_summary
 from fedldp.client.seeds import derive_seeds, noise_seed, round_key
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.base.protocol import Params, Predictor, Protocol
@@ -78,14 +79,25 @@ class SimulationResult:
     data_kind: str = field(default="scalar")
 
     @property
+    def estimate(self) -> float | list[float] | None:
+        """The estimate (``result.estimate``) as a float or a list of floats."""
+        return plain(self.result.estimate)
+
+    @property
+    def truth(self) -> float | list[float] | None:
+        """The population's true value (its mean, or distribution), which the protocol
+        estimates; learning protocols' targets are in ``to_dict()["truth"]``."""
+        return plain(self.population.truth)
+
+    @property
     def warnings(self) -> tuple[str, ...]:
         # a protocol may repeat a plan warning in its result: each is shown once
         every = (*self.population.warnings, *self.plan.warnings, *self.result.warnings)
         return tuple(dict.fromkeys(every))
 
-    def as_json(self) -> JSON:
-        """The result summary (fedldp.client.results.result_summary) plus the population
-        description."""
+    def to_dict(self) -> JSON:
+        """The result summary (``fedldp.client.results.result_summary``, what ``fedldp simulate
+        --json`` prints) plus the population description: JSON-ready."""
         summary = result_summary(
             protocol=self.protocol,
             params=self.params.model_dump(mode="json"),
@@ -102,6 +114,25 @@ class SimulationResult:
         )
         summary["population"] = self.population.describe()
         return evaluate_summary(summary, self.population, self.test_predictions())
+
+    def to_frame(self) -> Any:
+        """``to_dict()`` as a pandas DataFrame (``fedldp.client.frames.run_frame``: one row, or
+        one per coordinate of a vector estimate); needs the ``notebook`` extra.
+
+        >>> from fedldp import PopulationSpec, build_population, get_protocol, simulate
+        >>> spec = PopulationSpec(users=2000, samples=16, distribution="two-point", mean=0.3)
+        >>> mean = get_protocol("user-mean")
+        >>> params = mean.parse_params({"samples_per_user": 16})
+        >>> run = simulate(mean, params, build_population(spec, 7), seed=7)
+        >>> run.estimate == run.result.estimate, run.truth
+        (True, 0.3)
+        >>> frame = run.to_frame()
+        >>> frame[["protocol", "n", "seed", "truth"]].to_dict("records")
+        [{'protocol': 'user-mean', 'n': 2000, 'seed': 7, 'truth': 0.3}]
+        >>> frame[["estimate", "error", "error_bar.half_width", "epsilon_spent.max"]].shape
+        (1, 4)
+        """
+        return run_frame(self.to_dict())
 
     def test_predictions(self) -> FloatArray | None:
         """The finished predictor at a semi-feature population's test features (else None)."""

@@ -10,7 +10,22 @@ The package's three parts live in ``fedldp.protocol`` (pure math and the wire sc
 * ``simulate(protocol, params, population, seed)``: one run in process, vectorised;
 * ``run_swarm`` (a coroutine) and ``run_swarm_sync``: the same population against a server over
   HTTP, each user privatizing on its side;
-* ``ApiClient``: the typed async client of every endpoint.
+* ``ApiClient``: the typed async client of every endpoint;
+* ``local_server()``: a server on this machine for a notebook, stopped when the kernel exits;
+* ``fedldp.experiments``: ``run`` an experiment file and ``load`` its trials.
+
+Results are typed objects with ``to_dict()`` (JSON-ready) and ``to_frame()`` (a pandas DataFrame,
+the ``notebook`` extra): ``simulate``'s, ``run_swarm``'s and the ``ApiClient``'s study, round and
+result views.
+
+>>> import fedldp
+>>> spec = fedldp.PopulationSpec(users=1000, samples=8, distribution="two-point", mean=0.3)
+>>> mean = fedldp.get_protocol("user-mean")
+>>> run = fedldp.simulate(
+...     mean, mean.parse_params({"samples_per_user": 8}), fedldp.build_population(spec, 1), 1
+... )
+>>> sorted(run.to_dict())[:4]
+['diagnostics', 'elapsed_s', 'epsilon_spent', 'error']
 
 They are imported on first use, so ``import fedldp`` stays cheap and ``fedldp.server`` never loads
 the client.
@@ -26,15 +41,19 @@ if TYPE_CHECKING:
     from fedldp.client.population.build import build_population
     from fedldp.client.population.spec import PopulationSpec
     from fedldp.client.simulate import simulate
+    from fedldp.client.swarm.local import LocalServer, local_server
     from fedldp.client.swarm.run import run_swarm, run_swarm_sync
     from fedldp.protocol.catalogue import CATALOGUE, get_protocol
 
 __all__ = [
     "CATALOGUE",
     "ApiClient",
+    "LocalServer",
     "PopulationSpec",
     "build_population",
+    "experiments",
     "get_protocol",
+    "local_server",
     "run_swarm",
     "run_swarm_sync",
     "simulate",
@@ -42,6 +61,8 @@ __all__ = [
 
 _HOMES = {
     "ApiClient": "fedldp.client.api.client",
+    "LocalServer": "fedldp.client.swarm.local",
+    "local_server": "fedldp.client.swarm.local",
     "run_swarm": "fedldp.client.swarm.run",
     "run_swarm_sync": "fedldp.client.swarm.run",
     "build_population": "fedldp.client.population.build",
@@ -54,6 +75,8 @@ _HOMES = {
 
 def __getattr__(name: str) -> Any:
     """Import a public name from its home module on first use (PEP 562)."""
+    if name == "experiments":  # a module: ``fedldp.experiments.load`` without importing it
+        return importlib.import_module("fedldp.experiments")
     try:
         home = _HOMES[name]
     except KeyError:

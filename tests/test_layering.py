@@ -13,9 +13,9 @@ ast (function-level imports included: an import at call time is still an edge).
   import only themselves, the layers below and ``settings``/``errors``, which import no other
   server module; only ``store`` builds SQL (no query construct, no ``session.add``/``get``/
   ``execute`` elsewhere).
-* The client's parts import only what ``CLIENT_ALLOWED`` lists: the API client (``api``) nothing
-  of the client, the swarm the API client and the population, the command line anything, and
-  nothing imports the command line.
+* The client's parts import only what ``CLIENT_ALLOWED`` lists: the API client (``api``) only
+  the leaves ``extras`` and ``frames`` (the pandas frames of its views), the swarm the API
+  client and the population, the command line anything, and nothing imports the command line.
 * No import circle between the modules of ``fedldp.client``, ``fedldp.protocol`` or
   ``fedldp.server``.
 """
@@ -48,22 +48,33 @@ SERVER_LAYERS = ("web", "services", "runtime", "store")
 SERVER_SHARED = {"settings", "errors"}
 """Beside the layers: any layer imports them; they import no other server module."""
 CLIENT_ALLOWED: dict[str, set[str]] = {
-    "api": set(),
+    "api": {"extras", "frames"},
     "seeds": set(),
     "results": set(),
     "extras": set(),
+    "frames": {"extras"},
     "cluster": {"extras"},
     "behaviour": {"seeds"},
     "population": {"extras", "seeds"},
-    "simulate": {"behaviour", "population", "results", "seeds"},
-    "swarm": {"api", "behaviour", "cluster", "population", "results", "seeds"},
-    "experiments": {"behaviour", "cluster", "extras", "population", "results", "seeds", "simulate"},
+    "simulate": {"behaviour", "frames", "population", "results", "seeds"},
+    "swarm": {"api", "behaviour", "cluster", "extras", "frames", "population", "results", "seeds"},
+    "experiments": {
+        "behaviour",
+        "cluster",
+        "extras",
+        "frames",
+        "population",
+        "results",
+        "seeds",
+        "simulate",
+    },
     "cli": {
         "api",
         "behaviour",
         "cluster",
         "experiments",
         "extras",
+        "frames",
         "population",
         "results",
         "seeds",

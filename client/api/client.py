@@ -5,8 +5,10 @@ One ``ApiClient`` holds ONE pool of keep-alive connections (a process runs one, 
 it simulates): the lean HTTP/1.1 pool of ``fedldp.client.api.connection`` for a plain ``http://``
 server, ``httpx.AsyncClient`` for ``https://``, for an injected ``transport`` (the tests' in-process
 app) and for the event stream. Every method sends and returns the wire models of
-``fedldp.protocol.core.wire``. Errors come back as the exception tree of
-``fedldp.client.api.errors``, keyed by the server's stable ``code`` (never by message text).
+``fedldp.protocol.core.wire``; studies, rounds, results, protocols, budgets and predictions come
+back as those models with ``to_dict()`` and ``to_frame()`` (``fedldp.client.api.views``). Errors
+come back as the exception tree of ``fedldp.client.api.errors``, keyed by the server's stable
+``code`` (never by message text).
 
 Retries (exponential backoff with jitter, ``RetryPolicy``):
 
@@ -51,11 +53,20 @@ from fedldp.client.api.errors import (
 )
 from fedldp.client.api.retry import RetryPolicy, failure_reason, parse_retry_after
 from fedldp.client.api.sse import messages
+from fedldp.client.api.views import (
+    BudgetView,
+    PredictView,
+    ProtocolList,
+    ResultView,
+    RoundsView,
+    RoundView,
+    StudyList,
+    StudyView,
+)
 from fedldp.protocol.core.wire import (
     ENDED_PHASES,
     EVENT_ADAPTER,
     BatchReceipt,
-    BudgetView,
     EnrollBatch,
     Enrollment,
     EnrollmentBatch,
@@ -64,18 +75,11 @@ from fedldp.protocol.core.wire import (
     Lease,
     LeaseRequest,
     PredictRequest,
-    PredictView,
-    ProtocolList,
     Receipt,
     ReportBatch,
     ReportSubmit,
-    ResultView,
-    RoundsView,
-    RoundView,
     StudyCreate,
     StudyEvent,
-    StudyList,
-    StudyView,
     Task,
     TaskBatch,
     TaskBatchRequest,
@@ -89,9 +93,14 @@ __all__ = [
     "NotFoundError",
     "PhaseError",
     "ReportRejectedError",
+    "ResultView",
     "RetryPolicy",
+    "RoundView",
+    "RoundsView",
     "ServerError",
     "StudyConfigError",
+    "StudyList",
+    "StudyView",
     "UnavailableError",
     "error_for",
     "parse_retry_after",

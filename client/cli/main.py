@@ -258,7 +258,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
         except StudyFailed as exc:
             sys.stderr.write(f"error: the study failed: {exc}\n")
             return 1
-    summary = result.as_json()
+    summary = result.to_dict()
     if args.json:
         print(json.dumps(summary))
     else:

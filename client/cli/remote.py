@@ -213,7 +213,7 @@ def _run_swarm(args: argparse.Namespace) -> int:
             behaviour=behaviour_from_args(args),
         )
     )
-    _print_summary(run.summary(), args.json)
+    _print_summary(run.to_dict(), args.json)
     return 0
 
 
@@ -243,7 +243,7 @@ def _run_swarm_cluster(
         quorum=args.quorum,
         behaviour=behaviour_from_args(args),
     )
-    _print_summary(run.summary(), args.json)
+    _print_summary(run.to_dict(), args.json)
     return 0
 
 
@@ -382,7 +382,7 @@ def _run_run(args: argparse.Namespace) -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
     local = simulate(protocol, parsed, population, args.seed)
-    summary = run.summary()
+    summary = run.to_dict()
     summary["simulation"] = simulation_comparison(run, local.result.estimate, local.elapsed_s)
     if args.keep_db:
         summary["database"] = str(database)

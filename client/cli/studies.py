@@ -12,7 +12,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.console import Console, Group
@@ -112,7 +112,7 @@ def _console() -> Console:
     return Console(width=max(100, Console().width))
 
 
-def _studies_table(views: list[StudyView]) -> Table:
+def _studies_table(views: Sequence[StudyView]) -> Table:
     table = Table(title="fedldp studies")
     table.add_column("id", no_wrap=True, min_width=32)  # whole, so that it can be copied
     for col in ("name", "protocol", "phase", "participants", "round", "created"):
@@ -175,7 +175,7 @@ async def _studies(args: argparse.Namespace) -> int:
                 _console().print(_studies_table(views))
             return 0
         if args.action == "show":
-            view = await api.study(args.id)
+            view: StudyView = await api.study(args.id)
             if args.json:
                 print(view.model_dump_json())
             else:
@@ -225,7 +225,7 @@ async def _watch(api: ApiClient, study_id: str, *, quiet: bool) -> StudyView:
     """Follow the study's event stream until it ends, redrawing its tables on each event (a
     ``progress`` event updates the open round's counters; a transition re-reads the study);
     the last view."""
-    view = await api.study(study_id)
+    view: StudyView = await api.study(study_id)
     with contextlib.ExitStack() as stack:
         live = None
         if not quiet:

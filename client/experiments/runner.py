@@ -94,7 +94,7 @@ def run_trial(trial: Trial) -> dict[str, str]:
             round_deadline_s=conduct.round_deadline_s,
             quorum=conduct.quorum,
         )
-        summary = flatten(result.as_json())
+        summary = flatten(result.to_dict())
         summary.update(failed="0", failure="")
     except (ValueError, StudyFailed) as e:
         # a refusal is a result (e.g. an infeasible plan at this n and ε): a row, not a crash

@@ -1,19 +1,24 @@
 """The swarm: a simulated population runs a study against a fedldp server over HTTP.
 
-This is also the Python API for users' scripts::
+This is also the Python API for users' scripts and notebooks (``await run_swarm(...)`` in a
+Jupyter cell, whose event loop is running; ``run_swarm_sync`` in a script), here against a server
+this process starts (``fedldp.client.swarm.local.local_server``):
 
-    from fedldp.client.swarm.run import run_swarm_sync
-    from fedldp.client.population.build import PopulationSpec
-
-    spec = PopulationSpec(users=20_000, samples=256, distribution="two-point", mean=0.3)
-    run = run_swarm_sync(
-        "http://127.0.0.1:8000",
-        create=("user-mean", {"samples_per_user": 256}),
-        population=spec,
-        seed=7,
-        batch=10_000,
-    )
-    print(run.result.estimate, run.truth)
+>>> from fedldp import PopulationSpec, local_server, run_swarm_sync
+>>> spec = PopulationSpec(users=2000, samples=16, distribution="two-point", mean=0.3)
+>>> with local_server() as server:
+...     run = run_swarm_sync(
+...         server.url,
+...         create=("user-mean", {"samples_per_user": 16}),
+...         population=spec,
+...         seed=7,
+...         batch=1000,
+...         progress=False,
+...     )
+>>> run.result.phase, run.study.n_participants, run.truth
+('finished', 2000, 0.3)
+>>> run.to_frame()[["protocol", "n", "seed"]].to_dict("records")
+[{'protocol': 'user-mean', 'n': 2000, 'seed': 7}]
 
 Flow (docs/architecture.md, "Flow of a study"): optionally create the study with the public study
 seed ``derive_seeds(seed)[0]`` (the population seed stays here); enroll the whole population with
@@ -26,6 +31,7 @@ processes, each with its own HTTP client; enrollment and the result stay with th
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import math
@@ -40,6 +46,7 @@ import numpy as np
 
 from fedldp.client.api.client import ApiClient, PhaseError, RetryPolicy
 from fedldp.client.behaviour import Behaviour, Roles
+from fedldp.client.frames import run_frame
 from fedldp.client.population.build import (
     AnyPopulation,
     Population,
@@ -48,7 +55,7 @@ from fedldp.client.population.build import (
 )
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
-from fedldp.client.results import result_summary
+from fedldp.client.results import plain, result_summary
 from fedldp.client.seeds import derive_seeds, noise_seed, population_digest
 from fedldp.client.swarm.agents import DriveStats, Roster, SwarmError, WaitPolicy, drive
 from fedldp.client.swarm.enrolling import (
@@ -106,13 +113,18 @@ class SwarmResult:
         return self.population.seed
 
     @property
-    def truth(self) -> float | list[float]:
-        """The population's true mean (known only here, never sent to the server)."""
-        t = np.asarray(self.population.truth, dtype=np.float64)
-        return float(t) if t.ndim == 0 else t.tolist()
+    def estimate(self) -> float | list[float] | None:
+        """The server's estimate (``result.estimate``; None unless the study finished)."""
+        return self.result.estimate
 
-    def summary(self) -> JSON:
-        """The object ``fedldp simulate --json`` prints for the same run, plus ``study_id``."""
+    @property
+    def truth(self) -> float | list[float] | None:
+        """The population's true mean (known only here, never sent to the server)."""
+        return plain(self.population.truth)
+
+    def to_dict(self) -> JSON:
+        """The object ``fedldp simulate --json`` prints for the same run (its ``to_dict()``),
+        with ε spent as the server counted it, plus ``study_id`` and ``users_served``."""
         pop = self.population
         out = view_summary(
             self.study,
@@ -126,6 +138,11 @@ class SwarmResult:
         out["population"] = pop.describe()
         out["users_served"] = pop.n if self.users_served is None else self.users_served
         return evaluate_summary(out, pop, self.predictions)
+
+    def to_frame(self) -> Any:
+        """``to_dict()`` as a pandas DataFrame, in the columns of ``SimulationResult.to_frame``
+        (``fedldp.client.frames.run_frame``) plus ``study_id``; needs the ``notebook`` extra."""
+        return run_frame(self.to_dict())
 
 
 def view_summary(
@@ -488,5 +505,15 @@ def _bounds(n: int, parts: int) -> list[tuple[int, int]]:
 
 
 def run_swarm_sync(server_url: str, **options: Any) -> SwarmResult:
-    """``run_swarm`` for scripts without an event loop (same keyword arguments)."""
-    return asyncio.run(run_swarm(server_url, **options))
+    """``run_swarm`` run to its end (same keyword arguments), for a script.
+
+    Called where an event loop is already running in this thread (a Jupyter cell), the swarm
+    runs on a loop of its own in a helper thread while this call waits for it; there ``await
+    run_swarm(...)`` is the better form: it leaves the kernel's loop free, so other cells'
+    tasks (an event stream followed, say) run beside it."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run_swarm(server_url, **options))
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fedldp-swarm") as pool:
+        return pool.submit(asyncio.run, run_swarm(server_url, **options)).result()

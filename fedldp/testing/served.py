@@ -15,13 +15,13 @@ import math
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import httpx
 
+from fedldp.client.swarm.local import LocalServer
 from fedldp.client.swarm.run import run_swarm_sync
-from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
+from fedldp.client.swarm.server_process import sqlite_url
 from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core.base.protocol import Protocol
 from fedldp.protocol.core.wire import StudyCreate
@@ -32,45 +32,22 @@ from fedldp.testing.local import CheckFailed, Subject, ensure, same_estimate
 __all__ = ["KitServer", "bad_params", "check_create", "check_http", "served_by_name"]
 
 
-class KitServer:
-    """A fedldp server for the kit: ``python -m fedldp.server`` on a free port and a temporary
-    SQLite database, healthy on entering, stopped (and its files removed) on leaving. One serves
-    any number of ``check_protocol`` calls (``check_protocol(server=...)``)."""
+class KitServer(LocalServer):
+    """A fedldp server for the kit (``fedldp.client.swarm.local.LocalServer``): ``python -m
+    fedldp.server`` on a free port and a temporary SQLite database, healthy on entering, stopped
+    (and its files removed) on leaving. One serves any number of ``check_protocol`` calls
+    (``check_protocol(server=...)``)."""
 
     def __init__(self) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="fedldp-kit-")
-        folder = Path(self._dir.name)
-        self.process = ServerProcess(
-            database_url=sqlite_url(folder / "kit.db"), log=folder / "server.log"
-        )
-
-    @property
-    def url(self) -> str:
-        return self.process.url
-
-    def start(self) -> KitServer:
-        self.process.start()
-        try:
-            self.process.wait_healthy()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def close(self) -> None:
-        self.process.stop()
-        self._dir.cleanup()
+        super().__init__(prefix="fedldp-kit-")
 
     def __enter__(self) -> KitServer:
-        return self.start()
+        super().__enter__()
+        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def start(self, timeout: float = 60.0) -> KitServer:
+        super().start(timeout)
+        return self
 
 
 def served_by_name(protocol: Protocol[Any]) -> None:

@@ -62,7 +62,7 @@ def test_toy_estimate_is_within_theory() -> None:
 def test_plan_budget_is_respected_and_reported() -> None:
     r = run(TOY, {}, 1, 4096)
     np.testing.assert_array_equal(r.charges, r.population.epsilon)
-    spent = r.as_json()["epsilon_spent"]
+    spent = r.to_dict()["epsilon_spent"]
     assert spent["max"] == 2.0
     assert spent["median"] == 1.25
     assert spent["charged"] == 10_000
@@ -120,7 +120,7 @@ def test_memory_stays_flat_and_progress_is_reported() -> None:
 
 
 def test_as_json_shape() -> None:
-    out = run(TOY, {}, 2, 4096).as_json()
+    out = run(TOY, {}, 2, 4096).to_dict()
     for key in (
         "protocol",
         "params",
@@ -201,7 +201,7 @@ def test_catalogue_protocols_are_chunk_invariant_and_deterministic(name: str) ->
         np.testing.assert_allclose(np.asarray(r.result.estimate), ref, rtol=REL, atol=1e-15)
     for r in results:
         assert np.all(r.charges <= r.population.epsilon + 1e-12)
-        assert json.dumps(r.as_json(), allow_nan=False)
+        assert json.dumps(r.to_dict(), allow_nan=False)
         # honest reports pass the plausibility bounds (each entry fails with p <= 1e-12)
         for count in r.result.diagnostics["participation"]["rounds"]:
             assert count["refused"] == count["late"] == count["dropped"] == 0

@@ -170,7 +170,7 @@ def test_the_simulator_drives_semi_feature_populations() -> None:
         assert np.all(run.charges <= pop.epsilon + 1e-12)
         pred = proto.predict(run.params, run.plan, run.outputs, pop.test_features)
         assert np.isfinite(pop.evaluate(pred)["excess_risk"])
-        assert run.as_json()["population"]["n"] == 3000
+        assert run.to_dict()["population"]["n"] == 3000
     once = simulate(
         HistOfTree(), HistOfTree().parse_params(pop.params()), cast(Population, pop), SEED
     )

@@ -84,7 +84,7 @@ async def test_swarms_started_together_lease_a_share_of_the_population_at_a_time
         (start, min(start + size, users)) for start in range(0, users, size)
     ]
     assert len(transport.granted) == LEASE_SHARES
-    served = [run.summary()["users_served"] for run in runs]
+    served = [run.to_dict()["users_served"] for run in runs]
     assert sum(served) == users
     assert min(served) > 0, f"one swarm ran every user: {served}"
     expected = simulate(protocol, protocol.parse_params(params), population, 9).result.estimate

@@ -100,7 +100,7 @@ async def test_swarm_reproduces_the_simulator(
     np.testing.assert_allclose(np.asarray(run.result.estimate), expected, rtol=REL, atol=1e-15)
     assert run.study.phase == "finished"
     assert run.result.epsilon_spent.participants == spec.users
-    summary = run.summary()
+    summary = run.to_dict()
     assert summary["study_id"] == run.study.id
     for key in ("estimate", "truth", "error", "error_bar", "epsilon_spent"):
         assert key in summary
@@ -122,7 +122,7 @@ async def test_leasing_swarms_share_one_study(app: FastAPI) -> None:
     assert sum(r.received for r in first.study.rounds) == 5000
     assert first.stats.reports + second.stats.reports == 5000
     # each says how many users it served (a swarm that asks once every block is leased gets none)
-    served = [first.summary()["users_served"], second.summary()["users_served"]]
+    served = [first.to_dict()["users_served"], second.to_dict()["users_served"]]
     assert sum(served) == 5000
     assert served == [first.users_served, second.users_served]
 
