@@ -24,8 +24,8 @@ result views.
 >>> run = fedldp.simulate(
 ...     mean, mean.parse_params({"samples_per_user": 8}), fedldp.build_population(spec, 1), 1
 ... )
->>> sorted(run.to_dict())[:4]
-['diagnostics', 'elapsed_s', 'epsilon_spent', 'error']
+>>> print(*sorted(run.to_dict())[:4])
+diagnostics elapsed_s epsilon_spent error
 
 They are imported on first use, so ``import fedldp`` stays cheap and ``fedldp.server`` never loads
 the client.
