@@ -32,6 +32,8 @@ from fedldp.protocol.core.base.protocol import Params, Protocol
 from fedldp.protocol.heterogeneous import audit as hetero_audit
 from fedldp.protocol.heterogeneous import frequency as hetero_frequency
 from fedldp.protocol.heterogeneous import means as hetero_means
+from fedldp.protocol.longitudinal import audit as longitudinal_audit
+from fedldp.protocol.longitudinal import rappor, telemetry
 from fedldp.protocol.mechanisms.audit import AuditCase, ClientAudit
 from fedldp.protocol.semi_feature import audit as semi_feature_audit
 from fedldp.protocol.semi_feature import hist_ldp, histoftree, tree_baselines
@@ -82,6 +84,8 @@ BUILT_IN: dict[str, Protocol[Any]] = {
         *central.PROTOCOLS,
         *hetero_means.PROTOCOLS,
         *hetero_frequency.PROTOCOLS,
+        *rappor.PROTOCOLS,
+        *telemetry.PROTOCOLS,
     )
 }
 """The protocols of this repository's families, by name."""
@@ -327,6 +331,7 @@ for _case in (
     *user_level_audit.CLIENT_AUDITS,
     *hetero_audit.CLIENT_AUDITS,
     *semi_feature_audit.CLIENT_AUDITS,
+    *longitudinal_audit.CLIENT_AUDITS,
 ):
     CLIENT_AUDITS[_case.protocol] = (*CLIENT_AUDITS.get(_case.protocol, ()), _case)
 
