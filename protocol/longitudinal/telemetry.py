@@ -1,7 +1,9 @@
 """``memo-1bitmean`` and ``memo-dbitflip``: Ding, Kulkarni, Yekhanin, "Collecting Telemetry Data
 Privately" (NeurIPS 2017), §2 (1BitMean, dBitFlip) with §3's memoization (α-point rounding for
 1BitMean; a permanent response per state for dBitFlip). docs/longitudinal.md §3–§4 derives each
-report's ε and the longitudinal guarantee.
+report's ε and the longitudinal guarantee. 1BitMean also has the paper's mitigation of the change
+leak, output perturbation (``flip`` γ: the memoized bit is flipped afresh with probability γ in
+every collection; the server debiases (b − γ)/(1 − 2γ)).
 
 **1BitMean** (values in [0, m]; a participant's value is the mean of its samples, clipped to
 [0, m]). α-point rounding to the grid {0, m/s, …, m} (s = ``levels``): the device draws α ~ U[0, 1)
@@ -11,7 +13,7 @@ to grid point g is 1 with probability 1/(e^ε + 1) + (g/s)·(e^ε − 1)/(e^ε +
 (device, g). The server's x̂_i = m·((e^ε + 1)·b_i − 1)/(e^ε − 1) is unbiased for x_i (over α
 and the bit), and b_i is Bernoulli(P(x_i)) with P linear in x, so Var x̂_i = m²(e^ε + 1)²
 P(1 − P)/(e^ε − 1)² ≤ m²(e^ε + 1)²/(4(e^ε − 1)²): the variance (and predicted MSE) reported is
-that bound.
+that bound (with output perturbation: m²(e^ε + 1)²/(4(e^ε − 1)²(1 − 2γ)²)).
 
 **dBitFlip** (k buckets; a participant's value is its first sample). The device samples d
 distinct buckets j_1..j_d uniformly (persistent: once per device), and reports for each the bit
@@ -101,6 +103,12 @@ class OneBitMeanParams(MemoParams):
     levels: int = Field(
         1, ge=1, le=1 << 12, description="s: α-point rounding to the grid {0, m/s, …, m}"
     )
+    flip: float = Field(
+        0.0,
+        ge=0.0,
+        lt=0.5,
+        description="γ: output perturbation, the memoized bit flipped afresh w.p. γ each time",
+    )
 
 
 class MemoOneBitMean(MemoProtocol[OneBitMeanParams]):
@@ -125,7 +133,12 @@ class MemoOneBitMean(MemoProtocol[OneBitMeanParams]):
         return ()
 
     def public(self, params: OneBitMeanParams) -> JSON:
-        return {"m": params.bound, "s": params.levels, "memoize": params.memoize}
+        return {
+            "m": params.bound,
+            "s": params.levels,
+            "flip": params.flip,
+            "memoize": params.memoize,
+        }
 
     def privatize(
         self,
@@ -145,7 +158,9 @@ class MemoOneBitMean(MemoProtocol[OneBitMeanParams]):
         alpha = device_uniforms(rng, memoize, ALPHA_PURPOSE, none, 1)[:, 0]
         grid = alpha_round(x, m, s, alpha)
         u = device_uniforms(rng, memoize, BIT_PURPOSE, grid, 1)[:, 0]
-        return np.where(u < one_bit_probability(grid, s, epsilon), 1.0, -1.0)
+        bit = u < one_bit_probability(grid, s, epsilon)
+        flipped = rng.random((data.n_users, 1))[:, 0] < float(task.broadcast["flip"])
+        return np.where(bit != flipped, 1.0, -1.0)
 
     def check(
         self, params: OneBitMeanParams, task: RoundTask, epsilon: FloatArray, payloads: FloatArray
@@ -159,10 +174,11 @@ class MemoOneBitMean(MemoProtocol[OneBitMeanParams]):
     ) -> tuple[FloatArray, FloatArray]:
         c = one_bit_scale(chunk.epsilon)
         b = (np.asarray(chunk.payloads, dtype=np.float64).reshape(-1) + 1.0) / 2.0
-        m = params.bound
-        # m((e^ε + 1)b − 1)/(e^ε − 1) = m(c·b − (c − 1)/2), c = (e^ε + 1)/(e^ε − 1)
-        total = float(np.sum(m * (c * b - (c - 1.0) / 2.0)))
-        var = float(np.sum((m * c) ** 2 / 4.0))
+        m, gamma = params.bound, params.flip
+        # E[b] = γ + (1 − 2γ)P(x), P(x) = p₀ + (x/m)/c with p₀ = 1/(e^ε + 1) = (c − 1)/(2c)
+        unflipped = (b - gamma) / (1.0 - 2.0 * gamma)
+        total = float(np.sum(m * (c * unflipped - (c - 1.0) / 2.0)))
+        var = float(np.sum((m * c / (1.0 - 2.0 * gamma)) ** 2 / 4.0))
         return np.array([total]), np.array([var])
 
 

@@ -54,9 +54,10 @@ X = np.linspace(0.0, 2.0, N)  # off-grid and both ends of [0, m]
 
 
 def one_bit_exact(raw: dict[str, Any]) -> FloatArray:
-    m, s = raw["bound"], raw["levels"]
-    p = one_bit_probability(X * s / m, s, EPS)
-    return np.array([np.sum((m * one_bit_scale(EPS)) ** 2 * p * (1 - p)) / N**2])
+    m, s, gamma = raw["bound"], raw["levels"], raw.get("flip", 0.0)
+    p = gamma + (1 - 2 * gamma) * one_bit_probability(X * s / m, s, EPS)  # P(sent bit = 1)
+    scale = m * one_bit_scale(EPS) / (1 - 2 * gamma)
+    return np.array([np.sum(scale**2 * p * (1 - p)) / N**2])
 
 
 CASES: list[tuple[Protocol[Any], dict[str, Any], Any, FloatArray, Callable[..., FloatArray]]] = [
@@ -69,11 +70,18 @@ CASES: list[tuple[Protocol[Any], dict[str, Any], Any, FloatArray, Callable[..., 
         bitflip_exact,
     ),
     (MemoOneBitMean(), {"bound": 2.0, "levels": 4}, X, np.array([X.mean()]), one_bit_exact),
+    (
+        MemoOneBitMean(),
+        {"bound": 2.0, "levels": 4, "flip": 0.2},
+        X,
+        np.array([X.mean()]),
+        one_bit_exact,
+    ),
 ]
 
 
 @pytest.mark.parametrize("memoize", [True, False])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0].name)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0].name + "-".join(["", *map(str, c[1])]))
 def test_decoder_is_unbiased_with_the_stated_variance(case: Any, memoize: bool) -> None:
     protocol, raw, values, truth, exact = case
     raw = {**raw, "memoize": memoize}

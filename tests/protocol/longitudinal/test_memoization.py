@@ -210,3 +210,23 @@ def test_a_memoized_bit_reveals_that_the_value_changed() -> None:
     assert not np.any(seen_change[~changes])  # a kept value never shows a change
     detected = float(seen_change[changes].mean())
     assert within(detected, p0**2 + p1**2, 1)  # b(0) ≠ b(m): p₀(1 − p₁) + p₁(1 − p₀)
+
+
+@pytest.mark.parametrize("gamma", [0.1, 0.25])
+def test_output_perturbation_hides_a_change_in_part(gamma: float) -> None:
+    # one report before and one after the move from 0 to m (or none): "changed" iff they
+    # differ. The memoized bits differ w.p. δ = p₀² + p₁², two fresh flips w.p. φ = 2γ(1 − γ):
+    # P(differ | changed) = δ(1 − φ) + (1 − δ)φ, P(differ | kept) = φ; advantage δ(1 − 2φ)
+    eps, protocol = 1.0, MemoOneBitMean()
+    raw = {"bound": 1.0, "levels": 1, "memoize": True, "flip": gamma}
+    e = np.full(2 * N, eps)
+    changes = np.arange(2 * N) % 2 == 1
+    before, after = (
+        collect(protocol, raw, users(np.zeros(2 * N)), e, 0),
+        collect(protocol, raw, users(changes.astype(float)), e, 1),
+    )
+    differ = before != after
+    p0, p1 = 1 / (1 + math.exp(eps)), 1 / (1 + math.exp(-eps))
+    delta, phi = p0**2 + p1**2, 2 * gamma * (1 - gamma)
+    assert within(float(differ[changes].mean()), delta * (1 - phi) + (1 - delta) * phi, 2)
+    assert within(float(differ[~changes].mean()), phi, 2)
