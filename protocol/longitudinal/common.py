@@ -164,7 +164,7 @@ class MemoProtocol(Protocol[P]):
         bar = ErrorBar(half, LEVEL, kind, approximate=True, norm=norm)
         diagnostics: JSON = {
             "predicted_mse": float(variance.sum()),
-            "count": int(out["count"]),
+            "n_reports": int(out["count"]),
             "memoize": params.memoize,
         }
         value: float | list[float] = estimate[0] if coordinates == 1 else estimate

@@ -123,6 +123,12 @@ class MemoRappor(MemoProtocol[RapporParams]):
     payload_kind: ClassVar[PayloadKind] = "vector"
     params_model = RapporParams
     population_probe: ClassVar[Mapping[str, Any]] = {"domain_size": 2}
+    broadcast_fields: ClassVar[Mapping[str, str]] = {
+        "k": "items 0..k−1: the report is k bits, the one-hot of the value through PRR and IRR",
+        "f": "the PRR's probability of replacing each bit by a fair coin",
+        "memoize": "draw the PRR from the device's persistent stream under label v (true) or "
+        "afresh (false)",
+    }
 
     def payload_shape(self, params: RapporParams) -> tuple[int, ...]:
         return (params.domain_size,)

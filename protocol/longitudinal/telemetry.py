@@ -128,6 +128,13 @@ class MemoOneBitMean(MemoProtocol[OneBitMeanParams]):
     data_kind: ClassVar[DataKind] = "scalar"
     payload_kind: ClassVar[PayloadKind] = "bit"
     params_model = OneBitMeanParams
+    broadcast_fields: ClassVar[Mapping[str, str]] = {
+        "m": "values lie in [0, m] (a participant's mean is clipped to it)",
+        "s": "α-point rounding to the grid {0, m/s, …, m}",
+        "flip": "γ: the memoized bit is flipped afresh with this probability",
+        "memoize": "draw α and the bit per grid point from the device's persistent stream "
+        "(true) or afresh (false)",
+    }
 
     def payload_shape(self, params: OneBitMeanParams) -> tuple[int, ...]:
         return ()
@@ -219,6 +226,12 @@ class MemoDBitFlip(MemoProtocol[BitFlipParams]):
     payload_kind: ClassVar[PayloadKind] = "vector"
     params_model = BitFlipParams
     population_probe: ClassVar[Mapping[str, Any]] = {"domain_size": 2}
+    broadcast_fields: ClassVar[Mapping[str, str]] = {
+        "k": "buckets 0..k−1",
+        "d": "buckets each device samples: the report is their d indices, sorted, then d bits",
+        "memoize": "draw the buckets and the bits per state from the device's persistent "
+        "stream (true) or afresh (false)",
+    }
 
     def payload_shape(self, params: BitFlipParams) -> tuple[int, ...]:
         return (2 * params.buckets,)
