@@ -17,6 +17,7 @@ device. Everything drawn afresh each collection comes from the round's stream ``
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
@@ -103,15 +104,18 @@ class MemoProtocol(Protocol[P]):
     data_kind: ClassVar[Any]
     payload_kind: ClassVar[PayloadKind]
 
+    @abstractmethod
     def payload_shape(self, params: P) -> tuple[int, ...]:
-        raise NotImplementedError
+        """Each report's shape."""
 
+    @abstractmethod
     def public(self, params: P) -> JSON:
         """The round's public message (the parameters a client needs)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def contributions(self, params: P, chunk: ReportChunk) -> tuple[FloatArray, FloatArray]:
-        raise NotImplementedError
+        """The chunk's sum of per-user unbiased estimates (one per coordinate) and the sum of
+        their variances (per coordinate), both deterministic functions of the chunk."""
 
     def plan(
         self, params: P, epsilon: FloatArray, metadata: Mapping[str, NDArray[Any]], seed: int
@@ -158,7 +162,7 @@ class MemoProtocol(Protocol[P]):
         variance = np.asarray(out["variance"], dtype=np.float64)
         coordinates = len(estimate)
         z = z_quantile(1.0 - (1.0 - LEVEL) / coordinates)
-        half = z * math.sqrt(float(variance.max()))
+        half = z * math.sqrt(max(float(variance.max()), 0.0))  # a plug-in may dip below 0
         norm = "abs" if coordinates == 1 else "linf"
         kind = "clt" if coordinates == 1 else "clt-bonferroni"
         bar = ErrorBar(half, LEVEL, kind, approximate=True, norm=norm)
