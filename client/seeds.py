@@ -22,12 +22,14 @@ from fedldp.protocol.core.streams import StreamKey, stream_key
 __all__ = [
     "BEHAVIOUR_PURPOSE",
     "DATA_PURPOSE",
+    "DEVICE_PURPOSE",
     "DIGEST_PURPOSE",
     "NOISE_PURPOSE",
     "ROUND_PURPOSE",
     "behaviour_key",
     "data_key",
     "derive_seeds",
+    "device_key",
     "noise_seed",
     "population_digest",
     "round_key",
@@ -36,6 +38,7 @@ __all__ = [
 DATA_PURPOSE = 0
 ROUND_PURPOSE = 1
 BEHAVIOUR_PURPOSE = 2
+DEVICE_PURPOSE = 3
 
 
 def derive_seeds(seed: int) -> tuple[int, int]:
@@ -67,8 +70,20 @@ def data_key(population_seed: int) -> StreamKey:
 
 
 def round_key(population_seed: int, round_index: int) -> StreamKey:
-    """Key of the streams a user privatizes with in round ``round_index``."""
-    return stream_key(population_seed, ROUND_PURPOSE, round_index)
+    """Key of the streams a user privatizes with in round ``round_index``, carrying the
+    population's ``device_key`` (``UserStreams.device``: memoized responses)."""
+    key = stream_key(population_seed, ROUND_PURPOSE, round_index)
+    key.device = device_key(population_seed)
+    return key
+
+
+def device_key(population_seed: int) -> StreamKey:
+    """Key of every device's persistent streams: a function of the private population seed
+    only, so device i (same population seed, same index) draws the same persistent randomness
+    in every study and round (the memoized responses of docs/longitudinal.md). Unlike the
+    round keys it does not change from one study to the next: what a protocol draws from it
+    must be what it means to repeat."""
+    return stream_key(population_seed, DEVICE_PURPOSE)
 
 
 def behaviour_key(population_seed: int) -> StreamKey:

@@ -41,13 +41,14 @@ m·d),
 the central noise calibrations (``gaussian_coefficient``, ``calibrated_alpha``, ``Calibration``,
 …; ``ONE_D_EPSILON_CAP`` and ``MULTI_D_EPSILON_CAP`` cap their ε), the per-user random streams
 (``UserStreams``, ``stream_key``, ``StreamKey``, ``RandomSource``: participant i's randomness is
-a function of the key and i only), the plausibility bounds of unbounded reports
-(``laplace_reach``, ``around``, …; ``IMPLAUSIBLE_PROBABILITY`` is the per-entry probability
-an honest report lands outside them, ``LAPLACE_TAIL`` the matching Laplace tail in scales), and
-the privacy audit of a protocol's own client step (``ClientAudit``, ``client_step``,
-``run_client_audit``, ``scaled_loss``, ``one_user``; a ``Statistic`` reduces a block of reports
-to the audited scalar; ``AuditCase`` and ``run_audit`` for a bare randomizer, whose ``Draw``
-samples it on the two neighbouring inputs).
+a function of the key and i only; ``UserStreams.device`` and ``labelled`` are the persistent device
+streams a memoized response is drawn from, the same in every study: docs/longitudinal.md), the
+plausibility bounds of unbounded reports (``laplace_reach``, ``around``, …;
+``IMPLAUSIBLE_PROBABILITY`` is the per-entry probability an honest report lands outside them,
+``LAPLACE_TAIL`` the matching Laplace tail in scales), and the privacy audit of a protocol's own
+client step (``ClientAudit``, ``client_step``, ``run_client_audit``, ``scaled_loss``, ``one_user``;
+a ``Statistic`` reduces a block of reports to the audited scalar; ``AuditCase`` and ``run_audit``
+for a bare randomizer, whose ``Draw`` samples it on the two neighbouring inputs).
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ from fedldp.protocol.core.base.protocol import Params, Protocol
 from fedldp.protocol.heterogeneous import audit as hetero_audit
 from fedldp.protocol.heterogeneous import frequency as hetero_frequency
 from fedldp.protocol.heterogeneous import means as hetero_means
+from fedldp.protocol.longitudinal import audit as longitudinal_audit
+from fedldp.protocol.longitudinal import rappor, telemetry
 from fedldp.protocol.mechanisms.audit import AuditCase, ClientAudit
 from fedldp.protocol.semi_feature import audit as semi_feature_audit
 from fedldp.protocol.semi_feature import hist_ldp, histoftree, tree_baselines
@@ -85,6 +87,8 @@ BUILT_IN: dict[str, Protocol[Any]] = {
         *hetero_means.PROTOCOLS,
         *hetero_frequency.PROTOCOLS,
         *classic_means.PROTOCOLS,
+        *rappor.PROTOCOLS,
+        *telemetry.PROTOCOLS,
     )
 }
 """The protocols of this repository's families, by name."""
@@ -331,6 +335,7 @@ for _case in (
     *hetero_audit.CLIENT_AUDITS,
     *semi_feature_audit.CLIENT_AUDITS,
     *classic_means_audit.CLIENT_AUDITS,
+    *longitudinal_audit.CLIENT_AUDITS,
 ):
     CLIENT_AUDITS[_case.protocol] = (*CLIENT_AUDITS.get(_case.protocol, ()), _case)
 

@@ -130,6 +130,8 @@ DIAGNOSTICS: dict[str, str] = {
     "mass": "estimated share of users per histogram cell",
     "truncated_cells": "cells below the truncation mass, given the fill value",
     "predicted_mse": "mean squared error the design's theory predicts",
+    # --- memoizing protocols (docs/longitudinal.md)
+    "memoize": "whether the permanent response is memoized per (device, value) across studies",
 }
 
 

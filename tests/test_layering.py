@@ -31,12 +31,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("protocol", "client", "server")
 PROTOCOL_ALLOWED = {"numpy", "scipy", "pydantic"}
-FAMILIES = ("user_level", "heterogeneous", "central", "semi_feature")
+FAMILIES = ("user_level", "heterogeneous", "central", "semi_feature", "longitudinal")
 ALLOWED_SUBPACKAGES: dict[str, set[str]] = {
     "core": set(),
     "mechanisms": {"core"},
     **{family: {"api", "core", "mechanisms"} for family in FAMILIES},
     "classic": {"api"},  # the classic baselines are written only against the extension API
+    "longitudinal": {"api"},  # written only against the extension API (docs/longitudinal.md)
 }
 API_ALLOWED = {"core", "mechanisms"}
 """What ``fedldp.protocol.api`` (a module beside the sub-packages) may import: a family imports

@@ -17,6 +17,19 @@ cryptographic one.
 ``UserStreams`` mirrors the subset of ``numpy.random.Generator`` that the randomizers use
 (``random``, ``standard_normal``, ``laplace``, ``integers``), with the rule that the first axis of
 ``size`` is the participant axis. Randomizers therefore accept either (see ``RandomSource``).
+
+**Device streams (memoization).** The streams a client privatizes with are per study round
+(the client's ``round_key``). A protocol that memoizes a response across studies (RAPPOR's
+permanent randomized response, Ding et al.'s memoized 1BitMean; docs/longitudinal.md) needs
+randomness that persists across studies instead: ``UserStreams.device(purpose)`` gives the
+same participants' *device streams*, under a key derived from the stream key's ``device`` key
+(which the client sets to a function of the private population seed only, so the same device,
+same population seed and index, gets the same device streams in every study and round) and
+``purpose``; ``UserStreams.labelled(labels, width)`` draws from them as a pure function of
+(key, participant, label, column), consuming no counter, so a response memoized per
+(device, value) is that function at label = value. A key without a device key (an audit's, a
+test's) falls back to a key derived from the stream key itself: memoization then lasts only
+as long as that key.
 """
 
 from __future__ import annotations
@@ -37,6 +50,8 @@ MAX_DRAWS = 1 << _COUNTER_BITS
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _TWO_POW_M52 = 2.0**-52
+_FALLBACK = 0x44455649  # purpose word of the device key derived from a key without one
+_LABEL_SALT = 0x9E3779B97F4A7C15
 
 
 def _mix(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -63,13 +78,22 @@ def _unit(words: NDArray[np.uint64]) -> NDArray[np.float64]:
 
 
 class StreamKey:
-    """Two 64-bit key words naming one family of streams, e.g. (population seed, purpose)."""
+    """Two 64-bit key words naming one family of streams, e.g. (population seed, purpose).
 
-    __slots__ = ("k1", "k2")
+    ``device``: the key of the participants' persistent device streams (``UserStreams.device``)
+    when this is a per-study key of a population's devices; it takes no part in equality.
+    """
 
-    def __init__(self, k1: int, k2: int) -> None:
+    __slots__ = ("device", "k1", "k2")
+
+    def __init__(self, k1: int, k2: int, device: StreamKey | None = None) -> None:
         self.k1 = np.uint64(k1)
         self.k2 = np.uint64(k2)
+        self.device = device
+
+    def child(self, *purpose: int) -> StreamKey:
+        """A key derived from this one and ``purpose`` (SeedSequence hashing of both words)."""
+        return stream_key((int(self.k1) << 64) | int(self.k2), *purpose)
 
     def __repr__(self) -> str:
         return f"StreamKey({int(self.k1):#x}, {int(self.k2):#x})"
@@ -105,8 +129,43 @@ class UserStreams:
         if idx.size and (idx.min() < 0 or idx.max() >= MAX_PARTICIPANTS):
             raise ValueError(f"participant indices must lie in [0, 2**{_INDEX_BITS})")
         self._key = key
+        self._participants = idx
         self._base = (idx.astype(np.uint64) << np.uint64(_COUNTER_BITS))[:, None]
         self._next = 0
+
+    def device(self, purpose: int) -> UserStreams:
+        """The same participants' persistent device streams for ``purpose`` (module docstring):
+        keyed by the stream key's ``device`` key and ``purpose``, so participant i's device
+        streams are the same in every study and round that hands it a key with the same device
+        key; without one, derived from this stream's key (per study round)."""
+        if purpose < 0:
+            raise ValueError(f"purpose must be non-negative, got {purpose}")
+        base = self._key.device
+        key = base.child(purpose) if base is not None else self._key.child(_FALLBACK, purpose)
+        return UserStreams(key, self._participants)
+
+    def labelled(self, labels: ArrayLike, width: int) -> NDArray[np.float64]:
+        """``width`` uniforms in (0, 1) per participant that are a pure function of (key,
+        participant, ``labels[r]``, column): the same for the same label whatever the calls
+        before (no counter is consumed), independent-looking across labels, participants and
+        columns. Row r is participant ``participants[r]``'s; ``labels`` non-negative, one per
+        row. A memoized response to value v is a function of ``labelled(v, width)``."""
+        lab = np.asarray(labels, dtype=np.int64).reshape(-1)
+        if lab.shape[0] != self.n:
+            raise ValueError(f"one label per participant: {self.n} participants, {lab.size} labels")
+        if lab.size and lab.min() < 0:
+            raise ValueError("labels must be non-negative")
+        if not 0 < width <= MAX_DRAWS:
+            raise ValueError(f"width must lie in [1, 2**{_COUNTER_BITS}], got {width}")
+        # the label selects a per-row second key word: for one label, (participant, column)
+        # ↦ word is the bijection of ``_hash``; different labels use different keys
+        row_k2 = _mix(lab.astype(np.uint64) ^ np.uint64(_LABEL_SALT))
+        row_k2 ^= self._key.k2
+        z = self._base | np.arange(width, dtype=np.uint64)[None, :]
+        z ^= self._key.k1
+        z = _mix(z)
+        z ^= _mix(row_k2)[:, None]
+        return _unit(_mix(z))
 
     @property
     def n(self) -> int:

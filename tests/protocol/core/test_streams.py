@@ -8,7 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from fedldp.protocol.core.streams import MAX_PARTICIPANTS, UserStreams, ragged_random, stream_key
+from fedldp.protocol.core.streams import (
+    MAX_PARTICIPANTS,
+    StreamKey,
+    UserStreams,
+    ragged_random,
+    stream_key,
+)
 
 KEY = stream_key(2024, 1, 3)
 
@@ -138,3 +144,29 @@ def test_ragged_random_refuses_bad_arguments(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         ragged_random(stream_key(0), participants, counts)
+
+
+def test_device_streams_and_labelled_draws() -> None:
+    idx = np.arange(6)
+    device = stream_key(3, 9)
+    a = StreamKey(1, 2, device)
+    b = StreamKey(5, 6, device)
+    assert a != b  # the device key takes no part in equality
+    # the same device key: the same device streams, whatever the stream key and its draws
+    ua = UserStreams(a, idx)
+    ua.random((6, 5))
+    first = ua.device(1).labelled(idx % 2, 3)
+    assert np.array_equal(first, UserStreams(b, idx).device(1).labelled(idx % 2, 3))
+    # a row's draws depend on its own participant and label only
+    again = UserStreams(b, idx[::-1]).device(1).labelled((idx % 2)[::-1], 3)
+    assert np.array_equal(first, again[::-1])
+    assert not np.any(first == UserStreams(a, idx).device(2).labelled(idx % 2, 3))
+    for labels, width, match in (
+        (idx[:3], 3, "one label per participant"),
+        (idx - 1, 3, "non-negative"),
+        (idx, 0, "width must lie"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            UserStreams(a, idx).device(1).labelled(labels, width)
+    with pytest.raises(ValueError, match="purpose must be non-negative"):
+        UserStreams(a, idx).device(-1)

@@ -1,0 +1,178 @@
+"""``memo-rappor``: RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014, §3) for the frequencies of a
+categorical value over k items, with its permanent randomized response memoized per
+(device, value) and a fresh instantaneous randomized response each collection.
+
+Encoding: one-hot over k bits, the Bloom filter of one hash function (h = 1) with the identity
+as hash and m = k bits, so no two items collide and the decoder needs no regression (a
+simplification of the paper's Bloom filters with h hashes and cohorts; docs/longitudinal.md §2).
+
+* Permanent randomized response (PRR), per bit j of the one-hot B of the value v:
+  B'_j = 1 with probability f/2, 0 with probability f/2, B_j with probability 1 − f; drawn from
+  the device's persistent stream under label v (``common.device_uniforms``), so the same device
+  holding v answers the same B' in every study (memoization).
+* Instantaneous randomized response (IRR), fresh each collection from the round's stream:
+  S_j = 1 with probability q if B'_j = 1, with probability p if B'_j = 0, with the paper's
+  (p, q) chosen symmetric, p = 1 − q, and q calibrated to the participant's ε_i:
+  q* = P(S_j = 1 | B_j = 1) = f/2 + (1 − f)·q and p* = P(S_j = 1 | B_j = 0) = 1 − q*, so the
+  one-shot ε of the paper, ε_1 = h·ln(q*(1 − p*) / (p*(1 − q*))), is 2·ln(q*/(1 − q*)) (h = 1),
+  and q* = e^{ε_i/2} / (1 + e^{ε_i/2}) makes it ε_i exactly. This needs q ≤ 1, i.e. ε_i ≤
+  ε_∞ = 2·ln((1 − f/2)/(f/2)), the PRR's own (longitudinal) ε; a participant with ε_i > ε_∞
+  gets q = 1 (the IRR is the identity) and spends ε_∞ < ε_i.
+
+The decoder: (S_ij − p*_i)/(q*_i − p*_i) is unbiased for 1[v_i = j], with variance exactly
+q*_i(1 − q*_i)/(2q*_i − 1)² whatever v_i (Var S_ij = q*(1 − q*) as p* = 1 − q*); the estimate
+is the plain average over participants, its variance the average of those over n.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import Field
+
+from fedldp.protocol.api import (
+    JSON,
+    BoolArray,
+    DataKind,
+    FloatArray,
+    IntArray,
+    PayloadKind,
+    RandomSource,
+    ReportChunk,
+    RoundTask,
+    UserData,
+    valid_payloads,
+)
+from fedldp.protocol.longitudinal.common import (
+    MemoParams,
+    MemoProtocol,
+    device_uniforms,
+    first_values,
+)
+
+__all__ = [
+    "PROTOCOLS",
+    "PRR_PURPOSE",
+    "MemoRappor",
+    "RapporParams",
+    "longitudinal_epsilon",
+    "one_shot_epsilon",
+    "permanent_response",
+    "report_probabilities",
+]
+
+PRR_PURPOSE = 0x5250
+"""Purpose word of the device streams of RAPPOR's permanent randomized response."""
+
+
+class RapporParams(MemoParams):
+    domain_size: int = Field(ge=2, le=1 << 12, description="k: items are 0..k−1 (k report bits)")
+    f: float = Field(
+        0.5, gt=0.0, lt=1.0, description="PRR: each bit is replaced by a fair coin w.p. f"
+    )
+
+
+def longitudinal_epsilon(f: float, h: int = 1) -> float:
+    """RAPPOR's ε_∞ = 2h·ln((1 − f/2)/(f/2)): the PRR's ε, a bound on everything a memoized
+    device reveals about a value it keeps, over any number of collections."""
+    return 2.0 * h * math.log((1.0 - f / 2.0) / (f / 2.0))
+
+
+def one_shot_epsilon(p: float, q: float, f: float, h: int = 1) -> float:
+    """The paper's ε_1 = h·ln(q*(1 − p*)/(p*(1 − q*))) of one report, for IRR probabilities
+    p = P(S = 1 | B' = 0), q = P(S = 1 | B' = 1) and PRR parameter f."""
+    q_star = f / 2.0 * (p + q) + (1.0 - f) * q
+    p_star = f / 2.0 * (p + q) + (1.0 - f) * p
+    return h * math.log(q_star * (1.0 - p_star) / (p_star * (1.0 - q_star)))
+
+
+def report_probabilities(epsilon: FloatArray, f: float) -> tuple[FloatArray, FloatArray]:
+    """(q*, q): P(S_j = 1 | B_j = 1) of the whole report and the IRR's P(S_j = 1 | B'_j = 1)
+    for participants at ε (module docstring; p* = 1 − q*, p = 1 − q), q* capped at 1 − f/2."""
+    eps = np.asarray(epsilon, dtype=np.float64)
+    q_star = np.minimum(1.0 / (1.0 + np.exp(-eps / 2.0)), 1.0 - f / 2.0)
+    q = np.minimum((q_star - f / 2.0) / (1.0 - f), 1.0)
+    return q_star, q
+
+
+def permanent_response(values: IntArray, k: int, f: float, u: FloatArray) -> FloatArray:
+    """The PRR B' of the one-hot encodings of ``values`` from uniforms ``u`` (n, k): bit j is 1
+    if u_j < f/2, 0 if f/2 ≤ u_j < f, the one-hot bit otherwise."""
+    one_hot = np.arange(k)[None, :] == np.asarray(values)[:, None]
+    return np.where(u < f / 2.0, 1.0, np.where(u < f, 0.0, one_hot.astype(np.float64)))
+
+
+class MemoRappor(MemoProtocol[RapporParams]):
+    name: ClassVar[str] = "memo-rappor"
+    summary: ClassVar[str] = (
+        "Item frequencies over k items by RAPPOR: one-hot permanent randomized response "
+        "memoized per (device, value), fresh instantaneous randomized response per collection."
+    )
+    source: ClassVar[str] = (
+        "Erlingsson, Pihur, Korolova, CCS 2014, §3 (one-hot: Bloom filter with h = 1; symmetric "
+        "IRR calibrated to ε_i; docs/longitudinal.md §2)"
+    )
+    heterogeneity: ClassVar[str] = (
+        "each participant's IRR is calibrated to its ε_i (up to ε_∞ of the shared f) and its "
+        "report debiased with its own q*; plain average of the per-user unbiased estimates"
+    )
+    data_kind: ClassVar[DataKind] = "categorical"
+    payload_kind: ClassVar[PayloadKind] = "vector"
+    params_model = RapporParams
+    population_probe: ClassVar[Mapping[str, Any]] = {"domain_size": 2}
+    broadcast_fields: ClassVar[Mapping[str, str]] = {
+        "k": "items 0..k−1: the report is k bits, the one-hot of the value through PRR and IRR",
+        "f": "the PRR's probability of replacing each bit by a fair coin",
+        "memoize": "draw the PRR from the device's persistent stream under label v (true) or "
+        "afresh (false)",
+    }
+
+    def payload_shape(self, params: RapporParams) -> tuple[int, ...]:
+        return (params.domain_size,)
+
+    def public(self, params: RapporParams) -> JSON:
+        return {"k": params.domain_size, "f": params.f, "memoize": params.memoize}
+
+    def privatize(
+        self,
+        params: RapporParams,
+        task: RoundTask,
+        data: UserData,
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        k, f = int(task.broadcast["k"]), float(task.broadcast["f"])
+        v = first_values(data)
+        if v.size and (v.min() < 0 or v.max() >= k):
+            raise ValueError(f"items must lie in 0..{k - 1}")
+        u = device_uniforms(rng, bool(task.broadcast["memoize"]), PRR_PURPOSE, v, k)
+        b_prime = permanent_response(v, k, f, u)
+        _, q = report_probabilities(epsilon, f)
+        keep = np.where(b_prime > 0, q[:, None], 1.0 - q[:, None])
+        w = rng.random((data.n_users, k))
+        return np.asarray(w < keep, dtype=np.float64)
+
+    def check(
+        self, params: RapporParams, task: RoundTask, epsilon: FloatArray, payloads: FloatArray
+    ) -> BoolArray:
+        ok = valid_payloads(task, payloads)
+        s = np.nan_to_num(np.asarray(payloads, dtype=np.float64))
+        bits = np.all((s == 0.0) | (s == 1.0), axis=1)
+        return np.asarray(ok & bits, dtype=np.bool_)
+
+    def contributions(
+        self, params: RapporParams, chunk: ReportChunk
+    ) -> tuple[FloatArray, FloatArray]:
+        q_star, _ = report_probabilities(chunk.epsilon, params.f)
+        gap = 2.0 * q_star - 1.0
+        s = chunk.payloads
+        total = np.sum((s - (1.0 - q_star)[:, None]) / gap[:, None], axis=0)
+        var = float(np.sum(q_star * (1.0 - q_star) / gap**2))
+        return total, np.full(params.domain_size, var)
+
+
+PROTOCOLS = (MemoRappor(),)
