@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedldp.protocol.central import protocols as central
+from fedldp.protocol.classic import frequency_audit as classic_frequency_audit
+from fedldp.protocol.classic import frequency_oracles as classic_frequency
 from fedldp.protocol.core.base.protocol import Params, Protocol
 from fedldp.protocol.heterogeneous import audit as hetero_audit
 from fedldp.protocol.heterogeneous import frequency as hetero_frequency
@@ -82,6 +84,7 @@ BUILT_IN: dict[str, Protocol[Any]] = {
         *central.PROTOCOLS,
         *hetero_means.PROTOCOLS,
         *hetero_frequency.PROTOCOLS,
+        *classic_frequency.PROTOCOLS,
     )
 }
 """The protocols of this repository's families, by name."""
@@ -327,6 +330,7 @@ for _case in (
     *user_level_audit.CLIENT_AUDITS,
     *hetero_audit.CLIENT_AUDITS,
     *semi_feature_audit.CLIENT_AUDITS,
+    *classic_frequency_audit.CLIENT_AUDITS,
 ):
     CLIENT_AUDITS[_case.protocol] = (*CLIENT_AUDITS.get(_case.protocol, ()), _case)
 

@@ -122,6 +122,9 @@ DIAGNOSTICS: dict[str, str] = {
     "mass": "estimated share of users per histogram cell",
     "truncated_cells": "cells below the truncation mass, given the fill value",
     "predicted_mse": "mean squared error the design's theory predicts",
+    # --- classic frequency oracles (Wang et al. 2017 and the others of protocol/classic)
+    "sampling_factor": "Σw_i²/(Σw_i)²: users drawn from a law f add this times Σ f_x(1 − f_x) to "
+    "the squared error against f",
 }
 
 

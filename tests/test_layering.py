@@ -5,7 +5,7 @@ ast (function-level imports included: an import at call time is still an edge).
 * Inside it: ``core`` imports no other part of the protocol package; ``mechanisms`` only ``core``;
   the extension API (``api``, what a plugin imports) only ``core`` and ``mechanisms``; each paper
   family (``user_level``, ``heterogeneous``, ``central``, ``semi_feature``) only ``api``,
-  ``core``, ``mechanisms`` and itself: no family builds on another today, and a family that comes
+  ``core``, ``mechanisms`` and itself (``classic`` only ``api`` and itself): no family builds on another today, and a family that comes
   to build on another must be added to ``FAMILY_EXTRA`` here, on purpose. ``catalogue`` imports
   every family.
 * ``fedldp.client`` and ``fedldp.server`` never import each other.
@@ -36,6 +36,7 @@ ALLOWED_SUBPACKAGES: dict[str, set[str]] = {
     "core": set(),
     "mechanisms": {"core"},
     **{family: {"api", "core", "mechanisms"} for family in FAMILIES},
+    "classic": {"api"},  # the classic baselines: the extension API's first user (issue 26)
 }
 API_ALLOWED = {"core", "mechanisms"}
 """What ``fedldp.protocol.api`` (a module beside the sub-packages) may import: a family imports
