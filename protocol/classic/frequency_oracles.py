@@ -154,10 +154,13 @@ class SubsetSelection(_BitVector):
         keys = u[:, 1 : 1 + k].copy()
         rows = np.arange(items.size)
         keys[rows, items] = np.where(u[:, 0] < p, -1.0, 2.0)  # first in, or never chosen
-        order = np.argsort(keys, axis=1)
-        ranks = np.empty_like(order)
-        np.put_along_axis(ranks, order, np.arange(k)[None, :], axis=1)
-        return (ranks < d[:, None]).astype(np.float64)
+        # the d smallest keys (distinct: 52-bit draws), by a partition per subset size
+        bits = np.zeros((items.size, k))
+        for size in np.unique(d):
+            at = np.flatnonzero(d == size)
+            chosen = np.argpartition(keys[at], size - 1, axis=1)[:, :size]
+            bits[at[:, None], chosen] = 1.0
+        return bits
 
     def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
         sizes = np.sum(payloads, axis=1)
