@@ -1,20 +1,20 @@
 """Benchmark: the classic mechanisms (protocol/classic/) against the two public libraries,
 ``pure-ldp`` and ``multi-freq-ldpy`` (the ``test`` extra), in one process and one run.
 
-For each mechanism (a row of ``ROWS``) it times reports privatized and aggregated per second:
-ours through the protocol's own steps (``privatize``, then ``aggregate``),
-vectorised over the whole population; theirs through each library's client, one user at a time
-as the libraries are written, and its server. It prints the rates and the ratio of ours to the
-faster library (target ≥ 10 for every mechanism), ours with one numpy generator for every user
-(the mechanism's own cost) and, in the ``(streams)`` columns, with the per-user streams the
-simulator and the clients use (``UserStreams``: the same code, slower uniforms); each rate is the
-best of three runs. multi-freq-ldpy's numba functions are compiled before timing. Then it times
-OLH's aggregation alone for 10^6 users at k = 1024 (target < 10 s): the server's O(n·k) support count runs as L doublings of each user's hash table in uint8 on
-cache-sized chunks (``fedldp.protocol.classic.hashing``), once at one ε (one integer count per
-chunk) and once with every user at its own ε (a weighted count).
+For each mechanism (a ``Row``) it times reports privatized and aggregated per second: ours
+through the protocol's own steps (``privatize``, then ``aggregate``), vectorised over the whole
+population; theirs through each library's client, one user at a time as the libraries are written,
+and its server. It prints the rates and the ratio of ours to the faster library (target ≥ 10 for
+every mechanism), ours with one numpy generator for every user (the mechanism's own cost) and, in
+the ``(streams)`` columns, with the per-user streams the simulator and the clients use
+(``UserStreams``: the same code, slower uniforms); each rate is the best of three runs.
+multi-freq-ldpy's numba functions are compiled before timing. Then it times OLH's aggregation alone for 10^6
+users at k = 1024 (target < 10 s): the server's O(n·k) support count runs as L doublings of each
+user's hash table in uint8 on cache-sized chunks (``fedldp.protocol.classic.hashing``), once at one
+ε (one integer count per chunk) and once with every user at its own ε (a weighted count).
 
-Rows are (family, mechanism, ours, theirs): the mean mechanisms join as more rows of ``ROWS``
-with their own ``ours`` and library runners, printed by the same loop.
+Rows are (family, mechanism, ours, theirs): the mean mechanisms join as more rows beside
+``frequency_rows()``, with their own ``ours`` and library runners, printed by the same loop.
 
     python benchmarks/bench_classic.py [--items K] [--epsilon E] [--users N] [--their-users M]
         [--olh-users N] [--olh-items K] [--skip-olh]
