@@ -9,9 +9,10 @@ every mechanism), ours with one numpy generator for every user (the mechanism's 
 the ``(streams)`` columns, with the per-user streams the simulator and the clients use
 (``UserStreams``: the same code, slower uniforms); each rate is the best of three runs.
 multi-freq-ldpy's numba functions are compiled before timing. Then it times OLH's aggregation
-alone for 10^6 users at k = 1024 (target < 10 s): the server's O(n·k) support count runs as L doublings of each
-user's hash table in uint8 on cache-sized chunks (``fedldp.protocol.classic.hashing``), once at one
-ε (one integer count per chunk) and once with every user at its own ε (a weighted count).
+alone for 10^6 users at k = 1024 (target < 10 s): the server's O(n·k) support count runs as L
+doublings of each user's hash table in uint8 on cache-sized chunks
+(``fedldp.protocol.classic.hashing``), once at one ε (one integer count per chunk) and once with
+every user at its own ε (a weighted count).
 
 Rows are (family, mechanism, ours, theirs): the mean mechanisms join as more rows beside
 ``frequency_rows()``, with their own ``ours`` and library runners, printed by the same loop.
