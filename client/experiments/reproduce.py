@@ -3,7 +3,8 @@
 The experiment files live in the repository's ``experiments/`` folder, one per figure or table
 of the papers as the specs' reproduction plans lay them out (names start with ``user-level-``,
 ``heterogeneous-``, ``huber-``, ``semi-feature-``), and the robustness experiments of issue 13
-(``robustness-``: error against dropout and attackers). They are found relative to the package's
+(``robustness-``: error against dropout and attackers), and the classic baselines' comparisons
+(``classic-``: Wang et al. 2017's frequency oracles, docs/classic.md). They are found relative to the package's
 source (``<repo>/experiments``, which an editable install, ``scripts/bootstrap``'s, has); they are
 not shipped in the wheel, where ``--experiments DIR`` (or ``FEDLDP_EXPERIMENTS``) names them. Each
 experiment runs into ``OUT/NAME/`` (resumable, like ``fedldp experiment run``), its figures are
@@ -36,7 +37,14 @@ __all__ = [
     "write_report",
 ]
 
-_PREFIXES = ("user-level-", "heterogeneous-", "huber-", "semi-feature-", "robustness-")
+_PREFIXES = (
+    "user-level-",
+    "heterogeneous-",
+    "huber-",
+    "semi-feature-",
+    "robustness-",
+    "classic-",
+)
 
 
 def experiments_dir(given: Path | None = None) -> Path:
