@@ -6,8 +6,8 @@ of the papers as the specs' reproduction plans lay them out (names start with ``
 (``robustness-``: error against dropout and attackers), and the classic baselines' comparisons
 (``classic-``: Wang et al. 2017's frequency oracles, docs/classic.md). They are found relative to
 the package's source (``<repo>/experiments``, which an editable install, ``scripts/bootstrap``'s,
-has); they are not shipped in the wheel, where ``--experiments DIR`` (or ``FEDLDP_EXPERIMENTS``) names them. Each
-experiment runs into ``OUT/NAME/`` (resumable, like ``fedldp experiment run``), its figures are
+has); they are not shipped in the wheel, where ``--experiments DIR`` (or ``FEDLDP_EXPERIMENTS``)
+names them. Each experiment runs into ``OUT/NAME/`` (resumable, like ``fedldp experiment run``), its figures are
 drawn there, and ``OUT/REPORT.md`` shows every figure with a table claim → paper's value →
 measured → verdict.
 """
