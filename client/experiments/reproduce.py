@@ -1,15 +1,15 @@
 """``fedldp reproduce``: run the papers' experiments, draw their figures, check their claims.
 
-The experiment files live in the repository's ``experiments/`` folder, one per figure or table
-of the papers as the specs' reproduction plans lay them out (names start with ``user-level-``,
+The experiment files live in the repository's ``experiments/`` folder, one per figure or table of
+the papers as the specs' reproduction plans lay them out (names start with ``user-level-``,
 ``heterogeneous-``, ``huber-``, ``semi-feature-``), and the robustness experiments of issue 13
 (``robustness-``: error against dropout and attackers), and the classic baselines' comparisons
 (``classic-``: Wang et al. 2017's frequency oracles, docs/classic.md). They are found relative to
 the package's source (``<repo>/experiments``, which an editable install, ``scripts/bootstrap``'s,
 has); they are not shipped in the wheel, where ``--experiments DIR`` (or ``FEDLDP_EXPERIMENTS``)
-names them. Each experiment runs into ``OUT/NAME/`` (resumable, like ``fedldp experiment run``), its figures are
-drawn there, and ``OUT/REPORT.md`` shows every figure with a table claim → paper's value →
-measured → verdict.
+names them. Each experiment runs into ``OUT/NAME/`` (resumable, like ``fedldp experiment run``), its
+figures are drawn there, and ``OUT/REPORT.md`` shows every figure with a table claim → paper's value
+→ measured → verdict.
 """
 
 from __future__ import annotations
