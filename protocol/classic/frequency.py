@@ -156,7 +156,14 @@ class ClassicFrequency(Protocol[FrequencyParams]):
         k = int(task.broadcast["k"])
         u = np.asarray(rng.random((data.n_users, self.draws(params))), dtype=np.float64)
         items = sample_items(data, u[:, 0], k)
-        return self.report(k, items, np.asarray(epsilon, dtype=np.float64), u[:, 1:])
+        eps = np.asarray(epsilon, dtype=np.float64)
+        if self.broadcasts_epsilon:
+            eps = _one_if_equal(eps)
+        return self.report(k, items, eps, u[:, 1:])
+
+    broadcasts_epsilon: ClassVar[bool] = True
+    """Whether ``report`` takes one ε for a block whose users share it (shape (1,), broadcast
+    against the users): the mechanism's constants are then computed once, not per user."""
 
     def report(self, k: int, items: IntArray, epsilon: FloatArray, u: FloatArray) -> FloatArray:
         """The payloads of users holding ``items`` at ``epsilon``, from their uniforms ``u``."""
@@ -196,15 +203,20 @@ class ClassicFrequency(Protocol[FrequencyParams]):
         count = 0
         for chunk in chunks:
             eps = np.asarray(chunk.epsilon, dtype=np.float64)
-            p, q = th.support_probabilities(self.oracle, eps, k)
+            n = int(eps.size)
+            one = _one_if_equal(eps)  # users of one ε: every constant computed once
+            times = n if one.size == 1 < n else 1
+            p, q = th.support_probabilities(self.oracle, one, k)
             gap = p - q
             w = th.user_weights(p, q, params.weights)
-            support += self.support(k, eps, chunk.payloads, w / gap)
-            offset += float(np.sum(w * q / gap))
-            weight += float(np.sum(w))
-            sum_w2 += float(np.sum(w**2))
-            sum_w2_var += float(np.sum(w**2 * th.summed_variance(p, q, k)))
-            sum_w2_bar += float(np.sum(w**2 / (4.0 * gap**2)))
+            c = w / gap
+            c_all = np.full(n, c[0]) if times > 1 else c
+            support += self.support(k, eps, chunk.payloads, c_all)
+            offset += float(np.sum(w * q / gap)) * times
+            weight += float(np.sum(w)) * times
+            sum_w2 += float(np.sum(w**2)) * times
+            sum_w2_var += float(np.sum(w**2 * th.summed_variance(p, q, k))) * times
+            sum_w2_bar += float(np.sum(w**2 / (4.0 * gap**2))) * times
             count += int(chunk.slots.size)
         if count == 0:
             raise ValueError("no reports to aggregate")
@@ -230,6 +242,13 @@ class ClassicFrequency(Protocol[FrequencyParams]):
             "projected": project_simplex(np.asarray(estimate)).tolist(),
         }
         return Result(estimate, bar, diagnostics)
+
+
+def _one_if_equal(epsilon: FloatArray) -> FloatArray:
+    """``epsilon[:1]`` when every entry equals it (one ε for the block), else ``epsilon``."""
+    if epsilon.size > 1 and epsilon.min() == epsilon.max():
+        return epsilon[:1]
+    return epsilon
 
 
 def integral_in(x: FloatArray, high: FloatArray | float) -> BoolArray:

@@ -143,6 +143,7 @@ class SubsetSelection(_BitVector):
 
     name: ClassVar[str] = "classic-ss"
     oracle: ClassVar[th.Oracle] = "ss"
+    broadcasts_epsilon: ClassVar[bool] = False  # the partition per subset size needs every d
     summary: ClassVar[str] = "item frequencies by subset selection (optimal subset size)"
     source: ClassVar[str] = (
         "Ye, Barg, IEEE Trans. Inf. Theory 2018; Wang, Wu, Li, Jha 2016 (k-subset mechanism)"
