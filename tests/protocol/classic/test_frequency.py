@@ -213,3 +213,25 @@ def test_simulate_prints_an_error_the_formula_predicts(oracle: str) -> None:
     # sampling's, diag(f) − ffᵀ ⪯ max f; one run: 5σ (normal tail 6e-7)
     lam = (COVARIANCE_BOUND[oracle] / float((p - q)[0]) ** 2 + float(truth.max())) / N
     assert abs(error2 - expected) <= 5.0 * math.sqrt(2.0 * expected * lam)
+
+
+@pytest.mark.parametrize("epsilon", [1e-3, 0.5, 2.0, 7.0])
+def test_each_report_law_has_worst_ratio_exactly_e_to_the_epsilon(epsilon: float) -> None:
+    # exact first (STYLE 12): the report's law under two items, from the mechanisms' (p, q)
+    k, e = 10, np.array([epsilon])
+    bound = math.exp(epsilon)
+    p, q = (float(v[0]) for v in th.support_probabilities("grr", e, k))
+    assert p / q == pytest.approx(bound, rel=1e-12)  # the item itself: p against q
+    for oracle in ("sue", "oue"):  # bits (1, 0) at (v, v'): p(1 − q) against q(1 − p)
+        p, q = (float(v[0]) for v in th.support_probabilities(oracle, e, k))
+        assert p * (1 - q) / (q * (1 - p)) == pytest.approx(bound, rel=1e-12)
+    p, _ = (float(v[0]) for v in th.support_probabilities("hr", e, k))
+    assert p / (1 - p) == pytest.approx(bound, rel=1e-12)  # a column of C_v \ C_v'
+    for oracle in ("blh", "olh"):  # y = H(v) ≠ H(v'): p against (1 − p)/(g − 1)
+        g = 2 if oracle == "blh" else int(th.olh_range(e)[0])
+        p, _ = (float(v[0]) for v in th.support_probabilities(oracle, e, k))  # type: ignore[arg-type]
+        assert p / ((1 - p) / (g - 1)) == pytest.approx(bound, rel=1e-12)
+    # SS: a subset holding v but not v' has weight e^ε against 1; Pr[v ∈ S] = d e^ε/(d e^ε + k − d)
+    d = int(th.ss_size(e, k)[0])
+    p, _ = (float(v[0]) for v in th.support_probabilities("ss", e, k))
+    assert p == pytest.approx(d * bound / (d * bound + k - d), rel=1e-12)
