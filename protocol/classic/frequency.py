@@ -82,8 +82,11 @@ def sample_items(data: UserData, u: FloatArray, k: int) -> IntArray:
     values = np.asarray(data.values)
     if values.ndim != 1:
         raise ValueError("categorical data is one item per sample")
-    pick = np.minimum(np.floor(u * data.counts).astype(np.int64), data.counts - 1)
-    items = values[data.offsets[:-1] + pick].astype(np.int64)
+    if values.size == data.n_users:  # one sample each (counts ≥ 1): u picks it, nothing to do
+        items = values.astype(np.int64)
+    else:
+        pick = np.minimum(np.floor(u * data.counts).astype(np.int64), data.counts - 1)
+        items = values[data.offsets[:-1] + pick].astype(np.int64)
     if items.size and (items.min() < 0 or items.max() >= k):
         raise ValueError(f"items must lie in 0..{k - 1}")
     return items
