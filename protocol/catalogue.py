@@ -30,6 +30,8 @@ from typing import Any
 from fedldp.protocol.central import protocols as central
 from fedldp.protocol.classic import means as classic_means
 from fedldp.protocol.classic import means_audit as classic_means_audit
+from fedldp.protocol.classic import frequency_audit as classic_frequency_audit
+from fedldp.protocol.classic import frequency_oracles as classic_frequency
 from fedldp.protocol.core.base.protocol import Params, Protocol
 from fedldp.protocol.heterogeneous import audit as hetero_audit
 from fedldp.protocol.heterogeneous import frequency as hetero_frequency
@@ -89,6 +91,7 @@ BUILT_IN: dict[str, Protocol[Any]] = {
         *classic_means.PROTOCOLS,
         *rappor.PROTOCOLS,
         *telemetry.PROTOCOLS,
+        *classic_frequency.PROTOCOLS,
     )
 }
 """The protocols of this repository's families, by name."""
@@ -336,6 +339,7 @@ for _case in (
     *semi_feature_audit.CLIENT_AUDITS,
     *classic_means_audit.CLIENT_AUDITS,
     *longitudinal_audit.CLIENT_AUDITS,
+    *classic_frequency_audit.CLIENT_AUDITS,
 ):
     CLIENT_AUDITS[_case.protocol] = (*CLIENT_AUDITS.get(_case.protocol, ()), _case)
 

@@ -132,6 +132,9 @@ DIAGNOSTICS: dict[str, str] = {
     "predicted_mse": "mean squared error the design's theory predicts",
     # --- memoizing protocols (docs/longitudinal.md)
     "memoize": "whether the permanent response is memoized per (device, value) across studies",
+    # --- classic frequency oracles (Wang et al. 2017 and the others of protocol/classic)
+    "sampling_factor": "Σw_i²/(Σw_i)²: users drawn from a law f add this times Σ f_x(1 − f_x) to "
+    "the squared error against f",
 }
 
 

@@ -5,8 +5,9 @@ ast (function-level imports included: an import at call time is still an edge).
 * Inside it: ``core`` imports no other part of the protocol package; ``mechanisms`` only ``core``;
   the extension API (``api``, what a plugin imports) only ``core`` and ``mechanisms``; each paper
   family (``user_level``, ``heterogeneous``, ``central``, ``semi_feature``) only ``api``,
-  ``core``, ``mechanisms`` and itself: no family builds on another today, and a family that comes
-  to build on another must be added to ``FAMILY_EXTRA`` here, on purpose. ``catalogue`` imports
+  ``core``, ``mechanisms`` and itself (``classic`` only ``api`` and itself): no family builds on
+  another today, and a family that comes to build on another must be added to ``FAMILY_EXTRA``
+  here, on purpose. ``catalogue`` imports
   every family.
 * ``fedldp.client`` and ``fedldp.server`` never import each other.
 * The server's layers (``web`` → ``services`` → ``runtime`` → ``store``, docs/architecture.md)

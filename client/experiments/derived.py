@@ -12,7 +12,10 @@ comments::
 ``[diagnostics.participation.rounds][-1]['received']`` a list of objects) or text.
 The rest is arithmetic (``+ - * / **``), comparisons, ``and``/``or``/``not``, ``A if C else B``,
 number and text literals, ``nan`` (no value: an empty cell, e.g. where no theory applies) and
-the functions ``sqrt log exp tanh abs min max erf``. Derived
+the functions ``sqrt log exp tanh abs min max erf``, ``len`` of a list, and two of vectors
+(lists of one length): ``sqdist(a, b)`` = Σ (a_i − b_i)² and ``maxdist(a, b)`` = max |a_i − b_i|
+(``sqdist([estimate], [truth])``: the squared ℓ2 error of a frequency estimate, whatever norm
+its error bar uses). Derived
 columns are computed when rows are read for figures and checks (``with_derived``), never stored,
 so editing a formula needs no rerun; a row where the expression cannot be evaluated (a missing
 column, a failed trial) gets an empty cell. Expressions are parsed when the file is loaded.
@@ -31,6 +34,22 @@ from typing import Any
 __all__ = ["check_expression", "evaluate", "with_derived"]
 
 _COLUMN = re.compile(r"\[([A-Za-z_][A-Za-z0-9_.\-]*)\]")
+
+
+def _sqdist(a: Sequence[float], b: Sequence[float]) -> float:
+    """Σ (a_i − b_i)² of two vectors of one length (the squared ℓ2 error of an estimate)."""
+    if len(a) != len(b):
+        raise ValueError("sqdist takes two vectors of one length")
+    return math.fsum((float(x) - float(y)) ** 2 for x, y in zip(a, b, strict=True))
+
+
+def _maxdist(a: Sequence[float], b: Sequence[float]) -> float:
+    """max |a_i − b_i| of two vectors of one length (the ℓ∞ error of an estimate)."""
+    if len(a) != len(b):
+        raise ValueError("maxdist takes two vectors of one length")
+    return max(abs(float(x) - float(y)) for x, y in zip(a, b, strict=True))
+
+
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "sqrt": math.sqrt,
     "log": math.log,
@@ -40,6 +59,9 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "min": min,
     "max": max,
     "erf": math.erf,
+    "sqdist": _sqdist,
+    "maxdist": _maxdist,
+    "len": len,
 }
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,

@@ -117,6 +117,12 @@ def test_derived_columns_are_arithmetic_on_the_row() -> None:
     assert math.isnan(evaluate("nan", row) or math.nan)
     derived = with_derived([row, {"x": ""}], {"half": "[x] / 2", "quarter": "[half] / 2"})
     assert [(r["half"], r["quarter"]) for r in derived] == [("2.0", "1.0"), ("", "")]
+    # the vector distances of a frequency estimate: squared ℓ2 and ℓ∞, whatever the bar's norm
+    assert evaluate("sqdist([estimate], [truth])", row) == pytest.approx(0.05**2 + 0.1**2)
+    assert evaluate("maxdist([estimate], [truth])", row) == pytest.approx(0.1)
+    assert evaluate("len([estimate])", row) == 2
+    assert evaluate("sqdist([estimate], [rounds])", row) is None  # not numbers: no value
+    assert evaluate("maxdist([estimate], [three])", {**row, "three": "[1, 2, 3]"}) is None
     for bad in ("[x].real", "open('f')", "lambda: 1", "[x] // 2", "[x] if [x] in [x] else 1"):
         with pytest.raises(ValueError, match=r"allowed|unknown name|cannot parse|functions"):
             check_expression(bad)

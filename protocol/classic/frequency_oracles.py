@@ -1,0 +1,308 @@
+"""The seven classic frequency oracles: each one's report, its admissible payloads and its
+support counts, on the shared round of ``fedldp.protocol.classic.frequency`` (which states the
+payloads; the theory is ``fedldp.protocol.classic.oracles``). Every step is vectorised over the
+users of a block; a user's uniforms come from its own stream (its row of ``u``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import Field
+
+from fedldp.protocol.api import (
+    JSON,
+    BoolArray,
+    FloatArray,
+    IntArray,
+    PayloadKind,
+    Plan,
+    Protocol,
+    RoundTask,
+)
+from fedldp.protocol.classic import hashing
+from fedldp.protocol.classic import oracles as th
+from fedldp.protocol.classic.frequency import ClassicFrequency, FrequencyParams, integral_in
+
+__all__ = [
+    "PROTOCOLS",
+    "BinaryLocalHashing",
+    "GeneralizedRR",
+    "HadamardResponse",
+    "LocalHashing",
+    "OptimizedLocalHashing",
+    "OptimizedUnaryEncoding",
+    "SubsetSelection",
+    "SymmetricUnaryEncoding",
+    "VectorParams",
+]
+
+
+def _other(u: FloatArray, size: IntArray | int, avoid: IntArray) -> IntArray:
+    """Uniform over 0..size − 1 but ``avoid``, from one uniform u per user."""
+    other = np.minimum(np.floor(u * (np.asarray(size) - 1)).astype(np.int64), np.asarray(size) - 2)
+    return np.asarray(other + (other >= avoid), dtype=np.int64)
+
+
+def _bounds(task: RoundTask, epsilon: FloatArray, high: Any) -> tuple[FloatArray, FloatArray]:
+    shape = (epsilon.shape[0], *task.payload_shape)
+    return np.zeros(shape), np.broadcast_to(np.asarray(high, dtype=np.float64), shape).copy()
+
+
+class GeneralizedRR(ClassicFrequency):
+    """k-ary (generalized) randomized response: the true item with probability p, each other
+    with q (Wang et al. 2017, §4.1, "direct encoding")."""
+
+    name: ClassVar[str] = "classic-grr"
+    oracle: ClassVar[th.Oracle] = "grr"
+    summary: ClassVar[str] = "item frequencies by generalized (k-ary) randomized response"
+    source: ClassVar[str] = "Wang, Blocki, Li, Jha, USENIX Security 2017, §4.1 (GRR), eq. (2)"
+
+    def report(self, k: int, items: IntArray, epsilon: FloatArray, u: FloatArray) -> FloatArray:
+        p, _ = th.support_probabilities("grr", epsilon, k)
+        return np.where(u[:, 0] < p, items, _other(u[:, 1], k, items)).astype(np.float64)
+
+    def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
+        return integral_in(payloads, k)
+
+    def support(
+        self, k: int, epsilon: FloatArray, payloads: FloatArray, c: FloatArray
+    ) -> FloatArray:
+        return np.bincount(payloads.astype(np.int64), weights=c, minlength=k).astype(np.float64)
+
+    def report_bounds(
+        self, params: FrequencyParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        return _bounds(task, epsilon, params.domain_size - 1)
+
+
+class VectorParams(FrequencyParams):
+    # the payload is a k-vector: 4096 floats is 32 KiB per report on the wire
+    domain_size: int = Field(ge=2, le=1 << 12, description="k: items are 0..k−1")
+
+
+class _BitVector(ClassicFrequency):
+    """Reports that are k bits (unary encoding, subset selection): support = the set bits."""
+
+    params_model = VectorParams
+    payload_kind: ClassVar[PayloadKind] = "vector"
+
+    def payload_shape(self, params: FrequencyParams) -> tuple[int, ...]:
+        return (params.domain_size,)
+
+    def draws(self, params: FrequencyParams) -> int:
+        return 2 + params.domain_size
+
+    def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
+        return np.asarray(np.all((payloads == 0.0) | (payloads == 1.0), axis=1), dtype=np.bool_)
+
+    def support(
+        self, k: int, epsilon: FloatArray, payloads: FloatArray, c: FloatArray
+    ) -> FloatArray:
+        return np.asarray(c @ payloads, dtype=np.float64)
+
+    def report_bounds(
+        self, params: FrequencyParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        return _bounds(task, epsilon, 1.0)
+
+
+class SymmetricUnaryEncoding(_BitVector):
+    """Basic RAPPOR: each bit of the one-hot vector kept with probability e^{ε/2}/(e^{ε/2} + 1)
+    (Wang et al. 2017, §4.2, SUE)."""
+
+    name: ClassVar[str] = "classic-sue"
+    oracle: ClassVar[th.Oracle] = "sue"
+    summary: ClassVar[str] = "item frequencies by symmetric unary encoding (basic RAPPOR)"
+    source: ClassVar[str] = "Wang, Blocki, Li, Jha, USENIX Security 2017, §4.2 (SUE), eq. (2)"
+
+    def report(self, k: int, items: IntArray, epsilon: FloatArray, u: FloatArray) -> FloatArray:
+        p, q = th.support_probabilities(self.oracle, epsilon, k)
+        bits = u[:, 1 : 1 + k] < q[:, None]
+        rows = np.arange(items.size)
+        bits[rows, items] = u[rows, 1 + items] < p
+        return bits.astype(np.float64)
+
+
+class OptimizedUnaryEncoding(SymmetricUnaryEncoding):
+    """The 1 of the one-hot vector kept with probability 1/2, each 0 flipped with 1/(e^ε + 1)
+    (Wang et al. 2017, §4.2, OUE)."""
+
+    name: ClassVar[str] = "classic-oue"
+    oracle: ClassVar[th.Oracle] = "oue"
+    summary: ClassVar[str] = "item frequencies by optimized unary encoding"
+    source: ClassVar[str] = "Wang, Blocki, Li, Jha, USENIX Security 2017, §4.2 (OUE), eq. (2)"
+
+
+class SubsetSelection(_BitVector):
+    """A d-subset of the items with weight e^ε on those holding the true item (Ye–Barg 2018,
+    Wang et al. 2016): the true item is in with probability p, then d − 1 others (else d
+    others) uniformly; d per user from ``oracles.ss_size``."""
+
+    name: ClassVar[str] = "classic-ss"
+    oracle: ClassVar[th.Oracle] = "ss"
+    broadcasts_epsilon: ClassVar[bool] = False  # the partition per subset size needs every d
+    summary: ClassVar[str] = "item frequencies by subset selection (optimal subset size)"
+    source: ClassVar[str] = (
+        "Ye, Barg, IEEE Trans. Inf. Theory 2018; Wang, Wu, Li, Jha 2016 (k-subset mechanism)"
+    )
+
+    def report(self, k: int, items: IntArray, epsilon: FloatArray, u: FloatArray) -> FloatArray:
+        p, _ = th.support_probabilities("ss", epsilon, k)
+        d = th.ss_size(epsilon, k)
+        keys = u[:, 1 : 1 + k].copy()
+        rows = np.arange(items.size)
+        keys[rows, items] = np.where(u[:, 0] < p, -1.0, 2.0)  # first in, or never chosen
+        # the d smallest keys (distinct: 52-bit draws), by a partition per subset size
+        bits = np.zeros((items.size, k))
+        for size in np.unique(d):
+            at = np.flatnonzero(d == size)
+            chosen = np.argpartition(keys[at], size - 1, axis=1)[:, :size]
+            bits[at[:, None], chosen] = 1.0
+        return bits
+
+    def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
+        sizes = np.sum(payloads, axis=1)
+        right_size = sizes == th.ss_size(epsilon, k)
+        return np.asarray(super().admissible(k, epsilon, payloads) & right_size, dtype=np.bool_)
+
+
+class LocalHashing(ClassicFrequency):
+    """Local hashing: a hash function H from ``hashing``'s family, drawn by the user, and GRR
+    over its range Z_g of H(item) (Wang et al. 2017, §4.4)."""
+
+    payload_kind: ClassVar[PayloadKind] = "vector"
+    broadcast_fields: ClassVar[Mapping[str, str]] = {
+        "k": "the number of items (0..k−1)",
+        "hash_bits": "L: the payload is (a_0, …, a_{L−1}, b, y), H(x) = (b + Σ a_j x_j) mod g",
+    }
+
+    def ranges(self, epsilon: FloatArray) -> IntArray:
+        """g per user."""
+        raise NotImplementedError
+
+    def payload_shape(self, params: FrequencyParams) -> tuple[int, ...]:
+        return (hashing.hash_bits(params.domain_size) + 2,)
+
+    def draws(self, params: FrequencyParams) -> int:
+        return 4 + hashing.hash_bits(params.domain_size)
+
+    def broadcast(
+        self, params: FrequencyParams, plan: Plan, round_index: int, outputs: Sequence[JSON]
+    ) -> JSON:
+        k = params.domain_size
+        return {"k": k, "hash_bits": hashing.hash_bits(k)}
+
+    def report(self, k: int, items: IntArray, epsilon: FloatArray, u: FloatArray) -> FloatArray:
+        bits = hashing.hash_bits(k)
+        g = self.ranges(epsilon)
+        seeds = np.minimum(np.floor(u[:, 2:] * g[:, None]).astype(np.int64), g[:, None] - 1)
+        coefficients, offset = seeds[:, :bits], seeds[:, bits]
+        value = hashing.hash_values(coefficients, offset, g, items)
+        p, _ = th.support_probabilities(self.oracle, epsilon, k)
+        y = np.where(u[:, 0] < p, value, _other(u[:, 1], g, value))
+        return np.column_stack([seeds, y]).astype(np.float64)
+
+    def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
+        g = self.ranges(epsilon).astype(np.float64)
+        return np.asarray(np.all(integral_in(payloads, g[:, None]), axis=1), dtype=np.bool_)
+
+    def support(
+        self, k: int, epsilon: FloatArray, payloads: FloatArray, c: FloatArray
+    ) -> FloatArray:
+        z = payloads.astype(np.int64)
+        bits = z.shape[1] - 2
+        g = self.ranges(epsilon)
+        return hashing.support_weights(z[:, :bits], z[:, bits], z[:, bits + 1], g, c, k)
+
+    def report_bounds(
+        self, params: FrequencyParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        high = (self.ranges(epsilon) - 1).astype(np.float64)
+        return _bounds(task, epsilon, high[:, None])
+
+
+class BinaryLocalHashing(LocalHashing):
+    """Local hashing into one bit (g = 2; Wang et al. 2017, §4.4, BLH)."""
+
+    name: ClassVar[str] = "classic-blh"
+    oracle: ClassVar[th.Oracle] = "blh"
+    summary: ClassVar[str] = "item frequencies by binary local hashing (g = 2)"
+    source: ClassVar[str] = "Wang, Blocki, Li, Jha, USENIX Security 2017, §4.4 (BLH), eq. (2)"
+
+    def ranges(self, epsilon: FloatArray) -> IntArray:
+        return np.full(np.shape(epsilon), 2, dtype=np.int64)
+
+
+class OptimizedLocalHashing(LocalHashing):
+    """Local hashing into g = round(e^ε_i) + 1 values, per user (Wang et al. 2017, §4.4, OLH)."""
+
+    name: ClassVar[str] = "classic-olh"
+    oracle: ClassVar[th.Oracle] = "olh"
+    summary: ClassVar[str] = "item frequencies by optimized local hashing (g = round(e^ε) + 1)"
+    source: ClassVar[str] = "Wang, Blocki, Li, Jha, USENIX Security 2017, §4.4 (OLH), eq. (2)"
+
+    def ranges(self, epsilon: FloatArray) -> IntArray:
+        return th.olh_range(epsilon)
+
+
+class HadamardResponse(ClassicFrequency):
+    """Hadamard response (Acharya, Sun, Zhang 2019, §3): a column y of the order-K Hadamard
+    matrix, uniform among the K/2 where the item's row x + 1 is +1 with probability
+    e^ε/(e^ε + 1), else among the other K/2. The server's support counts are one fast
+    Walsh–Hadamard transform of the (weighted) histogram of the y's: O(K log K)."""
+
+    name: ClassVar[str] = "classic-hr"
+    oracle: ClassVar[th.Oracle] = "hr"
+    summary: ClassVar[str] = "item frequencies by Hadamard response"
+    source: ClassVar[str] = "Acharya, Sun, Zhang, AISTATS 2019, §3 (Hadamard response)"
+    broadcast_fields: ClassVar[Mapping[str, str]] = {
+        "k": "the number of items (0..k−1)",
+        "order": "K: the report is a column 0..K−1 of the Sylvester Hadamard matrix",
+    }
+
+    def broadcast(
+        self, params: FrequencyParams, plan: Plan, round_index: int, outputs: Sequence[JSON]
+    ) -> JSON:
+        k = params.domain_size
+        return {"k": k, "order": th.hadamard_order(k)}
+
+    def report(self, k: int, items: IntArray, epsilon: FloatArray, u: FloatArray) -> FloatArray:
+        order = th.hadamard_order(k)
+        p, _ = th.support_probabilities("hr", epsilon, k)
+        row = items + 1
+        y = np.minimum(np.floor(u[:, 1] * order).astype(np.int64), order - 1)
+        inside = np.bitwise_count(row & y) % 2 == 0
+        wanted = u[:, 0] < p
+        y = np.where(inside == wanted, y, y ^ (row & -row))  # the lowest bit of the row flips it
+        return y.astype(np.float64)
+
+    def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
+        return integral_in(payloads, th.hadamard_order(k))
+
+    def support(
+        self, k: int, epsilon: FloatArray, payloads: FloatArray, c: FloatArray
+    ) -> FloatArray:
+        order = th.hadamard_order(k)
+        histogram = np.bincount(payloads.astype(np.int64), weights=c, minlength=order)
+        transform = th.walsh_hadamard(histogram.astype(np.float64))
+        return np.asarray((float(np.sum(c)) + transform[1 : k + 1]) / 2.0, dtype=np.float64)
+
+    def report_bounds(
+        self, params: FrequencyParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        return _bounds(task, epsilon, th.hadamard_order(params.domain_size) - 1)
+
+
+PROTOCOLS: tuple[Protocol[Any], ...] = (
+    GeneralizedRR(),
+    SymmetricUnaryEncoding(),
+    OptimizedUnaryEncoding(),
+    BinaryLocalHashing(),
+    OptimizedLocalHashing(),
+    HadamardResponse(),
+    SubsetSelection(),
+)
+"""The classic frequency oracles of the catalogue."""
