@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedldp.protocol.central import protocols as central
-from fedldp.protocol.classic import means as classic_means
-from fedldp.protocol.classic import means_audit as classic_means_audit
 from fedldp.protocol.classic import frequency_audit as classic_frequency_audit
 from fedldp.protocol.classic import frequency_oracles as classic_frequency
+from fedldp.protocol.classic import means as classic_means
+from fedldp.protocol.classic import means_audit as classic_means_audit
 from fedldp.protocol.core.base.protocol import Params, Protocol
 from fedldp.protocol.heterogeneous import audit as hetero_audit
 from fedldp.protocol.heterogeneous import frequency as hetero_frequency

@@ -7,10 +7,10 @@ of the papers as the specs' reproduction plans lay them out (names start with ``
 (``classic-``: Wang et al. 2017's frequency oracles, Wang et al. 2019's mean mechanisms;
 docs/classic.md). The wheel ships them as package data (``fedldp/experiment_files/``, built from
 ``experiments/`` by pyproject.toml's package-dir); an editable install (``scripts/bootstrap``'s)
-reads the checkout's ``experiments/`` itself; ``--experiments DIR`` (or ``FEDLDP_EXPERIMENTS``) names another folder.
-Each experiment runs into ``OUT/NAME/`` (resumable, like ``fedldp experiment run``), its figures
-are drawn there, and ``OUT/REPORT.md`` shows every figure with a table claim → paper's value →
-measured → verdict.
+reads the checkout's ``experiments/`` itself; ``--experiments DIR`` (or ``FEDLDP_EXPERIMENTS``)
+names another folder. Each experiment runs into ``OUT/NAME/`` (resumable, like ``fedldp
+experiment run``), its figures are drawn there, and ``OUT/REPORT.md`` shows every figure with a
+table claim → paper's value → measured → verdict.
 """
 
 from __future__ import annotations
