@@ -75,6 +75,11 @@ def test_wheel_holds_only_the_fedldp_namespace(wheel: Path) -> None:
     }
     assert {"fedldp/server/web/static/index.html", "fedldp/server/web/static/app.js"} <= static
     assert static - set(names) == set(), "dashboard files missing from the wheel (package-data)"
+    templates = {
+        f"fedldp/templates/{path.name}" for path in (ROOT / "fedldp" / "templates").glob("*.tmpl")
+    }
+    assert templates, "fedldp new-protocol has no templates"
+    assert templates - set(names) == set(), "templates missing from the wheel (package-data)"
 
 
 def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
@@ -112,6 +117,17 @@ def test_wheel_installs_into_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
         [env_dir / "bin" / "fedldp", "--help"], check=True, capture_output=True, text=True
     ).stdout
     assert "simulate" in help_text
+    # fedldp new-protocol writes its skeleton from the wheel's templates (package data)
+    made = subprocess.run(
+        [env_dir / "bin" / "fedldp", "new-protocol", "wheel-mean", "--dir", tmp_path / "plugin"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert made.returncode == 0, made.stderr
+    assert "class WheelMean(Protocol[WheelMeanParams])" in (
+        tmp_path / "plugin" / "fedldp_wheel_mean" / "protocol.py"
+    ).read_text(encoding="utf-8")
     url = f"sqlite:///{tmp_path / 'wheel.db'}"
     fedldp_db: list[str | Path] = [env_dir / "bin" / "fedldp", "db"]
     upgraded = subprocess.run(

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from fedldp.client.cli.db import add_db_parser
 from fedldp.client.cli.experiments import EXPERIMENT_COMMANDS
+from fedldp.client.cli.newprotocol import add_new_protocol_parser
 from fedldp.client.cli.output import jsonable, render_table
 from fedldp.client.cli.params import (
     add_behaviour_arguments,
@@ -313,6 +314,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     *REMOTE_COMMANDS,
     add_db_parser,
     *EXPERIMENT_COMMANDS,
+    add_new_protocol_parser,
 ]
 """Subcommand registrars; another module's ``add_parser`` is added with one line here."""
 
