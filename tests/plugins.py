@@ -110,3 +110,25 @@ def pip_installed(package: Path, distribution: str) -> Iterator[None]:
             subprocess.run(
                 [*PIP, "uninstall", "--yes", distribution], check=True, capture_output=True
             )
+
+
+LAW_DISTRIBUTION = "fedldp-test-law"
+LAW_ENTRY_POINTS = '[project.entry-points."fedldp.laws"]\ntriangle = "fedldp_test_law:Triangle"\n'
+"""The test law distribution's entry points (docs/extending.md shows them)."""
+
+
+def law_distribution(root: Path, version: str = "0.2.1") -> Path:
+    """A distribution ``fedldp-test-law`` ``version`` under ``root`` declaring the test law
+    (tests/client/population/plugin_law.py) as ``triangle``, ready for ``pip_installed``."""
+    package = root / LAW_DISTRIBUTION
+    module = package / "fedldp_test_law"
+    module.mkdir(parents=True)
+    law = Path(__file__).parent / "client" / "population" / "plugin_law.py"
+    (module / "__init__.py").write_text(law.read_text(encoding="utf-8"), encoding="utf-8")
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{LAW_DISTRIBUTION}"\nversion = "{version}"\n'
+        + LAW_ENTRY_POINTS
+        + '[tool.setuptools]\npackages = ["fedldp_test_law"]\n'
+    )
+    return package

@@ -1,9 +1,8 @@
-"""A population law as a plugin would write it, importing nothing of fedldp but
-``fedldp.client.population.api`` (tests/client/population/test_laws.py declares it through
-entry points; the slow test installs a copy of this file as a distribution of its own).
+"""``triangle``: a population law plugin, written only against ``fedldp.client.population.api``.
 
-``triangle``: the symmetric triangular law on [low, high], the mean of two uniforms: mean
-(low + high)/2, variance (high − low)²/24.
+Each sample is the mean of two uniforms on [low, high] (the symmetric triangular law): mean
+(low + high)/2, variance (high − low)²/24, two uniforms of the user's stream per sample whatever
+the data.
 """
 
 from __future__ import annotations
@@ -43,13 +42,3 @@ class Triangle(Distribution):
 
     def variance(self) -> float:
         return (self.high - self.low) ** 2 / 24.0
-
-
-class NotALaw:
-    """An object a law entry point must not name."""
-
-
-class Unfinished(Distribution):
-    """A law that implements nothing (abstract)."""
-
-    dimension = None

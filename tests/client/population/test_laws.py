@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +24,14 @@ from fedldp.client.population.laws import LAW_ENTRY_POINT_GROUP, LAWS, get_law
 from fedldp.protocol.catalogue import Origin
 from fedldp.protocol.core.base.records import z_quantile
 from tests.client.population.plugin_law import Triangle
-from tests.plugins import LAW_PLUGIN, Plugins, pip_installed
+from tests.plugins import (
+    LAW_DISTRIBUTION,
+    LAW_PLUGIN,
+    Plugins,
+    law_distribution,
+    pip_installed,
+)
 
-ROOT = Path(__file__).resolve().parents[3]
 FEDLDP = str(Path(sys.executable).parent / "fedldp")
 TRIANGLE = {"triangle": f"{LAW_PLUGIN}:Triangle"}
 
@@ -114,8 +118,11 @@ def test_a_name_two_plugins_declare_is_drawn_by_neither(
     ("value", "reason"),
     [
         ("tests.client.population.no_such_module:Law", "ModuleNotFoundError"),
-        (f"{LAW_PLUGIN}:NotALaw", "NotALaw is not a subclass of"),
-        (f"{LAW_PLUGIN}:Unfinished", "Unfinished does not implement mean, sample, variance"),
+        ("tests.client.population.bad_laws:NotALaw", "NotALaw is not a subclass of"),
+        (
+            "tests.client.population.bad_laws:Unfinished",
+            "Unfinished does not implement mean, sample, variance",
+        ),
     ],
 )
 def test_a_law_that_cannot_be_drawn_is_listed_broken_and_the_others_still_load(
@@ -199,22 +206,10 @@ def test_a_pip_installed_law_is_listed_and_simulated(tmp_path: Path) -> None:
     """A real distribution declaring the law in its pyproject, installed into the project's
     environment, is listed by ``fedldp laws`` with its version and drawn by ``fedldp simulate``
     in new processes; uninstalled afterwards."""
-    package = tmp_path / "fedldp-test-law"
-    module = package / "fedldp_test_law"
-    module.mkdir(parents=True)
-    shutil.copyfile(
-        ROOT / "tests" / "client" / "population" / "plugin_law.py", module / "__init__.py"
-    )
-    (package / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
-        '[project]\nname = "fedldp-test-law"\nversion = "0.2.1"\n'
-        '[project.entry-points."fedldp.laws"]\n'
-        'triangle = "fedldp_test_law:Triangle"\n'
-        '[tool.setuptools]\npackages = ["fedldp_test_law"]\n'
-    )
+    package = law_distribution(tmp_path)
     simulate = [FEDLDP, "simulate", "--protocol", "user-mean", "--users", "4000", "--samples", "4"]
     law = ["--distribution", "triangle", "--law-param", "high=2", "--seed", "1", "--json"]
-    with pip_installed(package, "fedldp-test-law"):
+    with pip_installed(package, LAW_DISTRIBUTION):
         listed = subprocess.run(
             [FEDLDP, "laws", "--json"], check=True, capture_output=True, text=True
         )
