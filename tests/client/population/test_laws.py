@@ -8,6 +8,7 @@ The fast tests answer the laws' one question to the installation from fake distr
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import subprocess
@@ -223,3 +224,24 @@ def test_a_pip_installed_law_is_listed_and_simulated(tmp_path: Path) -> None:
     result = json.loads(simulated.stdout)
     assert result["truth"] == 1.0
     assert result["population"]["distribution"]["plugin_version"] == "0.2.1"
+
+
+def test_an_experiment_file_draws_a_plugin_law(
+    plugins: Plugins, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_triangle(plugins)
+    experiment = tmp_path / "triangle.yaml"
+    experiment.write_text(
+        "name: triangle\ntitle: user-mean on a plugin law\nprotocol: user-mean\n"
+        "population: {users: 2000, samples: 4, distribution: triangle, law_params: {high: 2}}\n"
+        "grid:\n  epsilon: [1, 2]\nseeds: 1\n"
+    )
+    out = tmp_path / "out"
+    code, _, err = run(
+        capsys, "experiment", "run", str(experiment), "--out", str(out), "--jobs", "1"
+    )
+    assert code == 0, err
+    with (out / "trials.csv").open(newline="") as trials:
+        rows = list(csv.DictReader(trials))
+    assert len(rows) == 2
+    assert {row["truth"] for row in rows} == {"1.0"}  # the law's mean, (0 + 2)/2
