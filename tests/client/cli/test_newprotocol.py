@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,7 +109,7 @@ def test_the_help_shows_the_kinds_and_an_example(capsys: pytest.CaptureFixture[s
         assert kind in out
 
 
-def _load(tmp_path: Path, name: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> Protocol:  # type: ignore[type-arg]
+def _load(tmp_path: Path, name: str, kind: str, monkeypatch: pytest.MonkeyPatch) -> Protocol[Any]:
     """The skeleton's protocol, imported from its folder and put into the catalogue."""
     made = skeleton(name, tmp_path / name, kind)
     monkeypatch.syspath_prepend(str(made.directory))
