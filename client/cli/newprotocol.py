@@ -79,7 +79,8 @@ class Skeleton:
 def check_name(name: str) -> None:
     """ValueError, with what to do, when ``name`` cannot be a new plugin protocol: not the
     catalogue's form, too long for a study to record, or taken by a protocol this installation
-    serves (a built-in one or an installed plugin's: the catalogue would refuse the clash)."""
+    serves or declares (a built-in one, an installed plugin's, a broken plugin's: the catalogue
+    would refuse the clash)."""
     from fedldp.protocol.catalogue import CATALOGUE, MAX_NAME
 
     if not NAME_PATTERN.fullmatch(name):
@@ -96,6 +97,12 @@ def check_name(name: str) -> None:
         which = "fedldp's built-in" if origin.package == "built-in" else f"{origin.package}'s"
         raise ValueError(
             f"{name!r} is already {which} protocol {name!r} (fedldp protocols): choose another name"
+        )
+    why = CATALOGUE.why_broken(name)
+    if why:  # a second declaration of the name would keep both unserved
+        raise ValueError(
+            f"{name!r} is declared by an installed plugin that is not served{why}: choose "
+            "another name"
         )
 
 

@@ -66,6 +66,16 @@ def test_a_name_an_installed_plugin_serves_is_taken(
     assert "already fedldp-plug's protocol 'plug-mean'" in err
 
 
+def test_a_name_a_broken_plugin_declares_is_taken(
+    plugins: Plugins, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plugins.install("fedldp-bad", "0.3", {"plug-bad": f"{PLUGIN}:NoSuchName"})
+    code, _, err = run(capsys, "new-protocol", "plug-bad", "--dir", str(tmp_path / "p"))
+    assert code == 2
+    assert "declared by an installed plugin that is not served; fedldp-bad 0.3:" in err
+    assert err.count("\n") == 1
+
+
 def test_a_folder_that_is_not_empty_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
