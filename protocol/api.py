@@ -25,7 +25,8 @@ of its arguments; ``privatize`` is one of its arguments and the stream's key. St
 ``ValueError`` (and ``TypeError``) on bad input: the server fails the study with the message;
 anything else is a bug, which the server isolates to the study.
 
-**The records** a plan is made of (``Plan``, ``RoundPlan``) and that the steps exchange
+**The records** a plan is made of (``Plan``, ``RoundPlan``; ``cohort_plan`` builds the plan in
+which everyone reports once, in one round or in disjoint cohorts) and that the steps exchange
 (``RoundTask``, ``ReportChunk``, ``Result``, ``ErrorBar``, ``UserData``), with the generic checks
 (``check_epsilons``, ``valid_payloads``) and JSON conversions (``jsonable``, ``finite_or_none``).
 Type aliases: ``FloatArray``, ``IntArray``, ``BoolArray`` (numpy arrays of float64, int64,
@@ -58,6 +59,7 @@ from fedldp.protocol.core.base.protocol import (
     Predictor,
     Protocol,
     cohort_permutation,
+    cohort_plan,
     split_sizes,
 )
 from fedldp.protocol.core.base.records import (
@@ -196,6 +198,7 @@ __all__ = [
     "check_positive",
     "client_step",
     "cohort_permutation",
+    "cohort_plan",
     "duchi_density",
     "duchi_hemisphere_probability",
     "duchi_radius",

@@ -22,9 +22,7 @@ another version is refused (docs/plugins.md, "Bring your own protocol").
 from __future__ import annotations
 
 import importlib.metadata
-import threading
-from collections.abc import Iterable, Iterator, MutableMapping
-from dataclasses import dataclass
+from collections.abc import Iterable, MutableMapping
 from typing import Any
 
 from fedldp.protocol.central import protocols as central
@@ -33,6 +31,14 @@ from fedldp.protocol.classic import frequency_oracles as classic_frequency
 from fedldp.protocol.classic import means as classic_means
 from fedldp.protocol.classic import means_audit as classic_means_audit
 from fedldp.protocol.core.base.protocol import Params, Protocol
+from fedldp.protocol.core.plugins import (
+    BUILT_IN_ORIGIN,
+    FEDLDP_VERSION,
+    IN_PROCESS_ORIGIN,
+    BrokenPlugin,
+    Origin,
+    Registry,
+)
 from fedldp.protocol.heterogeneous import audit as hetero_audit
 from fedldp.protocol.heterogeneous import frequency as hetero_frequency
 from fedldp.protocol.heterogeneous import means as hetero_means
@@ -50,10 +56,12 @@ __all__ = [
     "AUDITS",
     "AUDIT_EXEMPT",
     "BUILT_IN",
+    "BUILT_IN_ORIGIN",
     "CATALOGUE",
     "CLIENT_AUDITS",
     "ENTRY_POINT_GROUP",
     "FEDLDP_VERSION",
+    "IN_PROCESS_ORIGIN",
     "MAX_NAME",
     "MAX_PACKAGE",
     "BrokenPlugin",
@@ -67,12 +75,6 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "fedldp.protocols"
 """The entry-point group a plugin distribution declares its protocols in."""
-
-try:
-    FEDLDP_VERSION = importlib.metadata.version("fedldp")
-except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a source tree, not installed
-    FEDLDP_VERSION = "0+unknown"
-"""The installed fedldp's version: the version of every built-in protocol."""
 
 BUILT_IN: dict[str, Protocol[Any]] = {
     p.name: p
@@ -97,33 +99,6 @@ BUILT_IN: dict[str, Protocol[Any]] = {
 """The protocols of this repository's families, by name."""
 
 
-@dataclass(frozen=True)
-class Origin:
-    """Where a protocol's code comes from: ``package`` is ``built-in`` (this repository's
-    families), a plugin's distribution name, or ``in-process`` (put into the catalogue by the
-    running program, as tests do); ``version`` is fedldp's version for the first and the last,
-    the distribution's for a plugin. A study records it at create; a swarm running the study
-    needs the same."""
-
-    package: str
-    version: str
-
-
-BUILT_IN_ORIGIN = Origin("built-in", FEDLDP_VERSION)
-IN_PROCESS_ORIGIN = Origin("in-process", FEDLDP_VERSION)
-
-
-@dataclass(frozen=True)
-class BrokenPlugin:
-    """A declared plugin protocol that is not served: its entry point's ``name``, its
-    distribution (``package``, ``version``) and why (``error``)."""
-
-    name: str
-    package: str
-    version: str
-    error: str
-
-
 def plugin_entry_points() -> Iterable[importlib.metadata.EntryPoint]:
     """The entry points of group ``fedldp.protocols`` of every installed distribution: the one
     place the catalogue asks the installation (tests replace it)."""
@@ -134,13 +109,6 @@ MAX_NAME = 64
 """The longest protocol name, and origin version, a study can record (the server's columns)."""
 MAX_PACKAGE = 200
 """The longest distribution name a study can record as its protocol's origin."""
-
-
-def _origin_of(entry: importlib.metadata.EntryPoint) -> Origin:
-    dist = entry.dist
-    if dist is None or not dist.name:  # an entry point outside any (well-formed) distribution
-        return Origin(f"unknown distribution of {entry.value}"[:MAX_PACKAGE], "0+unknown")
-    return Origin(dist.name, dist.version or "0+unknown")
 
 
 def _what_is_wrong(entry_name: str, protocol: Protocol[Any]) -> str | None:
@@ -158,112 +126,40 @@ def _what_is_wrong(entry_name: str, protocol: Protocol[Any]) -> str | None:
     return None
 
 
-def _load(entry: importlib.metadata.EntryPoint) -> Protocol[Any]:
-    """The protocol an entry point names (a Protocol subclass is instantiated); ValueError with
-    the reason when it cannot be served."""
-    try:
-        obj: object = entry.load()
-        if isinstance(obj, type) and issubclass(obj, Protocol):
-            obj = obj()
-    except Exception as exc:  # a plugin's bug, whatever it is, must not stop the others
-        raise ValueError(f"{entry.value} failed to load: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(obj, Protocol):
-        raise ValueError(
-            f"{entry.value}: {type(obj).__name__} object is not a fedldp.protocol.api.Protocol"
-        )
-    wrong = _what_is_wrong(entry.name, obj)
-    if wrong is not None:
-        raise ValueError(f"{entry.value}: {wrong}")
-    return obj
-
-
-class Catalogue(MutableMapping[str, Protocol[Any]]):
+class Catalogue(Registry[Protocol[Any]], MutableMapping[str, Protocol[Any]]):
     """The protocols by name: the built-in ones, and the plugins', loaded on first access
-    (once, thread-safe) through ``plugin_entry_points``. ``origin(name)`` says where each comes
-    from and ``broken`` lists the plugins that are not served. Setting an entry registers a
-    protocol of the running program (``in-process`` origin; tests do, with monkeypatch)."""
+    (once, thread-safe) through ``plugin_entry_points`` (``fedldp.protocol.core.plugins``).
+    ``origin(name)`` says where each comes from and ``broken`` lists the plugins that are not
+    served. Setting an entry registers a protocol of the running program (``in-process``
+    origin; tests do, with monkeypatch)."""
 
-    def __init__(self, built_in: dict[str, Protocol[Any]]) -> None:
-        self._built_in = dict(built_in)
-        self._lock = threading.Lock()
-        self._protocols: dict[str, Protocol[Any]] | None = None
-        self._origins: dict[str, Origin] = {}
-        self._broken: list[BrokenPlugin] = []
-        self._generation = 0
+    kind = "protocol"
 
-    def _loaded(self) -> dict[str, Protocol[Any]]:
-        protocols = self._protocols
-        if protocols is None:
-            with self._lock:
-                if self._protocols is None:
-                    self._protocols = self._discover()
-                protocols = self._protocols
-        return protocols
+    def _entry_points(self) -> Iterable[importlib.metadata.EntryPoint]:
+        return plugin_entry_points()  # looked up at each load: tests replace it
 
-    def _discover(self) -> dict[str, Protocol[Any]]:
-        protocols = dict(self._built_in)
-        origins = dict.fromkeys(protocols, BUILT_IN_ORIGIN)
-        broken: list[BrokenPlugin] = []
-        plugins: dict[str, list[tuple[Origin, Protocol[Any] | str]]] = {}
-        for entry in sorted(plugin_entry_points(), key=lambda e: (e.name, e.value)):
-            origin = _origin_of(entry)
+    def _accept(self, entry: importlib.metadata.EntryPoint, obj: object) -> Protocol[Any]:
+        """The protocol an entry point names (a Protocol subclass is instantiated)."""
+        if isinstance(obj, type) and issubclass(obj, Protocol):
             try:
-                loaded: Protocol[Any] | str = _load(entry)
-            except ValueError as exc:
-                loaded = str(exc)
-            if len(origin.package) > MAX_PACKAGE or len(origin.version) > MAX_NAME:
-                loaded = "its distribution's name or version is too long for a study to record"
-            plugins.setdefault(entry.name, []).append((origin, loaded))
-        for name, candidates in plugins.items():
-            for origin, loaded in candidates:
-                others = [o.package for o, _ in candidates if o != origin]
-                if isinstance(loaded, str):
-                    error = loaded
-                elif name in protocols:
-                    error = (
-                        f"protocol {name!r} of {origin.package} clashes with fedldp's built-in "
-                        f"{name!r}: the built-in one is served"
-                    )
-                elif len(candidates) > 1:
-                    error = (
-                        f"protocol {name!r} is declared by {origin.package} and by "
-                        f"{', '.join(others) or 'it again'}: neither is served (uninstall one)"
-                    )
-                else:
-                    protocols[name], origins[name] = loaded, origin
-                    continue
-                broken.append(BrokenPlugin(name, origin.package, origin.version, error))
-        self._origins, self._broken = origins, broken
-        self._generation += 1
-        return protocols
+                obj = obj()
+            except Exception as exc:  # the plugin's constructor is its code
+                raise ValueError(
+                    f"{entry.value} failed to load: {type(exc).__name__}: {exc}"
+                ) from exc
+        if not isinstance(obj, Protocol):
+            raise ValueError(
+                f"{entry.value}: {type(obj).__name__} object is not a fedldp.protocol.api.Protocol"
+            )
+        wrong = _what_is_wrong(entry.name, obj)
+        if wrong is not None:
+            raise ValueError(f"{entry.value}: {wrong}")
+        return obj
 
-    def reload(self) -> None:
-        """Forget what was loaded (entries set in-process included): the next access asks
-        ``plugin_entry_points`` again (tests that install or fake a plugin)."""
-        with self._lock:
-            self._protocols = None
-
-    @property
-    def generation(self) -> int:
-        """A number that changes whenever what the catalogue holds may have changed (a load,
-        an entry set or deleted): the key of anything computed from it and cached."""
-        self._loaded()
-        return self._generation
-
-    @property
-    def broken(self) -> tuple[BrokenPlugin, ...]:
-        """The declared plugin protocols that are not served, with the reason."""
-        self._loaded()
-        return tuple(self._broken)
-
-    def origin(self, name: str) -> Origin:
-        """Where protocol ``name`` comes from (KeyError for one the catalogue does not hold)."""
-        if name not in self._loaded():
-            raise KeyError(name)
-        return self._origins.get(name, IN_PROCESS_ORIGIN)
-
-    def __getitem__(self, name: str) -> Protocol[Any]:
-        return self._loaded()[name]
+    def _refuse(self, origin: Origin) -> str | None:
+        if len(origin.package) > MAX_PACKAGE or len(origin.version) > MAX_NAME:
+            return "its distribution's name or version is too long for a study to record"
+        return None
 
     def __setitem__(self, name: str, protocol: Protocol[Any]) -> None:
         self._loaded()[name] = protocol
@@ -274,12 +170,6 @@ class Catalogue(MutableMapping[str, Protocol[Any]]):
         del self._loaded()[name]
         self._origins.pop(name, None)
         self._generation += 1
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._loaded())
-
-    def __len__(self) -> int:
-        return len(self._loaded())
 
 
 CATALOGUE = Catalogue(BUILT_IN)
@@ -293,9 +183,7 @@ def get_protocol(name: str) -> Protocol[Any]:
         return CATALOGUE[name]
     except KeyError:
         known = ", ".join(sorted(CATALOGUE))
-        why = "".join(
-            f"; {b.package} {b.version}: {b.error}" for b in CATALOGUE.broken if b.name == name
-        )
+        why = CATALOGUE.why_broken(name)
         raise ValueError(f"unknown protocol {name!r}{why}; known protocols: {known}") from None
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from fedldp.client.population import laws
 from fedldp.protocol import catalogue
 from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.threads import one_blas_thread
@@ -39,6 +40,9 @@ one_blas_thread()
 _INSTALLED = tuple(catalogue.plugin_entry_points())
 catalogue.plugin_entry_points = lambda: _INSTALLED
 CATALOGUE.reload()
+_INSTALLED_LAWS = tuple(laws.law_entry_points())  # the same for the population laws
+laws.law_entry_points = lambda: _INSTALLED_LAWS
+laws.LAWS.reload()
 
 settings.register_profile("fedldp", deadline=None)
 settings.load_profile("fedldp")
@@ -65,3 +69,4 @@ def plugins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Plugins
     yield plugins_fixture(monkeypatch, tmp_path)
     monkeypatch.undo()
     CATALOGUE.reload()
+    laws.LAWS.reload()

@@ -1,9 +1,9 @@
 """Plugin distributions for tests, without pip: each is a ``<name>-<version>.dist-info`` folder
 (METADATA and entry_points.txt, as pip writes them) read by ``importlib.metadata``, and the
-catalogue's one question to the installation (``plugin_entry_points``) is answered from them
-(the ``plugins`` fixture of tests/conftest.py). ``pip_installed`` installs a real distribution into
-the project's environment for a block (tests/protocol/test_plugins.py's slow test, the example
-plugin's tests)."""
+catalogue's and the laws' one question to the installation (``plugin_entry_points``,
+``law_entry_points``) is answered from them (the ``plugins`` fixture of tests/conftest.py).
+``pip_installed`` installs a real distribution into the project's environment for a block
+(tests/protocol/test_plugins.py's slow test, the example plugin's tests)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from fedldp.client.population import laws
 from fedldp.protocol import catalogue
 
 PLUGIN = "tests.protocol.plugin_mean"
 """The module of the test plugin protocols (``PluginMean``, ``PROTOCOL``, ``Impostor``, …)."""
+LAW_PLUGIN = "tests.client.population.plugin_law"
+"""The module of the test plugin laws (``Triangle``, …)."""
 
 
 class Plugins:
@@ -33,23 +36,37 @@ class Plugins:
         self.asked = 0
         """How many times the catalogue asked for the entry points."""
 
-    def entry_points(self) -> Iterable[importlib.metadata.EntryPoint]:
+    def entry_points(
+        self, group: str = catalogue.ENTRY_POINT_GROUP
+    ) -> Iterable[importlib.metadata.EntryPoint]:
         self.asked += 1
         points: list[importlib.metadata.EntryPoint] = []
         for path in self.installed.values():
-            points.extend(importlib.metadata.PathDistribution(path).entry_points)
+            found = importlib.metadata.PathDistribution(path).entry_points
+            points.extend(found.select(group=group))
         return points
 
-    def install(self, dist: str, version: str, entries: Mapping[str, str]) -> None:
-        """Distribution ``dist`` ``version`` declaring ``entries`` (name → ``module:attr``)."""
+    def law_entry_points(self) -> Iterable[importlib.metadata.EntryPoint]:
+        return self.entry_points(laws.LAW_ENTRY_POINT_GROUP)
+
+    def install(
+        self,
+        dist: str,
+        version: str,
+        entries: Mapping[str, str],
+        group: str = catalogue.ENTRY_POINT_GROUP,
+    ) -> None:
+        """Distribution ``dist`` ``version`` declaring ``entries`` (name → ``module:attr``) in
+        entry-point ``group`` (the protocols' by default)."""
         self.uninstall(dist)
         path = self.root / f"{dist.replace('-', '_')}-{version}.dist-info"
         path.mkdir(parents=True)
         (path / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
         lines = "".join(f"{name} = {value}\n" for name, value in entries.items())
-        (path / "entry_points.txt").write_text(f"[{catalogue.ENTRY_POINT_GROUP}]\n{lines}")
+        (path / "entry_points.txt").write_text(f"[{group}]\n{lines}")
         self.installed[dist] = path
         catalogue.CATALOGUE.reload()
+        laws.LAWS.reload()
 
     def uninstall(self, dist: str) -> None:
         path = self.installed.pop(dist, None)
@@ -58,12 +75,15 @@ class Plugins:
                 child.unlink()
             path.rmdir()
             catalogue.CATALOGUE.reload()
+            laws.LAWS.reload()
 
 
 def plugins_fixture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Plugins:
     fake = Plugins(tmp_path / "site-packages")
     monkeypatch.setattr(catalogue, "plugin_entry_points", fake.entry_points)
+    monkeypatch.setattr(laws, "law_entry_points", fake.law_entry_points)
     catalogue.CATALOGUE.reload()
+    laws.LAWS.reload()
     return fake
 
 
@@ -90,3 +110,25 @@ def pip_installed(package: Path, distribution: str) -> Iterator[None]:
             subprocess.run(
                 [*PIP, "uninstall", "--yes", distribution], check=True, capture_output=True
             )
+
+
+LAW_DISTRIBUTION = "fedldp-test-law"
+LAW_ENTRY_POINTS = '[project.entry-points."fedldp.laws"]\ntriangle = "fedldp_test_law:Triangle"\n'
+"""The test law distribution's entry points (docs/extending.md shows them)."""
+
+
+def law_distribution(root: Path, version: str = "0.2.1") -> Path:
+    """A distribution ``fedldp-test-law`` ``version`` under ``root`` declaring the test law
+    (tests/client/population/plugin_law.py) as ``triangle``, ready for ``pip_installed``."""
+    package = root / LAW_DISTRIBUTION
+    module = package / "fedldp_test_law"
+    module.mkdir(parents=True)
+    law = Path(__file__).parent / "client" / "population" / "plugin_law.py"
+    (module / "__init__.py").write_text(law.read_text(encoding="utf-8"), encoding="utf-8")
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{LAW_DISTRIBUTION}"\nversion = "{version}"\n'
+        + LAW_ENTRY_POINTS
+        + '[tool.setuptools]\npackages = ["fedldp_test_law"]\n'
+    )
+    return package

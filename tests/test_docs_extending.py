@@ -4,7 +4,10 @@ see what pip installs), and its safe shell blocks (the ``fedldp`` commands); the
 is the example's own file, its ``pyproject.toml`` the example's own, and the failure report it
 prints is what the kit prints. Its ``sh`` blocks ("Deploying"): the Dask one runs (a scheduler
 and a worker of this machine, on a free port, results in a temporary folder), the compose one
-is what tests/deploy/test_compose_plugins.py runs (``bash scripts/ci-docker`` runs that)."""
+is what tests/deploy/test_compose_plugins.py runs (``bash scripts/ci-docker`` runs that). The
+sections of ``SEPARATE`` run in their own tests: the skeleton's commands in a scratch folder
+(``fedldp new-protocol``, its install, its kit test), the law's module and entry point are the
+test law's (tests/client/population/plugin_law.py), its commands run with that law installed."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import re
 import shlex
 import subprocess
 import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +24,7 @@ import pytest
 
 from fedldp.client.swarm.server_process import free_port
 from tests.deploy.test_compose_plugins import PLUGIN_SETTINGS, PLUGIN_UP, PLUGIN_WHEEL
-from tests.plugins import pip_installed
+from tests.plugins import LAW_DISTRIBUTION, LAW_ENTRY_POINTS, law_distribution, pip_installed
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "extending.md"
@@ -39,9 +43,24 @@ for block in json.load(sys.stdin):
 """
 
 
-def blocks(language: str) -> list[str]:
+SKELETON = "Start from a skeleton"
+LAW = "Your own population law"
+SEPARATE = (SKELETON, LAW)
+"""Sections (by their heading's words) whose blocks run in tests of their own."""
+
+
+def blocks(language: str, section: str | None = None) -> list[str]:
+    """The page's ``language`` blocks: of the section whose heading holds ``section``, or, by
+    default, of every section but ``SEPARATE``'s."""
     text = GUIDE.read_text(encoding="utf-8")
-    return re.findall(rf"^```{language}\n(.*?)^```$", text, re.DOTALL | re.MULTILINE)
+    parts = re.split(r"^(?=## )", text, flags=re.MULTILINE)
+    if section is None:
+        chosen = [p for p in parts if not any(s in p.split("\n", 1)[0] for s in SEPARATE)]
+    else:
+        chosen = [p for p in parts if section in p.split("\n", 1)[0]]
+        assert chosen, f"the page lost its section {section!r}"
+    pattern = rf"^```{language}\n(.*?)^```$"
+    return [b for p in chosen for b in re.findall(pattern, p, re.DOTALL | re.MULTILINE)]
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +160,75 @@ def test_the_compose_block_is_what_the_compose_test_runs() -> None:
     settings = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
     assert settings == PLUGIN_SETTINGS
     assert words[len(settings) :] == ["scripts/compose", *PLUGIN_UP]
+
+
+def shell_lines(section: str) -> list[str]:
+    return [line for block in blocks("bash", section) for line in block.splitlines() if line]
+
+
+@pytest.mark.slow
+def test_the_skeleton_section_runs(tmp_path: Path) -> None:
+    """``fedldp new-protocol`` in a scratch folder, then the page's install, listing, simulation
+    and kit test of what it wrote (each line of the section is one of these, or the test fails:
+    the page cannot drift from what runs)."""
+    lines = shell_lines(SKELETON)
+    first, install, *rest = lines
+    assert first.startswith("fedldp new-protocol ")
+    made = subprocess.run(
+        [FEDLDP, *first.split()[1:]], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert made.returncode == 0, made.stderr
+    assert install.startswith("pip install -e ")
+    folder = tmp_path / install.split()[-1]
+    runs: dict[str, subprocess.CompletedProcess[str]] = {}
+    with pip_installed(folder, folder.name):
+        for line in rest:
+            if line.startswith("fedldp "):
+                argv, cwd = [FEDLDP, *line.split()[1:]], tmp_path
+            else:
+                where, sep, command = line.partition(" && ")
+                assert (sep, where.split()[0], command) == (" && ", "cd", "pytest"), line
+                argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+                cwd = tmp_path / where.split()[1]
+            runs[line] = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
+    for line, run in runs.items():
+        assert run.returncode == 0, (line, run.stdout, run.stderr)
+    name = first.split()[2]
+    listed = {p["name"]: p for p in json.loads(runs["fedldp protocols --json"].stdout)["protocols"]}
+    assert (listed[name]["origin"], listed[name]["origin_version"]) == (folder.name, "0.1.0")
+    assert any("1 passed" in run.stdout for line, run in runs.items() if "pytest" in line)
+
+
+def test_the_law_section_shows_the_test_law_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    law = ROOT / "tests" / "client" / "population" / "plugin_law.py"
+    (module,) = blocks("python", LAW)
+    assert module == law.read_text(encoding="utf-8")
+    assert blocks("toml", LAW) == [LAW_ENTRY_POINTS]
+    page = types.ModuleType("extending_guide_law")  # a module: dataclasses look theirs up
+    monkeypatch.setitem(sys.modules, page.__name__, page)
+    exec(compile(module, "docs/extending.md", "exec"), page.__dict__)
+    assert page.Triangle(high=2).mean() == 1.0
+
+
+@pytest.mark.slow
+def test_the_law_section_runs(tmp_path: Path) -> None:
+    lines = shell_lines(LAW)
+    assert all(line.startswith("fedldp ") for line in lines), lines
+    with pip_installed(law_distribution(tmp_path), LAW_DISTRIBUTION):
+        runs = {
+            line: subprocess.run(
+                [FEDLDP, *line.split()[1:]], capture_output=True, text=True, cwd=tmp_path
+            )
+            for line in lines
+        }
+    for line, run in runs.items():
+        assert run.returncode == 0, (line, run.stdout, run.stderr)
+    assert f"[{LAW_DISTRIBUTION} 0.2.1]" in runs["fedldp laws"].stdout
+    (simulated,) = [run.stdout for line, run in runs.items() if "simulate" in line]
+    law = json.loads(simulated)["population"]["distribution"]
+    assert law == {
+        "name": "triangle",
+        "law_params": {"high": 2},
+        "plugin": LAW_DISTRIBUTION,
+        "plugin_version": "0.2.1",
+    }

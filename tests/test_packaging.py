@@ -125,6 +125,11 @@ def test_wheel_holds_only_the_fedldp_namespace(wheel: Path) -> None:
     assert "fedldp/py.typed" in names
     assert "fedldp/server/store/migrations/script.py.mako" in names
     assert {"fedldp/server/web/static/index.html", "fedldp/server/web/static/app.js"} <= set(names)
+    templates = {
+        f"fedldp/templates/{path.name}" for path in (ROOT / "fedldp" / "templates").glob("*.tmpl")
+    }
+    assert templates, "fedldp new-protocol has no templates"
+    assert templates - set(names) == set(), "templates missing from the wheel (package-data)"
 
 
 def test_every_file_of_the_package_data_is_in_the_wheel(wheel: Path) -> None:
@@ -231,6 +236,12 @@ def test_wheel_installs_into_a_fresh_venv(
     )
     subprocess.run([python, "-c", script], check=True, cwd=tmp_path, env=elsewhere)
     assert "simulate" in _fedldp(installed, elsewhere, tmp_path, "--help")
+    # fedldp new-protocol writes its skeleton from the wheel's templates (package data)
+    plugin = tmp_path / "plugin"
+    _fedldp(installed, elsewhere, tmp_path, "new-protocol", "wheel-mean", "--dir", str(plugin))
+    assert "class WheelMean(Protocol[WheelMeanParams])" in (
+        plugin / "fedldp_wheel_mean" / "protocol.py"
+    ).read_text(encoding="utf-8")
     url = f"sqlite:///{tmp_path / 'wheel.db'}"
     _fedldp(installed, elsewhere, tmp_path, "db", "upgrade", "--database-url", url)
     current = _fedldp(installed, elsewhere, tmp_path, "db", "current", "--database-url", url)

@@ -24,6 +24,8 @@ from rich.table import Table
 
 from fedldp.client.cli.db import add_db_parser
 from fedldp.client.cli.experiments import EXPERIMENT_COMMANDS
+from fedldp.client.cli.laws import add_laws_parser
+from fedldp.client.cli.newprotocol import add_new_protocol_parser
 from fedldp.client.cli.output import jsonable, render_table
 from fedldp.client.cli.params import (
     add_behaviour_arguments,
@@ -310,9 +312,11 @@ def add_simulate_parser(subparsers: Subparsers) -> None:
 COMMANDS: list[Callable[[Subparsers], None]] = [
     add_protocols_parser,
     add_simulate_parser,
+    add_laws_parser,
     *REMOTE_COMMANDS,
     add_db_parser,
     *EXPERIMENT_COMMANDS,
+    add_new_protocol_parser,
 ]
 """Subcommand registrars; another module's ``add_parser`` is added with one line here."""
 

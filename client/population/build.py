@@ -328,7 +328,9 @@ def build_population(spec: PopulationSpec, seed: int) -> AnyPopulation:
         _description=description,
         warnings=tuple(warnings),
         dimension=law.dimension,
-        items=spec.items if law.categorical else None,
+        items=int(np.size(law.mean()))
+        if isinstance(law, Distribution) and law.categorical
+        else None,
         l2_radius=radius,
         labeled=labeled,
         imbalance=spec.imbalance if "imbalance" in description["samples"] else None,

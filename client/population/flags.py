@@ -40,8 +40,15 @@ _HELP: dict[str, tuple[type, str, str]] = {
         "LAW",
         "data law (default uniform): "
         + ", ".join(DISTRIBUTIONS)
+        + ", or a law an installed plugin declares (fedldp laws)"
         + "; gss-income and cps-wage resample real incomes (standardised; needs fedldp[data]), "
         "diabetes is scikit-learn's data set (needs fedldp[data])",
+    ),
+    "law_params": (
+        str,
+        "KEY=VALUE",
+        "an option of a plugin law (repeat; the value is read as JSON when it can be, "
+        "e.g. --law-param low=0 --law-param high=2)",
     ),
     "low": (float, "LO", "uniform: lower end (default -1)"),
     "high": (float, "HI", "uniform: upper end (default 1)"),
@@ -123,7 +130,6 @@ _HELP: dict[str, tuple[type, str, str]] = {
     ),
 }
 _CHOICES = {
-    "distribution": DISTRIBUTIONS,
     "ball": ("linf", "l2"),
     "mask": ("aligned", "tail", "tenfold", "tenfold-literal"),
 }
@@ -146,6 +152,7 @@ def add_population_arguments(parser: argparse.ArgumentParser) -> None:
             metavar=metavar,
             help=text,
             choices=_CHOICES.get(name),
+            action="append" if name == "law_params" else "store",
         )
 
 

@@ -6,16 +6,27 @@ keys; flags given on the command line override the file (``fedldp.client.populat
 Options that do not apply to the chosen law (``--sd`` for two-point data, ``--users`` for a CSV
 population, two ε profiles at once) are errors rather than silently ignored. The labeled laws
 (sparse-linear, sparse-logistic, binned-classification, binned-regression) give labeled data for
-the learning protocols. A CSV population is read by ``fedldp.client.population.table``.
+the learning protocols. A CSV population is read by ``fedldp.client.population.table``. A law an
+installed plugin declares (``fedldp.client.population.laws``) is named the same way and takes
+its own options as ``law_params`` (``--law-param KEY=VALUE``), none of the built-in laws' flags.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from fedldp.client.population.datasets import INCOME_SOURCES, income_law
 from fedldp.client.population.distributions import (
@@ -38,6 +49,7 @@ from fedldp.client.population.labeled import (
     SparseLogistic,
     default_theta,
 )
+from fedldp.client.population.laws import BUILT_IN_LAWS, LAWS, get_law, make_law
 from fedldp.protocol.core.base.records import JSON
 
 __all__ = [
@@ -47,26 +59,11 @@ __all__ = [
     "SEMI_FEATURE_DISTRIBUTIONS",
     "PopulationSpec",
     "flag_name",
+    "law_flags",
 ]
 
-DistributionName = Literal[
-    "uniform",
-    "gaussian",
-    "two-point",
-    "lomax",
-    "exponential",
-    "bernoulli",
-    "categorical",
-    "sparse-linear",
-    "sparse-logistic",
-    "binned-classification",
-    "binned-regression",
-    "sin-sum",
-    "diabetes",
-    "gss-income",
-    "cps-wage",
-]
-DISTRIBUTIONS: tuple[str, ...] = get_args(DistributionName)
+DISTRIBUTIONS: tuple[str, ...] = BUILT_IN_LAWS
+"""The built-in laws; ``distribution`` may also name a plugin law (``population.laws``)."""
 LABELED_DISTRIBUTIONS = frozenset(
     {"sparse-linear", "sparse-logistic", "binned-classification", "binned-regression"}
 )
@@ -103,7 +100,14 @@ EXCLUSIVE_FAMILIES = (set(_EPSILON_PROFILES), {"samples", "imbalance", "total_sa
 _CSV_OPTIONS = {"csv", "user_column", "value_column", "items", "distribution", *_EPSILON_PROFILES}
 
 
+def law_flags(name: str) -> list[str]:
+    """The flags built-in law ``name`` takes (none for a plugin law: it takes --law-param)."""
+    return sorted(flag_name(option) for option in _LAW_OPTIONS.get(name, ()))
+
+
 def flag_name(name: str) -> str:
+    if name == "law_params":  # one option a flag, repeated
+        return "--law-param"
     return "--" + name.replace("_", "-")
 
 
@@ -125,7 +129,8 @@ class PopulationSpec(BaseModel):
     samples: int = Field(1, ge=1, description="samples per user m (constant)")
     imbalance: float | None = Field(None, gt=0, description="γ of s_i = ceil(N (i/n)^γ)")
     total_samples: int | None = Field(None, ge=1, description="N of the imbalanced generator")
-    distribution: DistributionName = "uniform"
+    distribution: str = "uniform"
+    law_params: dict[str, Any] | None = None
     low: float = -1.0
     high: float = 1.0
     mean: float = 0.0
@@ -153,6 +158,42 @@ class PopulationSpec(BaseModel):
     csv: Path | None = None
     user_column: str = "user_id"
     value_column: str = "value"
+
+    @model_serializer(mode="wrap")
+    def _without_unset_law_params(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A dump holds ``law_params`` only when given: a built-in law's spec dumps (and its
+        population digest, ``fedldp.client.swarm.run``) as before plugin laws were."""
+        out = handler(self)
+        if self.law_params is None and isinstance(out, dict):
+            out.pop("law_params", None)
+        return out
+
+    @field_validator("distribution")
+    @classmethod
+    def _known_law(cls, v: str) -> str:
+        if v not in DISTRIBUTIONS:
+            get_law(v)  # ValueError naming the known laws (and why a broken plugin is not served)
+        return v
+
+    @field_validator("law_params", mode="before")
+    @classmethod
+    def _parse_law_params(cls, v: Any) -> Any:
+        """``KEY=VALUE`` strings (the flag, repeated) become a mapping, each value parsed as
+        JSON when it can be (else a string); a mapping (a file's) is kept."""
+        if isinstance(v, str):
+            v = [v]
+        if isinstance(v, list | tuple):
+            out: dict[str, Any] = {}
+            for item in v:
+                key, sep, value = str(item).partition("=")
+                if not sep or not key:
+                    raise ValueError(f"law-param must be written KEY=VALUE, got {item!r}")
+                try:
+                    out[key.strip()] = json.loads(value)
+                except json.JSONDecodeError:
+                    out[key.strip()] = value
+            return out
+        return v
 
     @field_validator("epsilon")
     @classmethod
@@ -241,14 +282,23 @@ class PopulationSpec(BaseModel):
             return self
         if self.distribution in SEMI_FEATURE_DISTRIBUTIONS:
             return self._semi_feature(given)
+        plugin = self.distribution not in DISTRIBUTIONS
+        if self.law_params is not None and not plugin:
+            raise ValueError(
+                f"--law-param sets a plugin law's options; the built-in {self.distribution} "
+                "law takes its own flags"
+            )
         if self.users is None:
             raise ValueError("--users is required (or --csv FILE)")
         for name in ("epsilon_column", "user_column", "value_column"):
             if name in given:
                 raise ValueError(f"{flag_name(name)} needs --csv")
-        wrong = sorted((given & _ALL_LAW_OPTIONS) - _LAW_OPTIONS[self.distribution])
+        wrong = sorted((given & _ALL_LAW_OPTIONS) - _LAW_OPTIONS.get(self.distribution, set()))
         if wrong:
-            raise ValueError(f"{flag_name(wrong[0])} does not apply to the {self.distribution} law")
+            raise ValueError(
+                f"{flag_name(wrong[0])} does not apply to the {self.distribution} law"
+                + (" (a plugin law takes its options as --law-param KEY=VALUE)" if plugin else "")
+            )
         if self.distribution == "categorical" and self.items is None:
             raise ValueError("the categorical law needs --items k")
         if "ball" in given and self.dimension is None:
@@ -282,6 +332,8 @@ class PopulationSpec(BaseModel):
     def law(self) -> Distribution | LabeledLaw:
         """The synthetic data law this spec describes."""
         d, name, given = self.dimension, self.distribution, self.model_fields_set
+        if name not in DISTRIBUTIONS:
+            return make_law(name, self.law_params or {})
         if name in LABELED_DISTRIBUTIONS:
             return self._labeled_law()
         if name in INCOME_SOURCES:
@@ -322,6 +374,13 @@ class PopulationSpec(BaseModel):
         """The law's name and resolved parameters (public)."""
         law = self.law()
         out: JSON = {"name": self.distribution}
+        if self.distribution not in DISTRIBUTIONS:  # a plugin law: its options and origin
+            origin = LAWS.origin(self.distribution)
+            return out | {
+                "law_params": dict(self.law_params or {}),
+                "plugin": origin.package,
+                "plugin_version": origin.version,
+            }
         for k, v in vars(law).items():
             if k not in ("draws_per_sample", "probs", "rows") and v is not None:
                 out[k] = v

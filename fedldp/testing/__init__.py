@@ -5,7 +5,7 @@ Use
 ---
 ::
 
-    from fedldp.client.population.build import PopulationSpec
+    from fedldp.client.population.api import PopulationSpec
     from fedldp.testing import check_protocol
 
     report = check_protocol(

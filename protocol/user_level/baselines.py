@@ -25,11 +25,11 @@ from fedldp.protocol.api import (
     RandomSource,
     ReportChunk,
     Result,
-    RoundPlan,
     RoundTask,
     UserData,
     around,
     check_epsilons,
+    cohort_plan,
     laplace,
     laplace_mean_reach,
     laplace_reach,
@@ -132,10 +132,8 @@ class _Baseline(Protocol[BaselineParams]):
         metadata: Mapping[str, NDArray[Any]],
         seed: int,
     ) -> Plan:
-        eps = plan_epsilons(epsilon, 1)
-        n = int(eps.size)
-        rounds = (RoundPlan(0, "report", np.arange(n, dtype=np.int64), eps, "scalar", ()),)
-        return Plan(n, rounds, {"bound": params.bound, "m": params.samples_per_user})
+        public: JSON = {"bound": params.bound, "m": params.samples_per_user}
+        return cohort_plan(plan_epsilons(epsilon, 1), seed, public=public)
 
     def broadcast(
         self, params: BaselineParams, plan: Plan, round_index: int, outputs: Sequence[JSON]

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import Field
 
-from fedldp.protocol.core.base.protocol import Params, Protocol, cohort_permutation, split_sizes
+from fedldp.protocol.core.base.protocol import Params, Protocol, cohort_plan
 from fedldp.protocol.core.base.records import (
     JSON,
     BoolArray,
@@ -27,7 +27,6 @@ from fedldp.protocol.core.base.records import (
     Plan,
     ReportChunk,
     Result,
-    RoundPlan,
     RoundTask,
     UserData,
     valid_payloads,
@@ -58,18 +57,10 @@ class ToyMean(Protocol[ToyParams]):
         metadata: Mapping[str, NDArray[Any]],
         seed: int,
     ) -> Plan:
-        n = int(epsilon.size)
-        if n < params.rounds:
-            raise ValueError(f"toy-mean needs at least {params.rounds} users")
-        perm = cohort_permutation(n, seed)
-        rounds = []
-        start = 0
-        for k, size in enumerate(split_sizes(n, params.rounds).tolist()):
-            cohort = np.sort(perm[start : start + size])
-            start += size
-            eps = epsilon[cohort] * params.overspend
-            rounds.append(RoundPlan(k, f"round-{k}", cohort, eps, "scalar", ()))
-        return Plan(n, tuple(rounds), {"bound": params.bound})
+        eps = epsilon * params.overspend
+        return cohort_plan(
+            eps, seed, rounds=params.rounds, name="round", public={"bound": params.bound}
+        )
 
     def broadcast(
         self, params: ToyParams, plan: Plan, round_index: int, outputs: Sequence[JSON]

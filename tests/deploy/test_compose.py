@@ -482,6 +482,7 @@ CONTEXT_TREES = (
     "client/",
     "server/",
     "fedldp/testing/",
+    "fedldp/templates/",
     "experiments/",
     "deploy/wheelhouse/",
     "deploy/plugins/",  # protocol plugins' wheels (tests/deploy/test_compose_plugins.py)

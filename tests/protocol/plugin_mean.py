@@ -29,9 +29,9 @@ from fedldp.protocol.api import (
     RandomSource,
     ReportChunk,
     Result,
-    RoundPlan,
     RoundTask,
     UserData,
+    cohort_plan,
     laplace,
     laplace_scale,
     laplace_variance,
@@ -58,11 +58,7 @@ class PluginMean(Protocol[PlugParams]):
         metadata: Mapping[str, NDArray[Any]],
         seed: int,
     ) -> Plan:
-        n = int(epsilon.size)
-        if n < 1:
-            raise ValueError("plug-mean needs at least 1 participant")
-        cohort = np.arange(n, dtype=np.int64)
-        return Plan(n, (RoundPlan(0, "mean", cohort, epsilon.copy(), "scalar", ()),))
+        return cohort_plan(epsilon, seed, name="mean")
 
     def broadcast(
         self, params: PlugParams, plan: Plan, round_index: int, outputs: Sequence[JSON]

@@ -59,6 +59,7 @@ FROZEN = [
     "check_positive",
     "client_step",
     "cohort_permutation",
+    "cohort_plan",
     "duchi_density",
     "duchi_hemisphere_probability",
     "duchi_radius",

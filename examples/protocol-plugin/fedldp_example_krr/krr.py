@@ -36,10 +36,10 @@ from fedldp.protocol.api import (
     RandomSource,
     ReportChunk,
     Result,
-    RoundPlan,
     RoundTask,
     UserData,
     client_step,
+    cohort_plan,
     one_user,
     valid_payloads,
     z_quantile,
@@ -76,11 +76,7 @@ class KaryRR(Protocol[KaryRRParams]):
         metadata: Mapping[str, NDArray[Any]],
         seed: int,
     ) -> Plan:
-        n = int(epsilon.size)
-        if n < 1:
-            raise ValueError("example-krr needs at least 1 participant")
-        cohort = np.arange(n, dtype=np.int64)
-        return Plan(n, (RoundPlan(0, "report", cohort, epsilon.copy(), "scalar", ()),))
+        return cohort_plan(epsilon, seed)  # one round: everyone reports once, at its own ε
 
     def broadcast(
         self, params: KaryRRParams, plan: Plan, round_index: int, outputs: Sequence[JSON]

@@ -3,7 +3,7 @@ checks start a server, which serves the protocol from the catalogue by its name)
 
 from fedldp_example_krr import KaryRR
 
-from fedldp.client.population.build import PopulationSpec
+from fedldp.client.population.api import PopulationSpec
 from fedldp.testing import check_protocol
 
 POPULATION = PopulationSpec(

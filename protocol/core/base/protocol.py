@@ -52,9 +52,11 @@ from fedldp.protocol.core.base.records import (
     DataKind,
     FloatArray,
     IntArray,
+    PayloadKind,
     Plan,
     ReportChunk,
     Result,
+    RoundPlan,
     RoundTask,
     Trust,
     UserData,
@@ -63,7 +65,14 @@ from fedldp.protocol.core.base.records import (
 )
 from fedldp.protocol.core.streams import RandomSource
 
-__all__ = ["Params", "Predictor", "Protocol", "cohort_permutation", "split_sizes"]
+__all__ = [
+    "Params",
+    "Predictor",
+    "Protocol",
+    "cohort_permutation",
+    "cohort_plan",
+    "split_sizes",
+]
 
 
 class Params(BaseModel):
@@ -379,3 +388,49 @@ def split_sizes(n: int, parts: int) -> IntArray:
         raise ValueError("parts must be >= 1")
     base, extra = divmod(n, parts)
     return np.array([base + (1 if g < extra else 0) for g in range(parts)], dtype=np.int64)
+
+
+def cohort_plan(
+    epsilon: FloatArray,
+    seed: int,
+    *,
+    rounds: int = 1,
+    name: str = "report",
+    payload_kind: PayloadKind = "scalar",
+    payload_shape: tuple[int, ...] = (),
+    public: JSON | None = None,
+) -> Plan:
+    """The plan of a protocol in which every participant reports once, at the ε it is charged.
+
+    ``epsilon[i]`` is what participant slot i is charged (its declared ε, or a fraction of it).
+    One round (the default): everyone, in slot order, in round 0 called ``name``. ``rounds`` = k
+    > 1: the participants split by a public random permutation of the study ``seed``
+    (``cohort_permutation``) into k disjoint cohorts whose sizes differ by at most one
+    (``split_sizes``), round j called ``f"{name}-{j}"``; each member is charged once, so nobody
+    spends more than ``epsilon`` in total. Every report has ``payload_kind`` and
+    ``payload_shape``; ``public`` is the plan's public constants. Deterministic given its
+    arguments. ``ValueError`` when an ε is not finite and > 0, or with fewer participants than
+    rounds (the message says how many are needed)."""
+    eps = check_epsilons(epsilon)
+    n = int(eps.size)
+    if eps.ndim != 1 or rounds < 1:
+        raise ValueError("cohort_plan needs one ε per participant and rounds >= 1")
+    if n < rounds:
+        raise ValueError(f"this protocol needs at least {rounds} participants, got {n}")
+    if rounds == 1:
+        cohorts = [np.arange(n, dtype=np.int64)]
+    else:
+        ends = np.cumsum(split_sizes(n, rounds))
+        cohorts = [np.sort(c) for c in np.split(cohort_permutation(n, seed), ends[:-1])]
+    plan = tuple(
+        RoundPlan(
+            j,
+            name if rounds == 1 else f"{name}-{j}",
+            cohort,
+            eps[cohort],
+            payload_kind,
+            payload_shape,
+        )
+        for j, cohort in enumerate(cohorts)
+    )
+    return Plan(n, plan, dict(public or {}))

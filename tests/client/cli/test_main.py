@@ -152,7 +152,7 @@ def test_help_exits_zero(argv: list[str], capsys: pytest.CaptureFixture[str]) ->
         (["--protocol", "toy-mean", "--users", "5", "--dimension", "2"], "takes scalar data"),
         (["--protocol", "toy-mean", "--csv", "/nonexistent.csv"], "cannot read"),
         (["--protocol", "toy-mean", *SMALL, "--seed", "x"], "invalid int value"),
-        (["--protocol", "toy-mean", *SMALL, "--distribution", "cauchy"], "invalid choice"),
+        (["--protocol", "toy-mean", *SMALL, "--distribution", "cauchy"], "unknown law 'cauchy'"),
         (["--protocol", "toy-mean", *SMALL, "--late", "0.1"], "--late takes F:S"),
         (["--protocol", "toy-mean", *SMALL, "--dropout", "2"], "dropout probability"),
         (["--protocol", "toy-mean", *SMALL, "--attack", "output"], "attack together with"),

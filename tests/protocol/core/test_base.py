@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedldp.protocol.core.base.protocol import cohort_permutation, split_sizes
+from fedldp.protocol.core.base.protocol import cohort_permutation, cohort_plan, split_sizes
 from fedldp.protocol.core.base.records import (
     RoundPlan,
     RoundTask,
@@ -79,3 +79,50 @@ def test_z_quantile() -> None:
     assert z_quantile(0.95) == pytest.approx(1.959964, abs=1e-6)
     with pytest.raises(ValueError, match="level"):
         z_quantile(1.0)
+
+
+def test_cohort_plan_of_one_round_has_everyone_at_their_own_epsilon() -> None:
+    eps = np.array([0.5, 1.0, 2.0])
+    plan = cohort_plan(eps, 7, payload_kind="vector", payload_shape=(4,), public={"k": 4})
+    (only,) = plan.rounds
+    assert (only.index, only.name, only.payload_kind, only.payload_shape) == (
+        0,
+        "report",
+        "vector",
+        (4,),
+    )
+    assert only.cohort.tolist() == [0, 1, 2]
+    assert only.epsilon.tolist() == eps.tolist()
+    assert plan.public == {"k": 4}
+    assert plan.charges().tolist() == eps.tolist()
+
+
+@given(n=st.integers(1, 200), rounds=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
+def test_cohort_plan_splits_everyone_once_into_public_cohorts(
+    n: int, rounds: int, seed: int
+) -> None:
+    if n < rounds:
+        with pytest.raises(ValueError, match=f"at least {rounds} participants, got {n}"):
+            cohort_plan(np.ones(n), seed, rounds=rounds)
+        return
+    eps = np.linspace(0.5, 2.0, n)
+    plan = cohort_plan(eps, seed, rounds=rounds, name="r")
+    again = cohort_plan(eps, seed, rounds=rounds, name="r")  # deterministic given the seed
+    assert all(
+        np.array_equal(a.cohort, b.cohort) for a, b in zip(plan.rounds, again.rounds, strict=True)
+    )
+    slots = np.concatenate([r.cohort for r in plan.rounds])
+    assert sorted(slots.tolist()) == list(range(n))  # everyone exactly once
+    sizes = [r.cohort.size for r in plan.rounds]
+    assert max(sizes) - min(sizes) <= 1
+    assert np.array_equal(plan.charges(), eps)  # each charged its own ε, once
+    names = [r.name for r in plan.rounds]
+    assert names == (["r"] if rounds == 1 else [f"r-{j}" for j in range(rounds)])
+    if rounds > 1:  # the cohorts are the study seed's public permutation, cut in order
+        perm = cohort_permutation(n, seed)
+        assert plan.rounds[0].cohort.tolist() == sorted(perm[: sizes[0]].tolist())
+
+
+def test_cohort_plan_refuses_bad_epsilons() -> None:
+    with pytest.raises(ValueError, match="finite and > 0"):
+        cohort_plan(np.array([1.0, 0.0]), 0)
