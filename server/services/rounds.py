@@ -247,14 +247,17 @@ def _chunks(
             payloads = rows.reshape((slots.size, *shape))
             yield ReportChunk(slots, rp.epsilon[where], groups[where], payloads)
         return
-    central = splan.protocol.trust == "central"
-    stream = report_rows.stream_reports(session, study_id, index, chunk, contributions=central)
-    for ids, blobs in stream:
-        if central:  # KeyMissing propagates: not the study's fault (see _crash)
-            blobs = ctx.keys.decrypt(study_id, index, ids.tolist(), blobs)
+    if splan.protocol.trust == "central":
+        contributions = report_rows.stream_contributions(session, study_id, index, chunk)
+        for ids, blobs in contributions:  # KeyMissing propagates: not the study's fault (_crash)
+            opened = ctx.keys.decrypt(study_id, index, ids.tolist(), blobs)
+            where = splan.membership(index, ids).position
+            payloads = np.frombuffer(b"".join(opened), dtype="<f8").reshape((ids.size, *shape))
+            yield ReportChunk(ids, rp.epsilon[where], groups[where], payloads.astype(np.float64))
+        return
+    for ids, rows in report_rows.stream_reports(session, study_id, index, chunk):
         where = splan.membership(index, ids).position
-        payloads = np.frombuffer(b"".join(blobs), dtype="<f8").reshape((ids.size, *shape))
-        yield ReportChunk(ids, rp.epsilon[where], groups[where], payloads.astype(np.float64))
+        yield ReportChunk(ids, rp.epsilon[where], groups[where], rows.reshape((ids.size, *shape)))
 
 
 def close_round(ctx: Context, study_id: str, index: int) -> bool:

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from fedldp.server.store.tables import (
     ContributionRow,
     ParticipantRow,
-    ReportRow,
+    ReportBlockRow,
     RoundRow,
     StudyRow,
 )
@@ -24,7 +24,7 @@ __all__ = [
     "INT_MAX",
     "IN_CHUNK",
     "PARTICIPANTS",
-    "REPORTS",
+    "REPORT_BLOCKS",
     "ROUNDS",
     "STUDIES",
     "Columns",
@@ -88,7 +88,7 @@ def raw_rows(session: Session, stmt: Select[Any]) -> list[Any]:
         result.close()
 
 
-REPORTS: Table = ReportRow.metadata.tables[ReportRow.__tablename__]
+REPORT_BLOCKS: Table = ReportBlockRow.metadata.tables[ReportBlockRow.__tablename__]
 CONTRIBUTIONS: Table = ContributionRow.metadata.tables[ContributionRow.__tablename__]
 PARTICIPANTS: Table = ParticipantRow.metadata.tables[ParticipantRow.__tablename__]
 ROUNDS: Table = RoundRow.metadata.tables[RoundRow.__tablename__]

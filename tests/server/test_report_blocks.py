@@ -1,0 +1,143 @@
+"""Report blocks (server/store/report_rows.py), on every backend: whatever blocks the reports of
+a round were stored in (a batch's contiguous ids, ids spread wider than ``SPAN``, single reports
+grouped in arbitrary sets, blocks whose ranges interleave), each id is found exactly when it was
+stored, a second report for it is never stored, and the round reads back in participant order,
+in pages of exactly the chunk asked for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedldp.protocol.core.wire import StudyCreate
+from fedldp.server.runtime.context import Context
+from fedldp.server.services import studies
+from fedldp.server.store import report_rows
+from fedldp.server.store.blocks import SPAN
+from fedldp.server.store.sql import REPORT_BLOCKS
+from fedldp.server.store.tables import utcnow
+
+WIDTH = 3
+
+
+def _rows(ids: np.ndarray) -> np.ndarray:
+    """Payload rows that tell every (participant, column) apart."""
+    return np.sin(ids[:, None] * 7.0 + np.arange(WIDTH)[None, :])
+
+
+def _store(
+    ctx: Context, study_id: str, ids: list[int], charges: np.ndarray | None = None
+) -> list[bool]:
+    pids = np.asarray(ids, dtype=np.int64)
+    eps = np.full(pids.size, 0.5) if charges is None else charges
+    with ctx.transaction() as session:
+        fresh = report_rows.insert_reports(
+            session, study_id, 0, utcnow(), pids, _rows(pids), eps, None
+        )
+    return [bool(f) for f in fresh]
+
+
+@pytest.fixture
+def study_id(ctx: Context) -> str:
+    return studies.create(ctx, StudyCreate(protocol="hetero-mean-rr", seed=3)).id
+
+
+GROUPS = [
+    list(range(0, 10_000)),  # a batch: contiguous, wider than SPAN (three blocks)
+    [10_500, 30_000, 10_400, 10_450],  # single reports grouped, spread out, any order
+    [10_401, 10_449, 10_499, 25_000],  # interleaving the previous group's range
+    list(range(12_000, 20_000, 3)),  # a subsampled cohort
+]
+
+
+def test_blocks_find_exactly_the_stored_ids_and_refuse_a_second_report(
+    ctx: Context, study_id: str
+) -> None:
+    stored: set[int] = set()
+    for group in GROUPS:
+        assert _store(ctx, study_id, group) == [True] * len(group)
+        stored |= set(group)
+    # a group overlapping stored reports stores only the others
+    again = [5, 10_450, 10_451, 12_003, 12_004, 40_000]
+    assert _store(ctx, study_id, again) == [p not in stored for p in again]
+    stored |= set(again)
+
+    probe = np.array(sorted({*range(0, 41_000, 7), *stored, 10_402, 12_001}), dtype=np.int64)
+    with ctx.transaction() as session:
+        found = report_rows.reported_pids(session, study_id, 0, probe)
+        receipts = report_rows.existing_reports(session, study_id, 0, "vector", probe.tolist())
+        assert report_rows.count_reports(session, study_id, 0) == len(stored)
+        assert report_rows.reported_pids(session, study_id, 1, probe).size == 0
+    assert set(found.tolist()) == stored & set(probe.tolist())
+    assert set(receipts) == stored & set(probe.tolist())
+    now = report_rows.reported_now(ctx.db, study_id, 0, probe)
+    assert set(now.tolist()) == set(found.tolist())
+    for low, high in [(0, 40_000), (10_000, 10_500), (10_401, 10_401), (12_001, 12_002)]:
+        count = report_rows.count_reported(ctx.db, study_id, 0, low, high)
+        assert count == sum(low <= p <= high for p in stored)
+    for pid in (10_449, 10_448, 25_000, 9_999, 10_000):
+        assert report_rows.rounds_reported(ctx.db, study_id, [0, 1], pid) == (
+            [0] if pid in stored else []
+        )
+    # a local-trust receipt's digest is its stored payload's
+    pid = 10_401
+    row = _rows(np.array([pid]))[0].astype("<f8").tobytes()
+    assert receipts[pid][0] == report_rows.receipt_digests("vector", [row])[0]
+
+
+@pytest.mark.parametrize("chunk", [1, 7, SPAN, 50_000])
+def test_a_round_reads_in_participant_order_in_pages_of_the_chunk(
+    ctx: Context, study_id: str, chunk: int
+) -> None:
+    for group in reversed(GROUPS):  # stored in another order than the ids'
+        _store(ctx, study_id, group)
+    every = np.array(sorted({p for g in GROUPS for p in g}), dtype=np.int64)
+    with ctx.transaction() as session:
+        pages = list(report_rows.stream_reports(session, study_id, 0, chunk))
+    sizes = [ids.size for ids, _ in pages]
+    assert sizes[:-1] == [chunk] * (len(pages) - 1)
+    assert 0 < sizes[-1] <= chunk
+    ids = np.concatenate([ids for ids, _ in pages])
+    rows = np.concatenate([rows for _, rows in pages])
+    assert ids.tolist() == every.tolist()
+    assert np.array_equal(rows, _rows(every))  # bit for bit
+
+
+def test_epsilons_are_stored_once_when_shared_and_each_otherwise(
+    ctx: Context, study_id: str
+) -> None:
+    shared = list(range(0, 100))
+    own = list(range(200, 300))
+    charges = np.linspace(0.1, 1.0, len(own))
+    _store(ctx, study_id, shared)
+    _store(ctx, study_id, own, charges)
+    with ctx.transaction() as session:
+        spent = report_rows.spent_per_participant(session, study_id, 400, 1)
+        t = REPORT_BLOCKS
+        sizes = dict(
+            session.execute(
+                t.select().with_only_columns(t.c.low, t.c.epsilons).where(t.c.study_id == study_id)
+            ).all()
+        )
+    assert spent[shared].tolist() == [0.5] * len(shared)
+    assert spent[own].tolist() == charges.tolist()
+    assert not spent[300:].any()
+    assert {low: len(bytes(b)) for low, b in sizes.items()} == {0: 8, 200: 8 * len(own)}
+
+
+def test_a_contiguous_block_stores_no_ids(ctx: Context, study_id: str) -> None:
+    """A batch of contiguous scalar reports costs its payload and one ε per block."""
+    pids = np.arange(1000, 1000 + 2 * SPAN, dtype=np.int64)
+    with ctx.transaction() as session:
+        report_rows.insert_reports(
+            session, study_id, 0, utcnow(), pids, np.ones((pids.size, 1)), np.ones(pids.size), None
+        )
+        t = REPORT_BLOCKS
+        blocks = session.execute(
+            t.select().with_only_columns(t.c.low, t.c.high, t.c.size, t.c.ids, t.c.payload)
+        ).all()
+    assert [(b.low, b.high, b.size, b.ids) for b in blocks] == [
+        (1000, 1000 + SPAN - 1, SPAN, None),
+        (1000 + SPAN, 1000 + 2 * SPAN - 1, SPAN, None),
+    ]
+    assert sum(len(bytes(b.payload)) for b in blocks) == 8 * pids.size
