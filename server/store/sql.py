@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from fedldp.server.store.tables import (
     ContributionRow,
-    ParticipantRow,
+    ParticipantBlockRow,
     ReportBlockRow,
     RoundRow,
     StudyRow,
@@ -23,7 +23,7 @@ __all__ = [
     "CONTRIBUTIONS",
     "INT_MAX",
     "IN_CHUNK",
-    "PARTICIPANTS",
+    "PARTICIPANT_BLOCKS",
     "REPORT_BLOCKS",
     "ROUNDS",
     "STUDIES",
@@ -90,7 +90,7 @@ def raw_rows(session: Session, stmt: Select[Any]) -> list[Any]:
 
 REPORT_BLOCKS: Table = ReportBlockRow.metadata.tables[ReportBlockRow.__tablename__]
 CONTRIBUTIONS: Table = ContributionRow.metadata.tables[ContributionRow.__tablename__]
-PARTICIPANTS: Table = ParticipantRow.metadata.tables[ParticipantRow.__tablename__]
+PARTICIPANT_BLOCKS: Table = ParticipantBlockRow.metadata.tables[ParticipantBlockRow.__tablename__]
 ROUNDS: Table = RoundRow.metadata.tables[RoundRow.__tablename__]
 STUDIES: Table = StudyRow.metadata.tables[StudyRow.__tablename__]
 

@@ -31,7 +31,7 @@ __all__ = [
     "ContributionRow",
     "EventRow",
     "LeaseRow",
-    "ParticipantRow",
+    "ParticipantBlockRow",
     "ReportBlockRow",
     "RoundRow",
     "StudyRow",
@@ -129,13 +129,23 @@ class LeaseRow(Base):
     released: Mapped[bool] = mapped_column(default=False)  # expired and leased again
 
 
-class ParticipantRow(Base):
-    __tablename__ = "participants"
+class ParticipantBlockRow(Base):
+    """Participants of one enrollment stored together (fedldp.server.store.participant_rows,
+    which alone reads and writes them; cut as fedldp.server.store.blocks says): ``size``
+    participants ``low..high``, their ``ids`` packed (NULL when every id of ``low..high``), their
+    declared ε's packed (``epsilons``: one value when shared, else one each), their metadata as
+    one JSON value (an object all of them declared, or a list of each one's), and when they
+    enrolled. ``(study, low)`` is a key: an id is enrolled at most once."""
+
+    __tablename__ = "participant_blocks"
 
     study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
-    participant_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    epsilon: Mapped[float] = mapped_column(Float)
-    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    low: Mapped[int] = mapped_column(Integer, primary_key=True)
+    high: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(Integer)
+    ids: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    epsilons: Mapped[bytes] = mapped_column(LargeBinary)
+    metadata_: Mapped[Any] = mapped_column("metadata", JSON)
     enrolled_at: Mapped[datetime]
 
 

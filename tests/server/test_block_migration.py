@@ -1,13 +1,15 @@
-"""Revision 0008 (reports stored in blocks) converts a database the previous head (0007) filled:
-every report keeps its receipt, an identical resend gets that receipt again and a different one
-is refused (409 ``duplicate_conflict``), on SQLite and on PostgreSQL; the downgrade gives back
+"""Revisions 0008 and 0009 (reports and enrollments stored in blocks) convert a database the
+previous head (0007) filled: every report keeps its receipt, an identical resend gets that
+receipt again and a different one is refused (409 ``duplicate_conflict``), every participant
+keeps its ε, metadata and enrollment time, on SQLite and on PostgreSQL; the downgrade gives back
 the rows it started from.
 
-The 0007 database is filled as that code left it: one reports row per report, written from
-studies run by the current services on a scratch SQLite database (``test_schema.OldStudies``'
-way) with what rows of that age hold: batch and single reports (single ones each at its own
-time), ids more than ``blocks.SPAN`` apart, local-trust rows with and without a stored
-digest (rows older than issue 15 stored theirs), and a central-trust study's HMAC digests.
+The 0007 database is filled as that code left it (one reports row per report, one participants
+row per participant) from studies run by the current services on a scratch SQLite database
+(``test_schema.OldStudies``' way), with what rows of that age hold: batch and single reports
+(single ones each at its own time), ids more than ``blocks.SPAN`` apart, local-trust rows with
+and without a stored digest (rows older than issue 15 stored theirs), and a central-trust study's
+HMAC digests.
 """
 
 from __future__ import annotations
@@ -36,18 +38,21 @@ from fedldp.server.services import ingest, studies
 from fedldp.server.settings import Settings
 from fedldp.server.store import report_rows
 from fedldp.server.store.migrations.legacy import legacy_metadata
-from fedldp.server.store.schema import alembic_config
-from fedldp.server.store.sql import REPORT_BLOCKS
+from fedldp.server.store.schema import alembic_config, head
+from fedldp.server.store.sql import PARTICIPANT_BLOCKS, REPORT_BLOCKS
 from fedldp.server.store.tables import Base
 from tests.server.test_rounds import new_study
 from tests.server.test_schema import (
     migrate_to,
+    old_participant_rows,
     old_report_rows,
     open_database,
+    snapshot,
     version,
 )
 
 OLD_HEAD = "0007_protocol_origin"
+LEGACY = "0002_study_epsilon_range"  # its reports and participants tables are 0007's
 N = 6000  # more than blocks.SPAN: the ids of one round span several blocks
 BATCHED = [*range(0, 1500), *range(4500, 5990)]
 SINGLE = [1500, 1501, 1700, 5995, 5999]  # sent one by one, each at its own time
@@ -112,10 +117,14 @@ class Filled:
     def copy_into(self, target: Engine) -> None:
         """Every row, as the 0007 code stored it (reports one row each), into ``target``."""
         source = create_engine(self.url)
-        old = legacy_metadata("0002_study_epsilon_range")  # whose reports table 0007 kept
+        old = legacy_metadata(LEGACY)
         try:
             with source.connect() as read, target.begin() as write:
                 for table in Base.metadata.sorted_tables:
+                    if table.name == PARTICIPANT_BLOCKS.name:
+                        rows = old_participant_rows(read)
+                        write.execute(insert(old.tables["participants"]), rows)
+                        continue
                     if table.name == REPORT_BLOCKS.name:
                         values = old_report_rows(read)
                         for row in values:  # as rows written before issue 15 stored them
@@ -148,9 +157,11 @@ def test_a_filled_database_of_the_previous_head_keeps_every_receipt(
     filled.copy_into(engine)
     with Session(engine) as session:
         before = old_rows(session)
+    tables = snapshot(engine, LEGACY)
     ctx = Context(Settings(database_url=database_url), open_database(database_url))
     try:
-        assert version(engine)[0] != OLD_HEAD
+        assert version(engine) == [head()]
+        assert snapshot(engine, LEGACY) == tables  # every report and participant, as it was
         for study_id, kind in ((filled.local, "scalar"), (filled.central, "statistic")):
             assert filled.stored_receipts(ctx, study_id, kind) == filled.receipts[study_id]
         with ctx.transaction() as session:

@@ -12,7 +12,7 @@ import pytest
 from fedldp.protocol.core.wire import StudyCreate
 from fedldp.server.runtime.context import Context
 from fedldp.server.services import studies
-from fedldp.server.store import report_rows
+from fedldp.server.store import participant_rows, report_rows
 from fedldp.server.store.blocks import SPAN
 from fedldp.server.store.sql import REPORT_BLOCKS
 from fedldp.server.store.tables import utcnow
@@ -141,3 +141,43 @@ def test_a_contiguous_block_stores_no_ids(ctx: Context, study_id: str) -> None:
         (1000 + SPAN, 1000 + 2 * SPAN - 1, SPAN, None),
     ]
     assert sum(len(bytes(b.payload)) for b in blocks) == 8 * pids.size
+
+
+# --------------------------------------------------------------------------- enrollment blocks
+
+
+def test_enrollment_blocks_read_back_in_id_order_and_enroll_an_id_once(
+    ctx: Context, study_id: str
+) -> None:
+    first = [*range(0, 5000, 2), 9000]  # wider than SPAN: three blocks
+    second = [*range(1, 5000, 2), 9001]  # interleaving the first's ranges
+    meta = [{"weight": float(p), "zero": -0.0 if p % 3 else 0.0} for p in second]
+    with ctx.transaction() as session:
+        now = utcnow()
+        assert participant_rows.add_participants(
+            session, study_id, now, first, [0.5] * len(first), {"shared": 1}
+        )
+        assert participant_rows.add_participants(
+            session, study_id, now, second[::-1], [2.0 + p for p in second][::-1], meta[::-1]
+        )
+    with ctx.transaction() as session:  # an enrolled id refuses the whole enrollment
+        assert not participant_rows.add_participants(
+            session, study_id, utcnow(), [9002, 4999, 9003], [1.0] * 3, {}
+        )
+        eps, metadata = participant_rows.load_participants(session, study_id)
+        declared = participant_rows.declared_epsilons(session, study_id)
+        top = participant_rows.max_participant_id(session, study_id)
+        one = participant_rows.participant(session, study_id, 4999)
+        other = participant_rows.participant(session, study_id, 9000)
+        missing = participant_rows.participant(session, study_id, 9002)
+    ids = sorted(first + second)
+    want_eps = [0.5 if p % 2 == 0 else 2.0 + p for p in ids]
+    want_meta = [{"shared": 1} if p % 2 == 0 else meta[second.index(p)] for p in ids]
+    assert eps.tolist() == declared.tolist() == want_eps
+    assert [repr(m) for m in metadata] == [repr(m) for m in want_meta]  # -0.0 kept
+    assert top == 9001
+    assert one is not None
+    assert (one.epsilon, one.metadata) == (2.0 + 4999, meta[-2])
+    assert other is not None
+    assert (other.epsilon, other.metadata) == (0.5, {"shared": 1})
+    assert missing is None

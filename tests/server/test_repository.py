@@ -9,8 +9,7 @@ import pytest
 from fedldp.protocol.core.wire import EnrollBatch, ReportBatch, StudyCreate
 from fedldp.server.runtime.context import Context
 from fedldp.server.services import enrollment, ingest, studies
-from fedldp.server.store import report_rows, sql
-from fedldp.server.store import repository as repo
+from fedldp.server.store import participant_rows, report_rows, sql
 from fedldp.server.store.tables import utcnow
 
 N = 40
@@ -79,7 +78,7 @@ def test_participants_sharing_metadata_store_each_their_own(ctx: Context) -> Non
     batch = EnrollBatch(epsilons=[1.0] * len(weights), metadata={"weight": weights})
     enrollment.enroll(ctx, study.id, *batch.rows())
     with ctx.transaction() as session:
-        _, metadata = repo.load_participants(session, study.id)
+        _, metadata = participant_rows.load_participants(session, study.id)
     assert [repr(m["weight"]) for m in metadata] == [repr(v) for v in weights]
 
 

@@ -9,6 +9,7 @@ column by column, through the ORM's types).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -27,7 +28,7 @@ from fedldp.server.errors import EpsilonOutOfRange
 from fedldp.server.runtime.context import Context
 from fedldp.server.services import enrollment, studies
 from fedldp.server.settings import Settings
-from fedldp.server.store import report_rows
+from fedldp.server.store import participant_rows, report_rows
 from fedldp.server.store.db import Database
 from fedldp.server.store.migrations.legacy import LEGACY_REVISIONS, legacy_metadata
 from fedldp.server.store.schema import (
@@ -98,8 +99,8 @@ class OldStudies:
         try:
             with source.connect() as read, target.begin() as write:
                 for table in legacy_metadata(revision).sorted_tables:
-                    if table.name == "reports":
-                        values = old_report_rows(read)
+                    if table.name in OLD_ROWS:
+                        values = OLD_ROWS[table.name](read)
                     else:
                         orm = Base.metadata.tables[table.name]
                         rows = read.execute(select(*(orm.c[c.name] for c in table.columns)))
@@ -109,6 +110,28 @@ class OldStudies:
                         write.execute(insert(table), values)
         finally:
             source.dispose()
+
+
+def old_participant_rows(connection: Connection) -> list[dict[str, Any]]:
+    """The enrolled participants as rows of the participants table the schemas before 0009
+    had."""
+    with Session(connection) as session:
+        out = []
+        for study_id in session.scalars(select(StudyRow.id)).all():
+            eps, metadata = participant_rows.load_participants(session, study_id)
+            for pid, (e, m) in enumerate(zip(eps.tolist(), metadata, strict=True)):
+                p = participant_rows.participant(session, study_id, pid)
+                assert p is not None
+                out.append(
+                    {
+                        "study_id": study_id,
+                        "participant_id": pid,
+                        "epsilon": e,
+                        "metadata": m,
+                        "enrolled_at": p.enrolled_at,
+                    }
+                )
+        return out
 
 
 def old_report_rows(connection: Connection) -> list[dict[str, Any]]:
@@ -135,32 +158,45 @@ def old(tmp_path: Path) -> OldStudies:
     return OldStudies(tmp_path)
 
 
+OLD_ROWS = {"reports": old_report_rows, "participants": old_participant_rows}
+"""How the rows of the tables stored in blocks from 0008 and 0009 on are read as the old rows."""
+
+
+def _row_key(table: str, r: dict[str, Any]) -> tuple[Any, ...]:
+    if table == "participants":
+        return (
+            r["study_id"],
+            r["participant_id"],
+            r["epsilon"],
+            json.dumps(r["metadata"]),
+            _utc(r["enrolled_at"]),
+        )
+    return (
+        r["study_id"],
+        r["round"],
+        r["participant_id"],
+        bytes(r["payload"]),
+        r["epsilon"],
+        r["digest"],
+        _utc(r["received_at"]),
+    )
+
+
 def snapshot(engine: Engine, revision: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, with the columns of the schema at ``revision``, read through the
-    ORM's types, in primary-key order; the reports (stored in blocks from 0008 on) as the rows
-    of the reports table before it."""
+    ORM's types, in primary-key order; the reports and the participants (stored in blocks from
+    0008 and 0009 on) as rows of the tables before."""
     out = {}
     with engine.connect() as connection:
-        blocks = "report_blocks" in inspect(connection).get_table_names()
+        present = set(inspect(connection).get_table_names())
         for table in legacy_metadata(revision).sorted_tables:
-            if table.name == "reports":
-                if blocks:
-                    rows = old_report_rows(connection)
-                else:
+            if table.name in OLD_ROWS:
+                if table.name in present:
                     stmt = select(table).order_by(*table.primary_key)
                     rows = [dict(row._mapping) for row in connection.execute(stmt)]
-                out[table.name] = sorted(
-                    (
-                        r["study_id"],
-                        r["round"],
-                        r["participant_id"],
-                        bytes(r["payload"]),
-                        r["epsilon"],
-                        r["digest"],
-                        _utc(r["received_at"]),
-                    )
-                    for r in rows
-                )
+                else:
+                    rows = OLD_ROWS[table.name](connection)
+                out[table.name] = sorted(_row_key(table.name, r) for r in rows)
                 continue
             orm = Base.metadata.tables[table.name]
             stmt = select(*(orm.c[c.name] for c in table.columns)).order_by(*orm.primary_key)
