@@ -2,8 +2,9 @@
 blocks): rows that each hold many participants' values as packed arrays, cut where their ids
 would span ``SPAN``, and found by ranges of the primary key ``(…, low)``.
 
-A block's ids are ``low..high`` (``size`` of them), packed as little-endian int32 in ``ids``, or
-``ids`` NULL when they are every id of ``low..high``. Float columns are packed little-endian
+A block's ids are ``low..high`` (``size`` of them), packed in ``ids`` as a bitmap of the range or
+a list of little-endian int32 (``pack_ids``), or ``ids`` NULL when they are every id of
+``low..high``. Float columns are packed little-endian
 float64: one value when all the block's are the same, else one each.
 """
 
@@ -37,13 +38,27 @@ def block_ids(low: int, high: int, size: int, packed: bytes | None) -> IntArray:
     """A block's participant ids (ascending), from its columns ``low, high, size, ids``."""
     if packed is None:
         return np.arange(low, high + 1, dtype=np.int64)
-    return np.frombuffer(packed, dtype="<i4").astype(np.int64)
+    if len(packed) == 4 * size:
+        return np.frombuffer(packed, dtype="<i4").astype(np.int64)
+    bits = np.unpackbits(
+        np.frombuffer(packed, dtype=np.uint8), count=high - low + 1, bitorder="little"
+    )
+    return low + np.flatnonzero(bits).astype(np.int64)
 
 
 def pack_ids(ids: IntArray) -> bytes | None:
-    """The ``ids`` column of a block of these ascending ids."""
-    if int(ids[-1]) - int(ids[0]) + 1 == ids.size:
+    """The ``ids`` column of a block of these ascending ids: None when they are every id of
+    their range; a bitmap of the range (bit ``p - low`` set for each id ``p``) when it is
+    shorter than their int32 list (a cohort that takes a fraction of a block of ids: an eighth
+    of a byte per id of the range); else the int32 list. The two are told apart by length: the
+    list is ``4 * size`` bytes, a bitmap only used when shorter."""
+    low, span = int(ids[0]), int(ids[-1]) - int(ids[0]) + 1
+    if span == ids.size:
         return None
+    if (span + 7) // 8 < 4 * ids.size:
+        bits = np.zeros(span, dtype=np.bool_)
+        bits[ids - low] = True
+        return np.packbits(bits, bitorder="little").tobytes()
     return ids.astype("<i4").tobytes()
 
 

@@ -9,6 +9,7 @@ its ids before it stores any, under the study row's lock the enrolling transacti
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -70,6 +71,18 @@ def _taken(session: Session, study_id: str, ids: IntArray) -> bool:
     return False
 
 
+def _shared(metadata: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The one dict every participant's metadata is, if so: the wire shares a dict between
+    participants whose metadata are equal bit for bit (``EnrollBatch.rows``), so a population
+    that declares the same metadata for everyone is stored with it once per block."""
+    if not metadata:
+        return None
+    first = metadata[0]
+    runs = itertools.groupby(metadata, key=id)  # runs of one object, found in C
+    next(runs)
+    return first if next(runs, None) is None else None
+
+
 def add_participants(
     session: Session,
     study_id: str,
@@ -91,6 +104,9 @@ def add_participants(
     eps = np.asarray(epsilons, dtype=np.float64)[order]
     each: dict[str, list[Any]] = {n: [] for n in ("low", "high", "size", "ids", "epsilons")}
     each["metadata"] = []
+    if not isinstance(metadata, dict):
+        one = _shared(metadata)
+        metadata = metadata if one is None else one
     shared = isinstance(metadata, dict)
     listed = [] if isinstance(metadata, dict) else [metadata[j] for j in order.tolist()]
     for start, stop in cuts(ids):

@@ -14,7 +14,7 @@ from fedldp.server.runtime.context import Context
 from fedldp.server.services import studies
 from fedldp.server.store import participant_rows, report_rows
 from fedldp.server.store.blocks import SPAN
-from fedldp.server.store.sql import REPORT_BLOCKS
+from fedldp.server.store.sql import PARTICIPANT_BLOCKS, REPORT_BLOCKS
 from fedldp.server.store.tables import utcnow
 
 WIDTH = 3
@@ -181,3 +181,33 @@ def test_enrollment_blocks_read_back_in_id_order_and_enroll_an_id_once(
     assert other is not None
     assert (other.epsilon, other.metadata) == (0.5, {"shared": 1})
     assert missing is None
+
+
+def test_a_subsampled_cohort_stores_its_ids_as_a_bitmap(ctx: Context, study_id: str) -> None:
+    """Every third id of a block's range: a bit per id of the range, not 4 bytes per id."""
+    ids = list(range(12_000, 12_000 + SPAN, 3))
+    _store(ctx, study_id, ids)
+    with ctx.transaction() as session:
+        t = REPORT_BLOCKS
+        (packed,) = session.execute(t.select().with_only_columns(t.c.ids)).scalars().all()
+        found = report_rows.reported_pids(
+            session, study_id, 0, np.arange(11_990, 12_000 + SPAN + 10, dtype=np.int64)
+        )
+    assert len(bytes(packed)) == (ids[-1] - ids[0] + 1 + 7) // 8 < 4 * len(ids)
+    assert found.tolist() == ids
+
+
+def test_metadata_one_object_for_all_is_stored_once(ctx: Context, study_id: str) -> None:
+    """The wire shares one dict between participants whose metadata are equal (EnrollBatch.rows):
+    a block stores it once; distinct objects, each its own."""
+    same = {"n_samples": 256}
+    with ctx.transaction() as session:
+        now = utcnow()
+        participant_rows.add_participants(session, study_id, now, range(5), [1.0] * 5, [same] * 5)
+        own = [{"n_samples": 256} for _ in range(5)]
+        participant_rows.add_participants(session, study_id, now, range(5, 10), [1.0] * 5, own)
+        t = PARTICIPANT_BLOCKS
+        stored = dict(session.execute(t.select().with_only_columns(t.c.low, t.c.metadata)).all())
+        _, metadata = participant_rows.load_participants(session, study_id)
+    assert stored == {0: same, 5: own}
+    assert metadata == [same] * 10
