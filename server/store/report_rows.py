@@ -119,21 +119,20 @@ def receipt_digests(kind: str, blobs: list[bytes], key: bytes | None = None) -> 
 # --------------------------------------------------------------------------- block lookups
 
 
-def _blocks_over(
-    session: Session, study_id: str, index: int, ids: IntArray, columns: Sequence[Any]
-) -> list[Any]:
-    """The rows (``columns``) of round ``index``'s blocks that may hold one of ``ids``, read
-    through the driver (no result processing: callers ask for numbers and bytes)."""
-    t = REPORT_BLOCKS
+def _key_rows_over(session: Session, study_id: str, index: int, ids: IntArray) -> list[Any]:
+    """The ``low, high, size, ids`` of round ``index``'s blocks that may hold one of ``ids``,
+    read in the session's transaction as SQL text at the driver: the OR of a varying number of
+    ranges is a new statement to SQLAlchemy's compiler each time, which cost a grouped commit
+    of single reports more than the read."""
     ranges = id_ranges(ids)
+    connection = session.connection()
+    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+    head = f"SELECT {_KEY_SQL} FROM {REPORT_BLOCKS.name} WHERE study_id = ? AND round = ? AND "
     out: list[Any] = []
     for start in range(0, len(ranges), RANGES_PER_READ):
-        stmt = select(*columns).where(
-            t.c.study_id == study_id,
-            t.c.round == index,
-            overlapping(REPORT_BLOCKS, ranges[start : start + RANGES_PER_READ]),
-        )
-        out += raw_rows(session, stmt)
+        condition, params = overlapping_sql(ranges[start : start + RANGES_PER_READ])
+        sql = (head + condition).replace("?", mark)
+        out += connection.exec_driver_sql(sql, (study_id, index, *params)).fetchall()
     return out
 
 
@@ -268,8 +267,7 @@ def reported_pids(
     session: Session, study_id: str, index: int, participant_ids: IntArray
 ) -> IntArray:
     """Which of these participants have a report stored in round ``index``."""
-    blocks = _blocks_over(session, study_id, index, participant_ids, _KEY)
-    return _present(participant_ids, blocks)
+    return _present(participant_ids, _key_rows_over(session, study_id, index, participant_ids))
 
 
 def reported_now(db: Database, study_id: str, index: int, participant_ids: IntArray) -> IntArray:
