@@ -76,6 +76,7 @@ from fedldp.client.swarm.run import SwarmResult, run_swarm
 from fedldp.client.swarm.server_process import ServerProcess, free_port, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import RoundsView, StudyView
+from fedldp.server.store import blocks
 from fedldp.server.store.schema import alembic_config, head
 
 RELATIVE = 1e-9
@@ -327,11 +328,14 @@ def outcome(s: Swarm, url: str, query: Query) -> str:
     seen = [(r.status, r.expected, r.received) for r in rounds]
     if seen != [("closed", n, n) for n in cohorts]:
         return f"WRONG: rounds (status, expected, received) {seen}, cohorts {cohorts}"
-    stored = query(
-        "SELECT round, COUNT(*), COUNT(DISTINCT participant_id) FROM reports "
-        "WHERE study_id = %s GROUP BY round ORDER BY round",
+    stored_blocks = query(
+        "SELECT round, low, high, size, ids FROM report_blocks WHERE study_id = %s",
         (s.run.study_id,),
     )
+    by_round: dict[int, list[int]] = {}
+    for k, *block in stored_blocks:
+        by_round.setdefault(int(k), []).extend(blocks.block_ids(*block).tolist())
+    stored = [(k, len(ids), len(set(ids))) for k, ids in sorted(by_round.items())]
     if [tuple(r) for r in stored] != [(k, n, n) for k, n in enumerate(cohorts)]:
         return f"WRONG: stored reports (round, rows, participants) {stored}, cohorts {cohorts}"
     return "estimate equal"

@@ -24,9 +24,9 @@ import numpy as np
 from fedldp.client.api.client import ApiClient
 from fedldp.client.api.errors import PhaseError, SwarmError
 from fedldp.client.swarm.driving import (
+    BATCH_HOLD_S,
     DELIBERATELY_LATE,
     LATE,
-    TASK_HOLD_S,
     DriveContext,
     DriveStats,
     Gate,
@@ -96,7 +96,7 @@ class BlockAgent(_Agent):
         )
         # Outside the gate: a held poll must not keep other blocks from reporting (the pool has a
         # connection per block beside the gate's, see run_swarm).
-        answer = await ctx.api.tasks(ctx.study_id, request, hold=TASK_HOLD_S)
+        answer = await ctx.api.tasks(ctx.study_id, request, hold=BATCH_HOLD_S)
         ctx.stats.task_requests += 1
         if answer.done and answer.phase in ("failed", "cancelled"):
             raise await study_ended_error(ctx.api, ctx.study_id)

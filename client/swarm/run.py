@@ -370,10 +370,12 @@ async def run_swarm(
         concurrency = DEFAULT_CONCURRENCY["user" if batch is None else "batch"]
     began = time.perf_counter()
     predictions: FloatArray | None = None
-    # the gate's requests, plus the held task requests: one per block of users in batch mode (up
-    # to 64; more blocks queue for a connection, each held poll lasting at most TASK_HOLD_S), up
-    # to HOLDERS users' per user
-    held = HOLDERS if batch is None else min(64, -(-pop.n // batch))
+    # the gate's requests, plus the held task requests: one per block of users in batch mode,
+    # up to HOLDERS users' per user. Every block gets its own: with fewer (a cap of 64 at 100
+    # blocks), the blocks done with a round held the connections with their polls for the next
+    # (up to TASK_HOLD_S each) while the blocks still to be given the round's tasks queued for
+    # one, and both processes sat idle: most of stage one's time at 10^6 users (issue 27 item 2)
+    held = HOLDERS if batch is None else -(-pop.n // batch)
     connections = max(concurrency, 4) + held
     async with ApiClient(
         server_url,

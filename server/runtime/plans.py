@@ -22,7 +22,7 @@ from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.base.protocol import Params, Protocol
 from fedldp.protocol.core.base.records import FloatArray, IntArray, Plan
 from fedldp.server.runtime.protocols import check_version
-from fedldp.server.store import repository as repo
+from fedldp.server.store import participant_rows
 from fedldp.server.store.tables import StudyRow
 
 __all__ = [
@@ -114,7 +114,7 @@ class PlanCache:
             if cached is not None:
                 self._plans.move_to_end(study.id)
                 return cached
-        epsilon, metadata = repo.load_participants(session, study.id)
+        epsilon, metadata = participant_rows.load_participants(session, study.id)
         plan = build_plan(study, epsilon, metadata)
         self.put(study.id, plan)
         return plan
@@ -152,7 +152,7 @@ class EnrolledCache:
     def take(
         self, study_id: str, n: int, also: Enrolled | None = None
     ) -> tuple[FloatArray, list[dict[str, Any]]] | None:
-        """Every participant's ε and metadata in id order, as ``repository.load_participants``
+        """Every participant's ε and metadata in id order, as ``participant_rows.load_participants``
         reads them, if the record (with ``also``: the caller's enrollment, not yet committed)
         holds exactly ids 0..n-1; None otherwise. The record is dropped either way."""
         with self._lock:

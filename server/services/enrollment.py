@@ -25,7 +25,7 @@ from fedldp.server.runtime.plans import Enrolled
 from fedldp.server.services import leases
 from fedldp.server.services.rounds import advance, start_study
 from fedldp.server.services.studies import require_study
-from fedldp.server.store import lease_rows
+from fedldp.server.store import lease_rows, participant_rows
 from fedldp.server.store import repository as repo
 from fedldp.server.store.tables import StudyRow, utcnow
 
@@ -47,6 +47,14 @@ def _check_epsilons(study: StudyRow, epsilons: Sequence[float]) -> None:
             f"participant {i} of the request declared ε = {float(eps[i])!r}; study {study.id} "
             f"accepts {low:g} <= ε <= {high:g}"
         )
+
+
+def _exists(study_id: str, explicit: list[int]) -> ParticipantExists:
+    # only explicit ids can be enrolled already: the server numbers the others outside leases
+    span = f"{min(explicit)}..{max(explicit)}" if explicit else "numbered by the server"
+    return ParticipantExists(
+        f"some of participant ids {span} of study {study_id} are enrolled already"
+    )
 
 
 def enroll(
@@ -110,7 +118,7 @@ def enroll(
                 raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
             if lease is not None:
                 lease_rows.count_enrolled(session, study_id, lease.serial, len(ids))
-            repo.add_participants(
+            fresh = participant_rows.add_participants(
                 session,
                 study_id,
                 now,
@@ -118,6 +126,8 @@ def enroll(
                 epsilons,
                 metadata if any(metadata) else {},  # none has any: one stored value for all
             )
+            if not fresh:  # nothing stored; the transaction rolls back
+                raise _exists(study_id, explicit)
             out = EnrollmentBatch(
                 participant_ids=ids,
                 tokens=[] if block_only else tokens_for(study.secret, study_id, ids),
@@ -130,12 +140,8 @@ def enroll(
             full = target is not None and total >= target
             if full:
                 start_study(ctx, session, require_study(session, study_id), now, enrolling=enrolled)
-    except IntegrityError:
-        # only explicit ids can: the server numbers the others outside every lease
-        span = f"{min(explicit)}..{max(explicit)}" if explicit else "numbered by the server"
-        raise ParticipantExists(
-            f"some of participant ids {span} of study {study_id} are enrolled already"
-        ) from None
+    except IntegrityError:  # a block stored meanwhile (the study row's lock makes it rare)
+        raise _exists(study_id, explicit) from None
     if full:
         advance(ctx, study_id, 0)
     else:  # committed: a start may take them from here (Context.enrolled)

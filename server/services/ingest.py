@@ -277,46 +277,47 @@ def _ingest(
     now = utcnow()
     accepted = np.flatnonzero(ok)
     accepted_ids = pids[accepted].tolist()
-    blobs = _row_bytes(payloads[accepted])
     key = _digest_key(ctx, splan.protocol.trust, study_id)
-    epsilons = charge[accepted].tolist()
     central = splan.protocol.trust == "central"
-    # A central-trust report's receipt digest is an HMAC under the study's key, stored with it;
-    # a local one's is its payload's SHA-256, worked out when a receipt needs it
-    # (``report_rows.existing_reports``), so a report batch, whose receipt has none, skips it.
-    digests = report_rows.receipt_digests(kind, blobs, key) if central or receipts else None
-    stored_blobs = [b""] * len(blobs) if central else blobs  # central: in their own table
-    inserted = report_rows.insert_reports(
+    # Payload rows as bytes: for the receipt digests (a central-trust report's, an HMAC under
+    # the study's key, is stored; a local one's is its payload's SHA-256, worked out when a
+    # receipt needs it: ``report_rows.existing_reports``, so a report batch skips it) and the
+    # central-trust contributions. A local batch stores its matrix as it is.
+    blobs = _row_bytes(payloads[accepted]) if central or receipts else []
+    digests = report_rows.receipt_digests(kind, blobs, key) if blobs else None
+    fresh_mask = report_rows.insert_reports(
         session,
         study_id,
         k,
         now,
-        accepted_ids,
-        stored_blobs,
-        epsilons,
+        pids[accepted],
+        payloads[accepted][:, :0] if central else payloads[accepted],  # central: own table
+        charge[accepted],
         digests if central else None,
     )
+    everyone = bool(fresh_mask.all())
+    inserted = accepted_ids if everyone else pids[accepted][fresh_mask].tolist()
     if central:
-        fresh = [j for j, pid in enumerate(accepted_ids) if pid in inserted]
-        fresh_ids = [accepted_ids[j] for j in fresh]
+        fresh = np.flatnonzero(fresh_mask).tolist()
         try:  # stored encrypted under the study's key (fedldp.server.runtime.keys)
-            sealed = ctx.keys.encrypt(study_id, k, fresh_ids, [blobs[j] for j in fresh])
+            sealed = ctx.keys.encrypt(study_id, k, inserted, [blobs[j] for j in fresh])
         except KeyMissing as exc:
             raise KeyUnavailable(str(exc)) from None
-        report_rows.insert_contributions(session, study_id, k, fresh_ids, sealed)
+        report_rows.insert_contributions(session, study_id, k, inserted, sealed)
     stored: dict[int, tuple[str, datetime]] = {}  # digest "": not worked out (no receipt)
     conflicts: list[tuple[int, int]] = []  # (position in the batch, among the accepted)
-    if len(inserted) == len(accepted_ids):  # the usual case: built in C
+    if everyone:  # the usual case: built in C
         stored = dict(zip(accepted_ids, zip(digests or repeat(""), repeat(now)), strict=False))
     else:
         for a, (i, pid) in enumerate(zip(accepted.tolist(), accepted_ids, strict=True)):
-            if pid in inserted:
+            if fresh_mask[a]:
                 stored[pid] = (digests[a] if digests is not None else "", now)
             else:
                 conflicts.append((i, a))
     duplicates: set[int] = set()
     if conflicts:
-        sent = report_rows.receipt_digests(kind, [blobs[a] for _, a in conflicts], key)
+        resent = _row_bytes(payloads[accepted[[a for _, a in conflicts]]])
+        sent = report_rows.receipt_digests(kind, resent, key)
         before = report_rows.existing_reports(
             session, study_id, k, kind, [ids[i] for i, _ in conflicts]
         )
@@ -335,11 +336,7 @@ def _ingest(
     received = repo.add_received(session, study_id, k, len(inserted)) if inserted else r.received
     recorded = None
     if inserted and not central:
-        new = (
-            accepted
-            if len(inserted) == len(accepted_ids)
-            else accepted[np.isin(pids[accepted], np.fromiter(inserted, dtype=np.int64))]
-        )
+        new = accepted if everyone else accepted[fresh_mask]
         recorded = (pids[new], payloads[new], charge[new])
     return _Outcome(errors, duplicates, stored, received >= r.expected, recorded)
 

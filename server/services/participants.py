@@ -17,7 +17,7 @@ from fedldp.server.runtime.auth import block_token_ok
 from fedldp.server.runtime.context import Context
 from fedldp.server.runtime.states import StudyState
 from fedldp.server.services.studies import require_study
-from fedldp.server.store import report_rows
+from fedldp.server.store import participant_rows, report_rows
 from fedldp.server.store import repository as repo
 from fedldp.server.store.tables import StudyRow
 
@@ -74,7 +74,7 @@ def budget(ctx: Context, study_id: str, participant_id: int, token: str | None) 
     with ctx.transaction() as session:
         study = require_study(session, study_id)
         check_participants(ctx, study, [participant_id], one_token(token))
-        p = repo.participant(session, study_id, participant_id)
+        p = participant_rows.participant(session, study_id, participant_id)
         if p is None:  # tokens are issued at enrollment: only one made with the key gets here
             raise UnknownParticipant(f"study {study_id} has no participant {participant_id}")
         reported = set(

@@ -43,7 +43,7 @@ from fedldp.server.runtime.keys import KeyMissing
 from fedldp.server.runtime.plans import Enrolled, StudyPlan, build_plan
 from fedldp.server.runtime.protocols import version_mismatch
 from fedldp.server.runtime.received import in_chunks
-from fedldp.server.store import eventlog, report_rows
+from fedldp.server.store import eventlog, participant_rows, report_rows
 from fedldp.server.store import repository as repo
 from fedldp.server.store.tables import StudyRow, utcnow
 
@@ -146,12 +146,12 @@ def start_study(
 
     if study.n_participants == 0:
         return refuse("no participants enrolled")
-    if repo.max_participant_id(session, study.id) != study.n_participants - 1:
+    if participant_rows.max_participant_id(session, study.id) != study.n_participants - 1:
         return refuse(
             "leased participant ids are not contiguous: some leased blocks were not enrolled"
         )
     known = ctx.enrolled.take(study.id, study.n_participants, enrolling)
-    epsilon, metadata = known or repo.load_participants(session, study.id)
+    epsilon, metadata = known or participant_rows.load_participants(session, study.id)
     try:
         splan = build_plan(study, epsilon, metadata)
         check_plan_budget(splan.plan, epsilon)
@@ -247,14 +247,17 @@ def _chunks(
             payloads = rows.reshape((slots.size, *shape))
             yield ReportChunk(slots, rp.epsilon[where], groups[where], payloads)
         return
-    central = splan.protocol.trust == "central"
-    stream = report_rows.stream_reports(session, study_id, index, chunk, contributions=central)
-    for ids, blobs in stream:
-        if central:  # KeyMissing propagates: not the study's fault (see _crash)
-            blobs = ctx.keys.decrypt(study_id, index, ids.tolist(), blobs)
+    if splan.protocol.trust == "central":
+        contributions = report_rows.stream_contributions(session, study_id, index, chunk)
+        for ids, blobs in contributions:  # KeyMissing propagates: not the study's fault (_crash)
+            opened = ctx.keys.decrypt(study_id, index, ids.tolist(), blobs)
+            where = splan.membership(index, ids).position
+            payloads = np.frombuffer(b"".join(opened), dtype="<f8").reshape((ids.size, *shape))
+            yield ReportChunk(ids, rp.epsilon[where], groups[where], payloads.astype(np.float64))
+        return
+    for ids, rows in report_rows.stream_reports(session, study_id, index, chunk):
         where = splan.membership(index, ids).position
-        payloads = np.frombuffer(b"".join(blobs), dtype="<f8").reshape((ids.size, *shape))
-        yield ReportChunk(ids, rp.epsilon[where], groups[where], payloads.astype(np.float64))
+        yield ReportChunk(ids, rp.epsilon[where], groups[where], rows.reshape((ids.size, *shape)))
 
 
 def close_round(ctx: Context, study_id: str, index: int) -> bool:

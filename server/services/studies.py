@@ -52,7 +52,7 @@ from fedldp.server.runtime.auth import new_secret
 from fedldp.server.runtime.context import Context
 from fedldp.server.services.rounds import advance, forget_contributions, start_study
 from fedldp.server.services.views import result_view, round_view, study_view
-from fedldp.server.store import eventlog, report_rows
+from fedldp.server.store import eventlog, participant_rows, report_rows
 from fedldp.server.store import repository as repo
 from fedldp.server.store.tables import StudyRow, utcnow
 
@@ -328,7 +328,7 @@ def epsilon_ledger(ctx: Context, study_id: str, bins: int) -> EpsilonLedgerView:
     reports charged), computed here so that no client scans participants one by one."""
     with ctx.transaction() as session:
         study = require_study(session, study_id)
-        declared = repo.declared_epsilons(session, study_id)
+        declared = participant_rows.declared_epsilons(session, study_id)
         rounds = len(repo.list_rounds(session, study_id))
         spent = report_rows.spent_per_participant(session, study_id, declared.size, rounds)
     top = float(declared.max()) if declared.size else 1.0

@@ -1,6 +1,19 @@
 """The SQL of reports and central-trust contributions (``fedldp.server.store.repository`` has the
-rest): bulk inserts that skip stored keys, lookups by participant ids, and pages of a round's
-reports for aggregation."""
+rest).
+
+Reports are stored in blocks (``tables.ReportBlockRow``): the reports one transaction accepts in
+one round, cut where their ids span ``SPAN``, each block one row whose columns are packed arrays.
+A batch of 10,000 users is three rows, not 10,000, and a scalar report costs its 8 payload bytes
+and its ε (8, or none when a block's reports charged the same) rather than a row of its own.
+
+Exactly once: a participant's report is in at most one block of a round. ``insert_reports``
+reads the blocks that could hold its ids (those whose ``low`` lies within ``SPAN`` below an id:
+ranges of the primary key) and stores only the others, under the lock every ingesting
+transaction holds (SQLite: the database's write lock, taken at ``BEGIN IMMEDIATE``; PostgreSQL:
+the round row's, ``repository.get_round(lock=True)``), so nothing is stored between the read and
+the insert. Reads for aggregation return the reports in participant order (the order of a round's
+slots), whatever the blocks, so every estimate is the same to the last bit.
+"""
 
 from __future__ import annotations
 
@@ -8,50 +21,81 @@ import hashlib
 import hmac
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from itertools import chain
-from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from sqlalchemy import (
-    ColumnElement,
     CursorResult,
-    Table,
     delete,
+    func,
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from fedldp.protocol.core.base.records import FloatArray, IntArray
+from fedldp.protocol.core.base.records import BoolArray, FloatArray, IntArray
+from fedldp.server.store.blocks import (
+    block_ids,
+    cuts,
+    id_ranges,
+    overlapping,
+    overlapping_sql,
+    pack_ids,
+    pack_values,
+    unpack_values,
+)
 from fedldp.server.store.db import Database
 from fedldp.server.store.sql import (
     CONTRIBUTIONS,
     IN_CHUNK,
-    REPORTS,
+    REPORT_BLOCKS,
     Columns,
-    among,
-    among_sql,
     raw_rows,
 )
 from fedldp.server.store.tables import RoundRow, StudyRow
 
 __all__ = [
+    "StoredReport",
     "count_reported",
+    "count_reports",
     "ended_among",
     "existing_reports",
     "forget_contributions",
     "insert_contributions",
     "insert_reports",
+    "list_reports",
     "receipt_digests",
     "reported_now",
     "reported_pids",
     "reported_rounds",
     "rounds_reported",
     "spent_per_participant",
+    "stream_contributions",
     "stream_reports",
 ]
+
+RANGES_PER_READ = 64
+"""Ranges of ids looked up per statement (OR-ed conditions on the primary key)."""
+
+BLOCKS_PER_PAGE = 16
+"""Blocks per fetch when a round is read whole (at most ``16 * SPAN`` reports held at once)."""
+
+DIGEST_BYTES = 16
+"""Bytes of a stored receipt digest (its 32 hexadecimal digits)."""
+
+_KEY = (REPORT_BLOCKS.c.low, REPORT_BLOCKS.c.high, REPORT_BLOCKS.c.size, REPORT_BLOCKS.c.ids)
+_KEY_SQL = "low, high, size, ids"
+
+
+class StoredReport(NamedTuple):
+    """One stored report, unpacked from its block (``list_reports``)."""
+
+    round: int
+    participant_id: int
+    payload: bytes
+    epsilon: float
+    digest: str  # the stored digest ("" when none is stored: see ``existing_reports``)
+    received_at: datetime
 
 
 def receipt_digests(kind: str, blobs: list[bytes], key: bytes | None = None) -> list[str]:
@@ -72,163 +116,85 @@ def receipt_digests(kind: str, blobs: list[bytes], key: bytes | None = None) -> 
     return out
 
 
+# --------------------------------------------------------------------------- block lookups
+
+
+def _key_rows_over(session: Session, study_id: str, index: int, ids: IntArray) -> list[Any]:
+    """The ``low, high, size, ids`` of round ``index``'s blocks that may hold one of ``ids``,
+    read in the session's transaction as SQL text at the driver: the OR of a varying number of
+    ranges is a new statement to SQLAlchemy's compiler each time, which cost a grouped commit
+    of single reports more than the read."""
+    ranges = id_ranges(ids)
+    connection = session.connection()
+    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+    head = f"SELECT {_KEY_SQL} FROM {REPORT_BLOCKS.name} WHERE study_id = ? AND round = ? AND "
+    out: list[Any] = []
+    for start in range(0, len(ranges), RANGES_PER_READ):
+        condition, params = overlapping_sql(ranges[start : start + RANGES_PER_READ])
+        sql = (head + condition).replace("?", mark)
+        out += connection.exec_driver_sql(sql, (study_id, index, *params)).fetchall()
+    return out
+
+
+def _present(participant_ids: IntArray, blocks: list[Any]) -> IntArray:
+    """Those of ``participant_ids`` held by ``blocks`` (rows of ``_KEY``)."""
+    if not blocks:
+        return participant_ids[:0]
+    stored = np.concatenate([block_ids(*b[:4]) for b in blocks])
+    return participant_ids[np.isin(participant_ids, stored)]
+
+
+# --------------------------------------------------------------------------- writes
+
+
 def insert_reports(
     session: Session,
     study_id: str,
     index: int,
     received_at: datetime,
-    participant_ids: Sequence[int],
-    payloads: Sequence[bytes],
-    epsilons: Sequence[float],
+    participant_ids: IntArray,
+    payloads: FloatArray,
+    epsilons: FloatArray,
     digests: Sequence[str] | None,
-) -> set[int]:
-    """Insert the reports of these participants in round ``index`` (payload bytes, ε charged,
-    receipt digest each: None for a local-trust study's, whose digest is their payload's, see
-    ``existing_reports``), skipping (study, round, participant) keys already stored: the ids
-    that were inserted by this statement."""
-    if not participant_ids:
-        return set()
-    same: dict[str, Any] = {"study_id": study_id, "round": index, "received_at": received_at}
-    each: dict[str, Sequence[Any]] = {
-        "participant_id": list(participant_ids),
-        "payload": payloads,
-        "epsilon": epsilons,
+) -> BoolArray:
+    """Store the reports of these participants in round ``index`` (payload rows, an (n, width)
+    matrix, width 0 for a central-trust study's; the ε each charged; the receipt digest of each
+    central-trust report, None for a local-trust study's, see ``existing_reports``) as blocks,
+    except those of participants who have a report stored in the round already: which ones
+    were stored now. The caller holds the round's ingestion lock (module docstring)."""
+    n = participant_ids.size
+    if n == 0:
+        return np.zeros(0, dtype=np.bool_)
+    fresh = ~np.isin(participant_ids, reported_pids(session, study_id, index, participant_ids))
+    keep = np.flatnonzero(fresh)
+    if keep.size == 0:
+        return fresh
+    order = keep[np.argsort(participant_ids[keep], kind="stable")]
+    ids = participant_ids[order]
+    rows = np.ascontiguousarray(payloads[order], dtype="<f8")
+    charges = np.ascontiguousarray(epsilons[order], dtype="<f8")
+    tags = None if digests is None else [digests[j] for j in order.tolist()]
+    each: dict[str, list[Any]] = {  # the blocks' columns
+        name: [] for name in ("low", "high", "size", "ids", "payload", "epsilons", "digests")
     }
-    if digests is None:
-        same["digest"] = ""
-    else:
-        each["digest"] = digests
-    dialect = session.get_bind().dialect.name
-    if dialect == "sqlite":
-        return _insert_reports_sqlite(session, study_id, index, same, each)
-    if dialect != "postgresql":  # pragma: no cover - only SQLite and PostgreSQL are supported
-        raise RuntimeError(f"unsupported database {dialect}")
-    columns = Columns(same, each)
-    # A Core insert into the table (multi-row VALUES batches with RETURNING), not an ORM bulk
-    # insert of ReportRow: the same statement without the ORM's per-row bookkeeping.
-    table = REPORTS
-    stmt = postgresql.insert(table).on_conflict_do_nothing().returning(table.c.participant_id)
-    return {int(pid) for pid in session.execute(stmt, columns.dicts(table)).scalars()}
-
-
-def _insert_reports_sqlite(
-    session: Session,
-    study_id: str,
-    index: int,
-    same: dict[str, Any],
-    each: dict[str, Sequence[Any]],
-) -> set[int]:
-    """``insert_reports`` on SQLite (the rows as ``Columns``' ``same`` and ``each``): the keys
-    stored already are read first (one range read for a block of ids, which finds none in the
-    usual case), and the others inserted at the driver without ``RETURNING`` (which cost more
-    than the insert). Every SQLite transaction of the server holds the database's write lock
-    from its start (``BEGIN IMMEDIATE``), so no report can be stored between the read and the
-    insert."""
-    ids = each["participant_id"]
-    stored = set(reported_pids(session, study_id, index, np.asarray(ids, dtype=np.int64)).tolist())
-    if stored:
-        keep = [j for j, pid in enumerate(ids) if pid not in stored]
-        each = {name: [values[j] for j in keep] for name, values in each.items()}
-        ids = [ids[j] for j in keep]
-    if not ids:
-        return set()
-    tail = " ON CONFLICT DO NOTHING"  # none, under the write lock; a conflict is not an error
-    inserted = Columns(same, each).insert_sqlite(session, REPORTS, tail)
-    if inserted != len(ids):  # pragma: no cover - the write lock makes this impossible
-        raise RuntimeError(f"{len(ids) - inserted} reports appeared during their insert")
-    return set(ids)
-
-
-def existing_reports(
-    session: Session, study_id: str, index: int, kind: str, participant_ids: Sequence[int]
-) -> dict[int, tuple[str, datetime]]:
-    """Receipt digest and arrival time of the stored reports of these participants in round
-    ``index`` (whose payloads are of ``kind``): the stored digest of a central-trust report
-    (blank once its study ended), else the SHA-256 of the stored payload (``receipt_digests``;
-    local-trust reports store none since they store the payload it comes from)."""
-    table = REPORTS
-    wanted = set(participant_ids)
-    out: dict[int, tuple[str, datetime]] = {}
-    columns = (table.c.participant_id, table.c.digest, table.c.received_at, table.c.payload)
-    for within in among(table.c.participant_id, participant_ids):
-        stmt = select(*columns).where(table.c.study_id == study_id, table.c.round == index, within)
-        for pid, digest, at, payload in session.execute(stmt).all():
-            if pid in wanted:
-                if not digest and payload:
-                    digest = receipt_digests(kind, [bytes(payload)])[0]
-                out[int(pid)] = (str(digest), at)
-    return out
-
-
-def reported_pids(
-    session: Session, study_id: str, index: int, participant_ids: IntArray
-) -> IntArray:
-    """Which of these participants have a report stored in round ``index``."""
-    table = REPORTS
-    found: list[tuple[int]] = []
-    for within in among(table.c.participant_id, participant_ids.tolist()):
-        stmt = select(table.c.participant_id).where(
-            table.c.study_id == study_id, table.c.round == index, within
+    for start, stop in cuts(ids):
+        part = ids[start:stop]
+        each["low"].append(int(part[0]))
+        each["high"].append(int(part[-1]))
+        each["size"].append(int(part.size))
+        each["ids"].append(pack_ids(part))
+        each["payload"].append(rows[start:stop].tobytes())
+        each["epsilons"].append(pack_values(charges[start:stop]))
+        each["digests"].append(
+            b"" if tags is None else b"".join(bytes.fromhex(d) for d in tags[start:stop])
         )
-        found += raw_rows(session, stmt)
-    return _present(participant_ids, found)
-
-
-def reported_now(db: Database, study_id: str, index: int, participant_ids: IntArray) -> IntArray:
-    """``reported_pids`` outside any transaction of the process's (``Database.read``: on SQLite
-    a WAL read of the last commit, which waits for no writer), for the task endpoint: what it
-    reads may be outdated the moment it is answered anyway (a report sent twice is a
-    duplicate)."""
-    found: list[tuple[int]] = []
-    head = f"SELECT participant_id FROM {REPORTS.name} WHERE study_id = ? AND round = ? AND "
-    for condition, params in among_sql("participant_id", participant_ids.tolist()):
-        found += db.read(head + condition, (study_id, index, *params))
-    return _present(participant_ids, found)
-
-
-def _present(participant_ids: IntArray, found: list[tuple[int]]) -> IntArray:
-    """Those of ``participant_ids`` among the rows ``found`` (a range read also finds others)."""
-    stored = np.fromiter(chain.from_iterable(found), dtype=np.int64, count=len(found))
-    return participant_ids[np.isin(participant_ids, stored)]
-
-
-def count_reported(db: Database, study_id: str, index: int, low: int, high: int) -> int:
-    """How many reports round ``index`` holds from participants ``low..high`` (counted along
-    the primary key, outside any transaction as ``reported_now``)."""
-    sql = (
-        f"SELECT count(*) FROM {REPORTS.name} WHERE study_id = ? AND round = ? "
-        "AND participant_id BETWEEN ? AND ?"
-    )
-    return int(db.read(sql, (study_id, index, low, high))[0][0])
-
-
-def rounds_reported(
-    db: Database, study_id: str, rounds: Sequence[int], participant_id: int
-) -> list[int]:
-    """Those of ``rounds`` in which the participant has a report (ascending): one lookup per
-    round along the primary key, in one statement through the driver (the task endpoint's
-    per-request read; ``Database.read``)."""
-    marks = ",".join("?" * len(rounds))
-    sql = (
-        f"SELECT round FROM {REPORTS.name} WHERE study_id = ? AND round IN ({marks}) "
-        "AND participant_id = ? ORDER BY round"
-    )
-    return [int(k) for (k,) in db.read(sql, (study_id, *rounds, participant_id))]
-
-
-def reported_rounds(
-    session: Session, study_id: str, participant_ids: Sequence[int]
-) -> dict[int, list[int]]:
-    """The rounds each of these participants has reported in (ascending), looked up round by
-    round along the primary key: a study has few rounds, and the reports need no second index
-    (by participant) that every insert would have to update."""
-    out: dict[int, list[int]] = {int(p): [] for p in participant_ids}
-    ids = np.asarray(list(out), dtype=np.int64)
-    indices = select(RoundRow.index).where(RoundRow.study_id == study_id).order_by(RoundRow.index)
-    for k in session.scalars(indices).all():
-        for pid in reported_pids(session, study_id, k, ids).tolist():
-            out[pid].append(k)
-    return out
+    same = {"study_id": study_id, "round": index, "received_at": received_at}
+    columns = Columns(same, dict(each))
+    if session.get_bind().dialect.name == "sqlite":
+        columns.insert_sqlite(session, REPORT_BLOCKS)
+    else:  # a few rows of large values: one multi-row INSERT (SQLAlchemy's insertmanyvalues)
+        session.execute(REPORT_BLOCKS.insert(), columns.dicts(REPORT_BLOCKS))
+    return fresh
 
 
 def insert_contributions(
@@ -247,6 +213,137 @@ def insert_contributions(
         session.execute(CONTRIBUTIONS.insert(), rows)
 
 
+def forget_contributions(session: Session, study_id: str) -> int:
+    """Delete a study's contributions and blank its reports' digests (a digest would let one
+    test a guess of a statistic): only the release and its diagnostics remain. Returns how many
+    contributions were deleted (0 for a local-trust study, which has none)."""
+    table = CONTRIBUTIONS
+    deleted: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+        delete(table).where(table.c.study_id == study_id)
+    )
+    if deleted.rowcount:
+        blocks = REPORT_BLOCKS
+        session.execute(update(blocks).where(blocks.c.study_id == study_id).values(digests=b""))
+    return int(deleted.rowcount)
+
+
+# --------------------------------------------------------------------------- lookups
+
+
+def existing_reports(
+    session: Session, study_id: str, index: int, kind: str, participant_ids: Sequence[int]
+) -> dict[int, tuple[str, datetime]]:
+    """Receipt digest and arrival time of the stored reports of these participants in round
+    ``index`` (whose payloads are of ``kind``): the stored digest of a central-trust report
+    (blank once its study ended), else the SHA-256 of the stored payload (``receipt_digests``;
+    local-trust reports store none since they store the payload it comes from)."""
+    t = REPORT_BLOCKS
+    wanted = np.unique(np.asarray(participant_ids, dtype=np.int64))
+    out: dict[int, tuple[str, datetime]] = {}
+    ranges = id_ranges(wanted)
+    for start in range(0, len(ranges), RANGES_PER_READ):
+        stmt = select(*_KEY, t.c.payload, t.c.digests, t.c.received_at).where(
+            t.c.study_id == study_id,
+            t.c.round == index,
+            overlapping(REPORT_BLOCKS, ranges[start : start + RANGES_PER_READ]),
+        )
+        for low, high, size, packed, payload, digests, at in session.execute(stmt).all():
+            ids = block_ids(low, high, size, None if packed is None else bytes(packed))
+            found = np.flatnonzero(np.isin(ids, wanted)).tolist()
+            payload, digests = bytes(payload), bytes(digests)
+            width = len(payload) // size
+            for j in found:
+                if digests:
+                    digest = digests[j * DIGEST_BYTES : (j + 1) * DIGEST_BYTES].hex()
+                elif width:
+                    digest = receipt_digests(kind, [payload[j * width : (j + 1) * width]])[0]
+                else:
+                    digest = ""  # a central-trust study's, blanked when it ended
+                out[int(ids[j])] = (digest, at)
+    return out
+
+
+def reported_pids(
+    session: Session, study_id: str, index: int, participant_ids: IntArray
+) -> IntArray:
+    """Which of these participants have a report stored in round ``index``."""
+    return _present(participant_ids, _key_rows_over(session, study_id, index, participant_ids))
+
+
+def reported_now(db: Database, study_id: str, index: int, participant_ids: IntArray) -> IntArray:
+    """``reported_pids`` outside any transaction of the process's (``Database.read``: on SQLite
+    a WAL read of the last commit, which waits for no writer), for the task endpoint: what it
+    reads may be outdated the moment it is answered anyway (a report sent twice is a
+    duplicate)."""
+    ranges = id_ranges(participant_ids)
+    blocks: list[Any] = []
+    head = f"SELECT {_KEY_SQL} FROM {REPORT_BLOCKS.name} WHERE study_id = ? AND round = ? AND "
+    for start in range(0, len(ranges), RANGES_PER_READ):
+        condition, params = overlapping_sql(ranges[start : start + RANGES_PER_READ])
+        blocks += db.read(head + condition, (study_id, index, *params))
+    return _present(participant_ids, blocks)
+
+
+def count_reported(db: Database, study_id: str, index: int, low: int, high: int) -> int:
+    """How many reports round ``index`` holds from participants ``low..high`` (outside any
+    transaction, as ``reported_now``): blocks within the range count whole, others by id."""
+    condition, params = overlapping_sql([(low, high)])
+    sql = (
+        f"SELECT {_KEY_SQL} FROM {REPORT_BLOCKS.name} WHERE study_id = ? AND round = ? "
+        f"AND {condition}"
+    )
+    total = 0
+    for b_low, b_high, size, packed in db.read(sql, (study_id, index, *params)):
+        if low <= b_low and b_high <= high:
+            total += int(size)
+        else:
+            ids = block_ids(b_low, b_high, size, packed)
+            total += int(np.count_nonzero((ids >= low) & (ids <= high)))
+    return total
+
+
+def rounds_reported(
+    db: Database, study_id: str, rounds: Sequence[int], participant_id: int
+) -> list[int]:
+    """Those of ``rounds`` in which the participant has a report (ascending): the blocks that
+    may hold it, in one statement through the driver (the task endpoint's per-request read;
+    ``Database.read``)."""
+    marks = ",".join("?" * len(rounds))
+    condition, params = overlapping_sql([(participant_id, participant_id)])
+    sql = (
+        f"SELECT round, {_KEY_SQL} FROM {REPORT_BLOCKS.name} WHERE study_id = ? "
+        f"AND round IN ({marks}) AND {condition}"
+    )
+    found: set[int] = set()
+    for k, low, high, size, packed in db.read(sql, (study_id, *rounds, *params)):
+        if packed is None or participant_id in block_ids(low, high, size, packed):
+            found.add(int(k))
+    return sorted(found)
+
+
+def reported_rounds(
+    session: Session, study_id: str, participant_ids: Sequence[int]
+) -> dict[int, list[int]]:
+    """The rounds each of these participants has reported in (ascending), looked up round by
+    round (a study has few rounds)."""
+    out: dict[int, list[int]] = {int(p): [] for p in participant_ids}
+    ids = np.asarray(list(out), dtype=np.int64)
+    indices = select(RoundRow.index).where(RoundRow.study_id == study_id).order_by(RoundRow.index)
+    for k in session.scalars(indices).all():
+        for pid in reported_pids(session, study_id, k, ids).tolist():
+            out[pid].append(k)
+    return out
+
+
+def count_reports(session: Session, study_id: str, index: int | None = None) -> int:
+    """How many reports the study holds (in round ``index``, if given)."""
+    t = REPORT_BLOCKS
+    stmt = select(func.coalesce(func.sum(t.c.size), 0)).where(t.c.study_id == study_id)
+    if index is not None:
+        stmt = stmt.where(t.c.round == index)
+    return int(session.execute(stmt).scalar_one())
+
+
 def ended_among(session: Session, study_ids: Sequence[str]) -> list[str]:
     """Those of ``study_ids`` whose study has finished, failed or been cancelled."""
     out: list[str] = []
@@ -260,33 +357,91 @@ def ended_among(session: Session, study_ids: Sequence[str]) -> list[str]:
     return sorted(out)
 
 
-def forget_contributions(session: Session, study_id: str) -> int:
-    """Delete a study's contributions and blank its reports' digests (a digest would let one
-    test a guess of a statistic): only the release and its diagnostics remain. Returns how many
-    contributions were deleted (0 for a local-trust study, which has none)."""
-    table = CONTRIBUTIONS
-    deleted: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-        delete(table).where(table.c.study_id == study_id)
-    )
-    if deleted.rowcount:
-        session.execute(update(REPORTS).where(REPORTS.c.study_id == study_id).values(digest=""))
-    return int(deleted.rowcount)
+# --------------------------------------------------------------------------- whole rounds
 
 
-def _round_pages(
-    session: Session,
-    table: Table,
-    study_id: str,
-    index: int,
-    value: ColumnElement[Any],
-    chunk: int,
-) -> Iterator[tuple[IntArray, list[Any]]]:
-    """(ids, values) of one round's rows in participant order, ``chunk`` at a time: keyset
-    pagination along the primary key keeps memory flat and works the same on every backend."""
+def _block_pages(
+    session: Session, study_id: str, index: int, columns: Sequence[Any]
+) -> Iterator[list[Any]]:
+    """Round ``index``'s blocks (rows of ``low`` and ``columns``) in order of ``low``,
+    ``BLOCKS_PER_PAGE`` at a time (keyset pagination along the primary key)."""
+    t = REPORT_BLOCKS
     after = -1
     while True:
         stmt = (
-            select(table.c.participant_id, value)
+            select(t.c.low, *columns)
+            .where(t.c.study_id == study_id, t.c.round == index, t.c.low > after)
+            .order_by(t.c.low)
+            .limit(BLOCKS_PER_PAGE)
+        )
+        rows = raw_rows(session, stmt)
+        if not rows:
+            return
+        yield rows
+        after = int(rows[-1][0])
+
+
+def _in_pid_order(
+    pages: Iterator[list[Any]],
+) -> Iterator[tuple[IntArray, FloatArray]]:
+    """(ids, payload rows) of blocks read in order of ``low``, as runs in participant order:
+    once the blocks up to ``low = L`` are read, every id up to ``L`` is (a block's ids are not
+    below its ``low``), so those leave sorted and the rest wait for the next page."""
+    held_ids = np.zeros(0, dtype=np.int64)
+    held_rows: FloatArray | None = None
+    for page in pages:
+        ids = [held_ids]
+        rows = [] if held_rows is None else [held_rows]
+        for low, high, size, packed, payload in page:
+            ids.append(block_ids(low, high, size, packed))
+            rows.append(np.frombuffer(payload, dtype="<f8").reshape((size, -1)))
+        all_ids = np.concatenate(ids)
+        all_rows = np.concatenate(rows)
+        order = np.argsort(all_ids, kind="stable")
+        all_ids, all_rows = all_ids[order], all_rows[order]
+        cut = int(np.searchsorted(all_ids, int(page[-1][0]), side="right"))
+        if cut:
+            yield all_ids[:cut], all_rows[:cut]
+        held_ids, held_rows = all_ids[cut:], all_rows[cut:]
+    if held_ids.size and held_rows is not None:
+        yield held_ids, held_rows
+
+
+def stream_reports(
+    session: Session, study_id: str, index: int, chunk: int
+) -> Iterator[tuple[IntArray, FloatArray]]:
+    """The round's reports in participant order, ``chunk`` at a time (the last fewer): (ids,
+    payload rows as an (n, width) float64 matrix)."""
+    columns = (REPORT_BLOCKS.c.high, REPORT_BLOCKS.c.size, REPORT_BLOCKS.c.ids)
+    pages = _block_pages(session, study_id, index, (*columns, REPORT_BLOCKS.c.payload))
+    ids_parts: list[IntArray] = []
+    row_parts: list[FloatArray] = []
+    held = 0
+    for ids, rows in _in_pid_order(pages):
+        ids_parts.append(ids)
+        row_parts.append(rows)
+        held += ids.size
+        if held < chunk:
+            continue
+        all_ids, all_rows = np.concatenate(ids_parts), np.concatenate(row_parts)
+        whole = held - held % chunk
+        for start in range(0, whole, chunk):
+            yield all_ids[start : start + chunk], all_rows[start : start + chunk].astype(np.float64)
+        ids_parts, row_parts, held = [all_ids[whole:]], [all_rows[whole:]], held - whole
+    if held:
+        yield np.concatenate(ids_parts), np.concatenate(row_parts).astype(np.float64)
+
+
+def stream_contributions(
+    session: Session, study_id: str, index: int, chunk: int
+) -> Iterator[tuple[IntArray, list[bytes]]]:
+    """A central-trust round's contributions (encrypted payloads, one row each) in participant
+    order, ``chunk`` at a time: (ids, payload bytes). Keyset pagination along the primary key."""
+    table = CONTRIBUTIONS
+    after = -1
+    while True:
+        stmt = (
+            select(table.c.participant_id, table.c.payload)
             .where(
                 table.c.study_id == study_id,
                 table.c.round == index,
@@ -298,30 +453,45 @@ def _round_pages(
         rows = raw_rows(session, stmt)
         if not rows:
             return
-        ids = np.fromiter(map(itemgetter(0), rows), dtype=np.int64, count=len(rows))
-        yield ids, list(map(itemgetter(1), rows))
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        yield ids, [bytes(r[1]) for r in rows]
         after = int(ids[-1])
 
 
-def stream_reports(
-    session: Session, study_id: str, index: int, chunk: int, *, contributions: bool = False
-) -> Iterator[tuple[IntArray, list[bytes]]]:
-    """The round's reports in participant order, ``chunk`` at a time: (ids, payload bytes);
-    ``contributions``: a central-trust study's payloads, kept in their own table."""
-    table = CONTRIBUTIONS if contributions else REPORTS
-    for ids, payloads in _round_pages(session, table, study_id, index, table.c.payload, chunk):
-        yield ids, list(map(bytes, payloads))
-
-
-def spent_per_participant(
-    session: Session, study_id: str, n: int, rounds: int, chunk: int = 8192
-) -> FloatArray:
+def spent_per_participant(session: Session, study_id: str, n: int, rounds: int) -> FloatArray:
     """ε charged to each participant by its stored reports in rounds 0..rounds-1 (basic
-    composition), read round by round in participant order (cheaper than grouping by
-    participant), so memory stays one float per participant."""
-    table = REPORTS
+    composition), added round by round, so memory stays one float per participant."""
+    t = REPORT_BLOCKS
     spent = np.zeros(n, dtype=np.float64)
     for index in range(rounds):
-        for ids, charges in _round_pages(session, table, study_id, index, table.c.epsilon, chunk):
-            spent[ids] += np.asarray(charges, dtype=np.float64)
+        pages = _block_pages(session, study_id, index, (t.c.high, t.c.size, t.c.ids, t.c.epsilons))
+        for page in pages:
+            for low, high, size, packed, charges in page:
+                spent[block_ids(low, high, size, packed)] += unpack_values(charges, size)
     return spent
+
+
+def list_reports(session: Session, study_id: str) -> list[StoredReport]:
+    """Every stored report of the study, unpacked, by round and participant (for inspection and
+    tests: aggregation reads ``stream_reports``)."""
+    t = REPORT_BLOCKS
+    stmt = (
+        select(t.c.round, *_KEY, t.c.payload, t.c.epsilons, t.c.digests, t.c.received_at)
+        .where(t.c.study_id == study_id)
+        .order_by(t.c.round, t.c.low)
+    )
+    out: list[StoredReport] = []
+    for k, low, high, size, packed, payload, charges, digests, at in session.execute(stmt):
+        ids = block_ids(low, high, size, None if packed is None else bytes(packed))
+        payload, digests = bytes(payload), bytes(digests)
+        eps = unpack_values(bytes(charges), size)
+        width = len(payload) // size
+        for j, pid in enumerate(ids.tolist()):
+            digest = digests[j * DIGEST_BYTES : (j + 1) * DIGEST_BYTES].hex() if digests else ""
+            out.append(
+                StoredReport(
+                    int(k), pid, payload[j * width : (j + 1) * width], float(eps[j]), digest, at
+                )
+            )
+    out.sort(key=lambda r: (r.round, r.participant_id))
+    return out

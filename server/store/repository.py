@@ -1,7 +1,8 @@
 """All SQL of the server (docs/architecture.md, convention 2): small functions over a ``Session``,
-no business rules; studies, participants and rounds here, reports and contributions in
+no business rules; studies and rounds here, participants in
+``fedldp.server.store.participant_rows``, reports and contributions in
 ``fedldp.server.store.report_rows``, leases in ``fedldp.server.store.lease_rows``, the pieces they
-share in ``fedldp.server.store.sql``.
+share in ``fedldp.server.store.sql`` and ``fedldp.server.store.blocks``.
 
 Writes that decide a transition are conditional updates (``… WHERE phase = 'enrolling'``, ``…
 WHERE status = 'open'``) whose row count says whether this transaction won, so each transition
@@ -10,37 +11,27 @@ happens once whatever the number of requests, threads or replicas racing for it.
 
 from __future__ import annotations
 
-import itertools
-import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from operator import itemgetter
 from typing import Any
 
-import numpy as np
 from sqlalchemy import (
     CursorResult,
-    Text,
     func,
     select,
-    type_coerce,
     update,
 )
 from sqlalchemy.orm import Session
 
-from fedldp.protocol.core.base.records import FloatArray, RoundPlan
+from fedldp.protocol.core.base.records import RoundPlan
 from fedldp.server.store.sql import (
     INT_MAX,
-    PARTICIPANTS,
     ROUNDS,
     STUDIES,
-    Columns,
-    raw_rows,
 )
-from fedldp.server.store.tables import ParticipantRow, RoundRow, StudyRow
+from fedldp.server.store.tables import RoundRow, StudyRow
 
 __all__ = [
-    "add_participants",
     "add_received",
     "add_refused",
     "add_rounds",
@@ -53,9 +44,6 @@ __all__ = [
     "get_study",
     "list_rounds",
     "list_studies",
-    "load_participants",
-    "max_participant_id",
-    "participant",
     "set_study",
     "study_named",
     "study_protocol",
@@ -63,10 +51,6 @@ __all__ = [
     "transition_study",
     "update_round",
 ]
-
-LOAD_PAGE = 50_000
-"""Rows per fetch when a study's participants are loaded (``load_participants``)."""
-
 
 # --------------------------------------------------------------------------- studies
 
@@ -158,98 +142,11 @@ def study_secret(session: Session, study_id: str) -> str | None:
     ).scalar_one_or_none()
 
 
-def max_participant_id(session: Session, study_id: str) -> int | None:
-    stmt = select(func.max(ParticipantRow.participant_id)).where(
-        ParticipantRow.study_id == study_id
-    )
-    value = session.execute(stmt).scalar_one_or_none()
-    return None if value is None else int(value)
-
-
 def due_enrollments(session: Session, now: datetime) -> list[str]:
     stmt = select(StudyRow.id).where(
         StudyRow.phase == "enrolling", StudyRow.enrollment_deadline <= now
     )
     return list(session.scalars(stmt))
-
-
-# --------------------------------------------------------------------------- participants
-
-
-def add_participants(
-    session: Session,
-    study_id: str,
-    enrolled_at: datetime,
-    participant_ids: Sequence[int],
-    epsilons: Sequence[float],
-    metadata: Sequence[dict[str, Any]] | dict[str, Any],
-) -> None:
-    """Bulk insert through the table, not the ORM unit of work (enrollment batches are large),
-    and on SQLite at the driver. ``metadata`` is each participant's, or one for all of them."""
-    same: dict[str, Any] = {"study_id": study_id, "enrolled_at": enrolled_at}
-    each: dict[str, Sequence[Any]] = {"participant_id": participant_ids, "epsilon": epsilons}
-    if isinstance(metadata, dict):
-        same["metadata"] = metadata
-    else:
-        each["metadata"] = metadata
-    columns = Columns(same, each)
-    table = PARTICIPANTS
-    if session.get_bind().dialect.name == "sqlite":
-        columns.insert_sqlite(session, table)
-    else:
-        session.execute(table.insert(), columns.dicts(table))
-
-
-def participant(session: Session, study_id: str, participant_id: int) -> ParticipantRow | None:
-    return session.get(ParticipantRow, (study_id, participant_id))
-
-
-def declared_epsilons(session: Session, study_id: str) -> FloatArray:
-    """Every participant's declared ε, in participant-id order."""
-    table = PARTICIPANTS
-    stmt = (
-        select(table.c.epsilon).where(table.c.study_id == study_id).order_by(table.c.participant_id)
-    )
-    rows = raw_rows(session, stmt)
-    return np.fromiter(itertools.chain.from_iterable(rows), dtype=np.float64, count=len(rows))
-
-
-def load_participants(session: Session, study_id: str) -> tuple[FloatArray, list[dict[str, Any]]]:
-    """Every participant's declared ε and metadata, in participant-id order.
-
-    Read in pages of ``LOAD_PAGE`` rows, and participants whose metadata are the same JSON text
-    share one parsed object: at 10^6 participants a row tuple, a string and a dict each were the
-    server's peak memory (~250 MB at a study's start), while most studies' participants declare
-    the same metadata (none). The distinct texts of a page are parsed in one call (per-row JSON
-    decoding was most of a study's start); a driver that decodes JSON itself (psycopg) hands
-    back the objects."""
-    table = PARTICIPANTS
-    stmt = (
-        select(table.c.epsilon, type_coerce(table.c.metadata, Text))
-        .where(table.c.study_id == study_id)
-        .order_by(table.c.participant_id)
-    )
-    result: CursorResult[Any] = session.execute(stmt)  # type: ignore[assignment]
-    epsilons: list[FloatArray] = []
-    metadata: list[Any] = []
-    parsed: dict[str, Any] = {}
-    try:
-        while rows := result.cursor.fetchmany(LOAD_PAGE):
-            epsilons.append(
-                np.fromiter(map(itemgetter(0), rows), dtype=np.float64, count=len(rows))
-            )
-            texts = list(map(itemgetter(1), rows))
-            if texts and not isinstance(texts[0], str):
-                metadata += texts
-                continue
-            new = [t for t in dict.fromkeys(texts) if t not in parsed]
-            if new:
-                parsed.update(zip(new, json.loads("[" + ",".join(new) + "]"), strict=True))
-            metadata += map(parsed.__getitem__, texts)
-    finally:
-        result.close()
-    eps = np.concatenate(epsilons) if epsilons else np.zeros(0, dtype=np.float64)
-    return eps, metadata
 
 
 # --------------------------------------------------------------------------- rounds

@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 
 from fedldp.server.store.tables import (
     ContributionRow,
-    ParticipantRow,
-    ReportRow,
+    ParticipantBlockRow,
+    ReportBlockRow,
     RoundRow,
     StudyRow,
 )
@@ -23,8 +23,8 @@ __all__ = [
     "CONTRIBUTIONS",
     "INT_MAX",
     "IN_CHUNK",
-    "PARTICIPANTS",
-    "REPORTS",
+    "PARTICIPANT_BLOCKS",
+    "REPORT_BLOCKS",
     "ROUNDS",
     "STUDIES",
     "Columns",
@@ -88,9 +88,9 @@ def raw_rows(session: Session, stmt: Select[Any]) -> list[Any]:
         result.close()
 
 
-REPORTS: Table = ReportRow.metadata.tables[ReportRow.__tablename__]
+REPORT_BLOCKS: Table = ReportBlockRow.metadata.tables[ReportBlockRow.__tablename__]
 CONTRIBUTIONS: Table = ContributionRow.metadata.tables[ContributionRow.__tablename__]
-PARTICIPANTS: Table = ParticipantRow.metadata.tables[ParticipantRow.__tablename__]
+PARTICIPANT_BLOCKS: Table = ParticipantBlockRow.metadata.tables[ParticipantBlockRow.__tablename__]
 ROUNDS: Table = RoundRow.metadata.tables[RoundRow.__tablename__]
 STUDIES: Table = StudyRow.metadata.tables[StudyRow.__tablename__]
 

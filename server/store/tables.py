@@ -31,8 +31,8 @@ __all__ = [
     "ContributionRow",
     "EventRow",
     "LeaseRow",
-    "ParticipantRow",
-    "ReportRow",
+    "ParticipantBlockRow",
+    "ReportBlockRow",
     "RoundRow",
     "StudyRow",
     "utcnow",
@@ -129,13 +129,23 @@ class LeaseRow(Base):
     released: Mapped[bool] = mapped_column(default=False)  # expired and leased again
 
 
-class ParticipantRow(Base):
-    __tablename__ = "participants"
+class ParticipantBlockRow(Base):
+    """Participants of one enrollment stored together (fedldp.server.store.participant_rows,
+    which alone reads and writes them; cut as fedldp.server.store.blocks says): ``size``
+    participants ``low..high``, their ``ids`` packed (NULL when every id of ``low..high``), their
+    declared ε's packed (``epsilons``: one value when shared, else one each), their metadata as
+    one JSON value (an object all of them declared, or a list of each one's), and when they
+    enrolled. ``(study, low)`` is a key: an id is enrolled at most once."""
+
+    __tablename__ = "participant_blocks"
 
     study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
-    participant_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    epsilon: Mapped[float] = mapped_column(Float)
-    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    low: Mapped[int] = mapped_column(Integer, primary_key=True)
+    high: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(Integer)
+    ids: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    epsilons: Mapped[bytes] = mapped_column(LargeBinary)
+    metadata_: Mapped[Any] = mapped_column("metadata", JSON)
     enrolled_at: Mapped[datetime]
 
 
@@ -165,7 +175,8 @@ class ContributionRow(Base):
     """A central-trust protocol's contribution (the user-wise statistic's float64 bytes,
     AES-GCM-encrypted under the study's key: fedldp.server.runtime.keys): kept apart from the
     reports, never returned by any endpoint, deleted (and its key destroyed) when the study ends.
-    Its report row holds the receipt (digest, ε charged) and an empty payload."""
+    Its report (in a block of ``ReportBlockRow``) holds the receipt (digest, ε charged) and an
+    empty payload."""
 
     __tablename__ = "contributions"
 
@@ -175,23 +186,37 @@ class ContributionRow(Base):
     payload: Mapped[bytes] = mapped_column(LargeBinary)
 
 
-class ReportRow(Base):
-    """One accepted report: the payload exactly as sent (float64 bytes), never raw data. Only
-    its primary key is indexed: every query reads reports by (study, round), and a second index
-    made each insert, the batch path's main cost, a third dearer. (Databases made before keep
-    their ``ix_reports_participant``, which nothing needs.)"""
+class ReportBlockRow(Base):
+    """Accepted reports of one round stored together (fedldp.server.store.report_rows, which
+    alone reads and writes them): ``size`` reports of participants ``low..high`` (a span below
+    ``report_rows.SPAN``), in participant order, each exactly as sent, never raw data.
 
-    __tablename__ = "reports"
+    * ``ids``: the participant ids as little-endian int32, or NULL when they are every id of
+      ``low..high`` (a batch's contiguous block: the usual case);
+    * ``payload``: the payload rows, each the float64 bytes sent, one after the other (empty for
+      a central-trust study, whose payloads are contributions);
+    * ``epsilons``: the ε each report charged, float64: one value shared by all, or one each;
+    * ``digests``: a central-trust report's receipt digest (an HMAC under the study's key, blanked
+      when the study ends), 16 bytes each; empty for a local-trust study, whose digests are their
+      payloads' SHA-256, worked out when read (``report_rows.existing_reports``);
+    * ``received_at``: when the block was stored (the receipt's time of each of its reports);
+      a block converted from single report rows holds reports of one arrival time.
+
+    A participant's report is in at most one block of a round: ``report_rows.insert_reports``
+    reads the blocks that could hold the ids before it stores any (under the database's write
+    lock on SQLite, the round row's lock on PostgreSQL), so ``(study, round, low)`` is a key."""
+
+    __tablename__ = "report_blocks"
 
     study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), primary_key=True)
     round: Mapped[int] = mapped_column(Integer, primary_key=True)
-    participant_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    low: Mapped[int] = mapped_column(Integer, primary_key=True)
+    high: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(Integer)
+    ids: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     payload: Mapped[bytes] = mapped_column(LargeBinary)
-    epsilon: Mapped[float] = mapped_column(Float)  # the ε this report charged
-    # the receipt digest of a central-trust report (an HMAC under the study's key, blanked when the
-    # study ends); "" for a local-trust one, whose digest is its payload's SHA-256, worked out when
-    # read (fedldp.server.store.report_rows.existing_reports). Rows written before kept theirs.
-    digest: Mapped[str] = mapped_column(String(32))
+    epsilons: Mapped[bytes] = mapped_column(LargeBinary)
+    digests: Mapped[bytes] = mapped_column(LargeBinary)
     received_at: Mapped[datetime]
 
 

@@ -56,6 +56,7 @@ from fedldp.protocol.core.wire import (
     TaskBatchRequest,
     payload_from_row,
 )
+from fedldp.server.store import blocks
 
 pytestmark = pytest.mark.e2e
 
@@ -189,16 +190,25 @@ def check_rounds(url: str, study_id: str, local: SimulationResult) -> None:
         assert after.opened_at == before.closed_at
 
 
+def stored_ids(rows: list[tuple[Any, ...]]) -> dict[int, list[int]]:
+    """Round → the participant ids of every stored report (ascending; an id twice if stored
+    twice), from rows ``round, low, high, size, ids`` of report_blocks."""
+    out: dict[int, list[int]] = {}
+    for k, *block in rows:
+        out.setdefault(int(k), []).extend(blocks.block_ids(*block).tolist())
+    return {k: sorted(ids) for k, ids in sorted(out.items())}
+
+
 def check_storage(database: Path, study_id: str, local: SimulationResult) -> None:
-    """The reports table holds exactly one row per (round, cohort member), none lost, doubled
-    or foreign, and each round's ``received`` counter equals its row count."""
+    """The report blocks hold exactly one report per (round, cohort member), none lost, doubled
+    or foreign, and each round's ``received`` counter equals its count."""
     with contextlib.closing(sqlite3.connect(database)) as db:
-        doubled = db.execute(
-            "SELECT round, participant_id FROM reports WHERE study_id = ? "
-            "GROUP BY round, participant_id HAVING COUNT(*) > 1",
-            (study_id,),
-        ).fetchall()
-        assert doubled == []
+        stored_by_round = stored_ids(
+            db.execute(
+                "SELECT round, low, high, size, ids FROM report_blocks WHERE study_id = ?",
+                (study_id,),
+            ).fetchall()
+        )
         rounds = db.execute(
             'SELECT "index", status, expected, received, closed_at FROM rounds '
             'WHERE study_id = ? ORDER BY "index"',
@@ -208,21 +218,12 @@ def check_storage(database: Path, study_id: str, local: SimulationResult) -> Non
         for (k, status, expected, received, closed_at), rp in zip(
             rounds, local.plan.rounds, strict=True
         ):
-            stored = [
-                int(pid)
-                for (pid,) in db.execute(
-                    "SELECT participant_id FROM reports WHERE study_id = ? AND round = ? "
-                    "ORDER BY participant_id",
-                    (study_id, k),
-                )
-            ]
+            stored = stored_by_round.get(k, [])
             assert stored == rp.cohort.tolist(), f"round {k}"
             assert expected == received == len(stored), f"round {k}"
             assert status == "closed"
             assert closed_at is not None
-        (total,) = db.execute(
-            "SELECT COUNT(*) FROM reports WHERE study_id = ?", (study_id,)
-        ).fetchone()
+        total = sum(map(len, stored_by_round.values()))
         assert total == sum(rp.cohort.size for rp in local.plan.rounds)
 
 

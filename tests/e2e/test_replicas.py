@@ -37,7 +37,14 @@ from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
 from fedldp.client.swarm.user import Privatizer, UserBlock
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.wire import StudyCreate, TaskBatchRequest
-from tests.e2e.test_e2e import Case, assert_same_estimate, check_rounds, expected, flood
+from tests.e2e.test_e2e import (
+    Case,
+    assert_same_estimate,
+    check_rounds,
+    expected,
+    flood,
+    stored_ids,
+)
 from tests.server.conftest import SERVER_URL, postgres_unreachable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -203,14 +210,13 @@ async def test_reports_to_two_replicas_charge_no_one_twice_and_close_each_round_
         (k, int(rp.cohort.size)) for k, rp in enumerate(want.local.plan.rounds)
     ]
     assert len(re.findall(rf"study {study.id} finished", logs)) == 1
-    doubled = replicas.query(
-        "SELECT round, participant_id FROM reports WHERE study_id = %s "
-        "GROUP BY round, participant_id HAVING COUNT(*) > 1",
-        (study.id,),
+    by_round = stored_ids(
+        replicas.query(
+            "SELECT round, low, high, size, ids FROM report_blocks WHERE study_id = %s",
+            (study.id,),
+        )
     )
-    stored = replicas.query(
-        "SELECT round, COUNT(*) FROM reports WHERE study_id = %s GROUP BY round ORDER BY round",
-        (study.id,),
-    )
+    doubled = [k for k, ids in by_round.items() if len(set(ids)) != len(ids)]
+    stored = [(k, len(ids)) for k, ids in by_round.items()]
     assert doubled == []
     assert stored == [(k, int(rp.cohort.size)) for k, rp in enumerate(want.local.plan.rounds)]

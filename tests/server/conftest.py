@@ -67,10 +67,13 @@ def _drop_this_runs_schema() -> Iterator[None]:
 
 
 def drop_all(url: str) -> None:
-    """Drop fedldp's tables and Alembic's record of their revision."""
+    """Drop fedldp's tables (and the reports and participants tables of the schemas before
+    0008 and 0009) and Alembic's record of their revision."""
     engine = create_engine(url)
     try:
         with engine.begin() as connection:
+            connection.exec_driver_sql("DROP TABLE IF EXISTS reports")
+            connection.exec_driver_sql("DROP TABLE IF EXISTS participants")
             Base.metadata.drop_all(connection)
             connection.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
     finally:

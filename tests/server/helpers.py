@@ -8,7 +8,6 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
-from sqlalchemy import func, select
 
 from fedldp.protocol.core.wire import (
     BatchReceipt,
@@ -21,7 +20,7 @@ from fedldp.protocol.core.wire import (
 from fedldp.server.runtime.context import Context
 from fedldp.server.store import report_rows
 from fedldp.server.store import repository as repo
-from fedldp.server.store.tables import ReportRow, utcnow
+from fedldp.server.store.tables import utcnow
 
 __all__ = [
     "app_context",
@@ -110,32 +109,28 @@ async def round_of(client: httpx.AsyncClient, study_id: str, index: int) -> Roun
 
 def report_count(ctx: Context, study_id: str, round_index: int | None = None) -> int:
     """Reports stored in the database for the study (in one round, if given)."""
-    stmt = select(func.count()).select_from(ReportRow).where(ReportRow.study_id == study_id)
-    if round_index is not None:
-        stmt = stmt.where(ReportRow.round == round_index)
     with ctx.transaction() as session:
-        return int(session.execute(stmt).scalar_one())
+        return report_rows.count_reports(session, study_id, round_index)
 
 
 def stored_report(
     ctx: Context, study_id: str, round_index: int, participant_id: int
 ) -> tuple[bytes, str] | None:
     """(payload bytes, receipt digest) of a stored report, or None."""
-    stmt = select(ReportRow.payload).where(
-        ReportRow.study_id == study_id,
-        ReportRow.round == round_index,
-        ReportRow.participant_id == participant_id,
-    )
     with ctx.transaction() as session:
-        payload = session.execute(stmt).scalar_one_or_none()
-        if payload is None:
+        found = [
+            s
+            for s in report_rows.list_reports(session, study_id)
+            if (s.round, s.participant_id) == (round_index, participant_id)
+        ]
+        if not found:
             return None
         r = repo.get_round(session, study_id, round_index)
         assert r is not None
         receipts = report_rows.existing_reports(
             session, study_id, round_index, r.payload_kind, [participant_id]
         )
-    return bytes(payload), receipts[participant_id][0]
+    return found[0].payload, receipts[participant_id][0]
 
 
 def expire_round(ctx: Context, study_id: str, index: int) -> None:

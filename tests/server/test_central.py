@@ -10,7 +10,8 @@ from fastapi import FastAPI
 from sqlalchemy import func, select
 
 from fedldp.protocol.core.wire import ProtocolList, ResultView, StudyView
-from fedldp.server.store.tables import ContributionRow, ReportRow, StudyRow
+from fedldp.server.store import report_rows
+from fedldp.server.store.tables import ContributionRow, StudyRow
 from tests.server.helpers import (
     app_context,
     create_study,
@@ -31,11 +32,11 @@ def _counts(app: FastAPI, study_id: str) -> tuple[int, int, set[bytes], set[str]
             .select_from(ContributionRow)
             .where(ContributionRow.study_id == study_id)
         )
-        reports = session.scalars(select(ReportRow).where(ReportRow.study_id == study_id)).all()
+        reports = report_rows.list_reports(session, study_id)
         return (
             int(contributions or 0),
             len(reports),
-            {bytes(r.payload) for r in reports},
+            {r.payload for r in reports},
             {r.digest for r in reports},
         )
 

@@ -11,6 +11,7 @@ import numpy as np
 from fastapi import FastAPI
 
 from fedldp.server.runtime.plans import Enrolled, EnrolledCache, build_plan
+from fedldp.server.store import participant_rows
 from fedldp.server.store import repository as repo
 from tests.server.helpers import app_context, create_study, start
 
@@ -64,7 +65,7 @@ async def test_a_start_plans_from_the_enrolled_record_as_from_the_database(
     taken = ctx.enrolled.take(study.id, 60)  # what the start will use, kept for the check
     assert taken is not None
     with ctx.db.session() as session:
-        stored = repo.load_participants(session, study.id)
+        stored = participant_rows.load_participants(session, study.id)
         row = repo.get_study(session, study.id)
         assert row is not None
     assert taken[0].tolist() == stored[0].tolist()

@@ -9,8 +9,7 @@ import pytest
 from fedldp.protocol.core.wire import EnrollBatch, ReportBatch, StudyCreate
 from fedldp.server.runtime.context import Context
 from fedldp.server.services import enrollment, ingest, studies
-from fedldp.server.store import report_rows, sql
-from fedldp.server.store import repository as repo
+from fedldp.server.store import participant_rows, report_rows, sql
 from fedldp.server.store.tables import utcnow
 
 N = 40
@@ -79,7 +78,7 @@ def test_participants_sharing_metadata_store_each_their_own(ctx: Context) -> Non
     batch = EnrollBatch(epsilons=[1.0] * len(weights), metadata={"weight": weights})
     enrollment.enroll(ctx, study.id, *batch.rows())
     with ctx.transaction() as session:
-        _, metadata = repo.load_participants(session, study.id)
+        _, metadata = participant_rows.load_participants(session, study.id)
     assert [repr(m["weight"]) for m in metadata] == [repr(v) for v in weights]
 
 
@@ -87,11 +86,14 @@ def test_participants_sharing_metadata_store_each_their_own(ctx: Context) -> Non
 def test_reports_stream_and_sum_in_pages(ctx: Context, study_id: str, chunk: int) -> None:
     with ctx.transaction() as session:
         pages = list(report_rows.stream_reports(session, study_id, 0, chunk))
-        spent = report_rows.spent_per_participant(session, study_id, N, 1, chunk)
-        assert not report_rows.spent_per_participant(session, study_id, N, 0, chunk).any()
+        spent = report_rows.spent_per_participant(session, study_id, N, 1)
+        assert not report_rows.spent_per_participant(session, study_id, N, 0).any()
     assert [pid for ids, _ in pages for pid in ids.tolist()] == REPORTED
-    assert all(len(ids) == len(blobs) <= chunk for ids, blobs in pages)
-    assert {bytes(b) for _, blobs in pages for b in blobs} == {np.float64(1.0).tobytes()}
+    assert [len(ids) for ids, _ in pages] == [
+        min(chunk, len(REPORTED) - s) for s in range(0, len(REPORTED), chunk)
+    ]
+    assert all(rows.shape == (len(ids), 1) for ids, rows in pages)
+    assert {float(v) for _, rows in pages for v in rows.ravel()} == {1.0}
     assert np.flatnonzero(spent).tolist() == REPORTED
     assert spent[REPORTED].tolist() == [1.0] * len(REPORTED)
 
@@ -101,11 +103,18 @@ def test_epsilon_spent_adds_up_every_round(ctx: Context, study_id: str) -> None:
     again = [4, 20, 21]
     with ctx.transaction() as session:  # a second round's reports, written directly
         inserted = report_rows.insert_reports(
-            session, study_id, 1, utcnow(), again, [b"\0" * 8] * 3, [0.25] * 3, ["d"] * 3
+            session,
+            study_id,
+            1,
+            utcnow(),
+            np.array(again, dtype=np.int64),
+            np.zeros((3, 1)),
+            np.full(3, 0.25),
+            None,
         )
-        assert inserted == set(again)
+        assert inserted.tolist() == [True] * 3
     with ctx.transaction() as session:
-        spent = report_rows.spent_per_participant(session, study_id, N, 2, chunk=2)
+        spent = report_rows.spent_per_participant(session, study_id, N, 2)
     expected = np.zeros(N)
     expected[REPORTED] += 1.0
     expected[again] += 0.25

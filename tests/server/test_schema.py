@@ -9,8 +9,10 @@ column by column, through the ORM's types).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +20,15 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, insert, inspect, select, text
+from sqlalchemy import Connection, Engine, create_engine, insert, inspect, select, text
+from sqlalchemy.orm import Session
 
 from fedldp.protocol.core.wire import EPSILON_MAX, EPSILON_MIN, Enrollment, StudyCreate
 from fedldp.server.errors import EpsilonOutOfRange
 from fedldp.server.runtime.context import Context
 from fedldp.server.services import enrollment, studies
 from fedldp.server.settings import Settings
+from fedldp.server.store import participant_rows, report_rows
 from fedldp.server.store.db import Database
 from fedldp.server.store.migrations.legacy import LEGACY_REVISIONS, legacy_metadata
 from fedldp.server.store.schema import (
@@ -36,7 +40,7 @@ from fedldp.server.store.schema import (
     revisions,
     schema_status,
 )
-from fedldp.server.store.tables import Base
+from fedldp.server.store.tables import Base, StudyRow
 from tests.server.test_rounds import new_study, send
 
 FINISHED = [[0.5], [0.25], [-0.5], [0.75], [0.0], [1.0]]
@@ -89,14 +93,18 @@ class OldStudies:
             ctx.db.dispose()
 
     def copy_into(self, target: Engine, revision: str) -> None:
-        """Insert every row, with the columns the schema at ``revision`` has."""
+        """Insert every row, with the columns the schema at ``revision`` has (its reports one
+        row each, unpacked from the blocks they are stored in now)."""
         source = create_engine(self.url)
         try:
             with source.connect() as read, target.begin() as write:
                 for table in legacy_metadata(revision).sorted_tables:
-                    orm = Base.metadata.tables[table.name]
-                    rows = read.execute(select(*(orm.c[c.name] for c in table.columns)))
-                    values = [dict(row._mapping) for row in rows]
+                    if table.name in OLD_ROWS:
+                        values = OLD_ROWS[table.name](read)
+                    else:
+                        orm = Base.metadata.tables[table.name]
+                        rows = read.execute(select(*(orm.c[c.name] for c in table.columns)))
+                        values = [dict(row._mapping) for row in rows]
                     assert values or table.name == "contributions"
                     if values:
                         write.execute(insert(table), values)
@@ -104,21 +112,101 @@ class OldStudies:
             source.dispose()
 
 
+def old_participant_rows(connection: Connection) -> list[dict[str, Any]]:
+    """The enrolled participants as rows of the participants table the schemas before 0009
+    had."""
+    with Session(connection) as session:
+        out = []
+        for study_id in session.scalars(select(StudyRow.id)).all():
+            eps, metadata = participant_rows.load_participants(session, study_id)
+            for pid, (e, m) in enumerate(zip(eps.tolist(), metadata, strict=True)):
+                p = participant_rows.participant(session, study_id, pid)
+                assert p is not None
+                out.append(
+                    {
+                        "study_id": study_id,
+                        "participant_id": pid,
+                        "epsilon": e,
+                        "metadata": m,
+                        "enrolled_at": p.enrolled_at,
+                    }
+                )
+        return out
+
+
+def old_report_rows(connection: Connection) -> list[dict[str, Any]]:
+    """The stored reports as rows of the reports table the schemas before 0008 had."""
+    with Session(connection) as session:
+        ids = session.scalars(select(StudyRow.id)).all()
+        return [
+            {
+                "study_id": study_id,
+                "round": r.round,
+                "participant_id": r.participant_id,
+                "payload": r.payload,
+                "epsilon": r.epsilon,
+                "digest": r.digest,
+                "received_at": r.received_at,
+            }
+            for study_id in ids
+            for r in report_rows.list_reports(session, study_id)
+        ]
+
+
 @pytest.fixture
 def old(tmp_path: Path) -> OldStudies:
     return OldStudies(tmp_path)
 
 
+OLD_ROWS = {"reports": old_report_rows, "participants": old_participant_rows}
+"""How the rows of the tables stored in blocks from 0008 and 0009 on are read as the old rows."""
+
+
+def _row_key(table: str, r: dict[str, Any]) -> tuple[Any, ...]:
+    if table == "participants":
+        return (
+            r["study_id"],
+            r["participant_id"],
+            r["epsilon"],
+            json.dumps(r["metadata"]),
+            _utc(r["enrolled_at"]),
+        )
+    return (
+        r["study_id"],
+        r["round"],
+        r["participant_id"],
+        bytes(r["payload"]),
+        r["epsilon"],
+        r["digest"],
+        _utc(r["received_at"]),
+    )
+
+
 def snapshot(engine: Engine, revision: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, with the columns of the schema at ``revision``, read through the
-    ORM's types, in primary-key order."""
+    ORM's types, in primary-key order; the reports and the participants (stored in blocks from
+    0008 and 0009 on) as rows of the tables before."""
     out = {}
     with engine.connect() as connection:
+        present = set(inspect(connection).get_table_names())
         for table in legacy_metadata(revision).sorted_tables:
+            if table.name in OLD_ROWS:
+                if table.name in present:
+                    stmt = select(table).order_by(*table.primary_key)
+                    rows = [dict(row._mapping) for row in connection.execute(stmt)]
+                else:
+                    rows = OLD_ROWS[table.name](connection)
+                out[table.name] = sorted(_row_key(table.name, r) for r in rows)
+                continue
             orm = Base.metadata.tables[table.name]
             stmt = select(*(orm.c[c.name] for c in table.columns)).order_by(*orm.primary_key)
             out[table.name] = [tuple(row) for row in connection.execute(stmt)]
     return out
+
+
+def _utc(at: datetime) -> datetime:
+    """A stored time as UTC (SQLite's come back without their zone)."""
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
 
 def resume_and_finish(url: str, old: OldStudies) -> None:
