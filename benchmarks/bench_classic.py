@@ -14,11 +14,14 @@ doublings of each user's hash table in uint8 on cache-sized chunks
 (``fedldp.protocol.classic.hashing``), once at one ε (one integer count per chunk) and once with
 every user at its own ε (a weighted count).
 
-Rows are (family, mechanism, ours, theirs): the mean mechanisms join as more rows beside
-``frequency_rows()``, with their own ``ours`` and library runners, printed by the same loop.
+Rows are (family, mechanism, ours, theirs). Neither library has the mean mechanisms
+(protocol/classic/means.py): their table follows, ours alone, reports privatized per second (the
+client step over a block of users, each drawing from its own stream) and aggregated per second
+(check and aggregate in chunks of 8192, then finalize), per protocol, users holding one sample
+(scalar, or a vector in [−1, 1]^d) at ε, with the ℓ∞ error against the sample mean.
 
     python benchmarks/bench_classic.py [--items K] [--epsilon E] [--users N] [--their-users M]
-        [--olh-users N] [--olh-items K] [--skip-olh]
+        [--olh-users N] [--olh-items K] [--skip-olh] [--mean-users N] [--dimension D]
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from fedldp.protocol.api import ReportChunk, RoundTask, UserData, UserStreams, s
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.classic import hashing
 from fedldp.protocol.classic import oracles as th
+from fedldp.protocol.classic.means import PROTOCOLS as MEAN_PROTOCOLS
+from fedldp.protocol.classic.means import ClassicMean
 from fedldp.threads import one_blas_thread
 
 RATIO_TARGET = 10.0
@@ -185,6 +190,57 @@ def olh_aggregation(users: int, k: int, eps: float, mixed: bool) -> float:
     return time.perf_counter() - started
 
 
+CHUNK = 8192
+
+
+def measure(
+    protocol: ClassicMean, users: int, d: int, eps: float, seed: int
+) -> tuple[float, float, float]:
+    """(reports privatized per second, reports aggregated per second, |estimate − truth|∞)."""
+    rng = np.random.default_rng(seed)
+    shape = (users, d) if protocol.vector else (users,)
+    values = rng.uniform(-1.0, 1.0, shape)
+    data = UserData(values, np.ones(users, dtype=np.int64))
+    params = protocol.parse_params({"dimension": d} if protocol.vector else {})
+    epsilon = np.full(users, eps)
+    plan = protocol.plan(params, epsilon, {}, seed)
+    rp = plan.rounds[0]
+    broadcast = protocol.broadcast(params, plan, 0, [])
+    task = RoundTask.of(rp, broadcast)
+    started = time.perf_counter()
+    payloads = protocol.privatize(
+        params, task, data, rp.epsilon, rp.groups(), UserStreams(stream_key(seed, 26), rp.cohort)
+    )
+    privatize_s = time.perf_counter() - started
+    started = time.perf_counter()
+    chunks = (
+        ReportChunk(
+            rp.cohort[s : s + CHUNK],
+            rp.epsilon[s : s + CHUNK],
+            rp.groups()[s : s + CHUNK],
+            payloads[s : s + CHUNK],
+        )
+        for s in range(0, users, CHUNK)
+    )
+    result = protocol.finalize(
+        params, plan, [protocol.aggregate(params, plan, 0, broadcast, chunks)]
+    )
+    aggregate_s = time.perf_counter() - started
+    truth = values.reshape(users, -1).mean(axis=0)
+    error = float(np.max(np.abs(np.atleast_1d(np.asarray(result.estimate)) - truth)))
+    return users / privatize_s, users / aggregate_s, error
+
+
+def mean_table(users: int, d: int, eps: float, seed: int = 7) -> None:
+    print(f"classic means, in process: n = {users:,}, ε = {eps:g} (no library has them)")
+    print(f"{'protocol':<24}{'d':>5}{'privatized/s':>16}{'aggregated/s':>16}{'error (linf)':>15}")
+    for protocol in MEAN_PROTOCOLS:
+        assert isinstance(protocol, ClassicMean)
+        dim = d if protocol.vector else 1
+        private, aggregated, error = measure(protocol, users, dim, eps, seed)
+        print(f"{protocol.name:<24}{dim:>5}{private:>16,.0f}{aggregated:>16,.0f}{error:>15.2e}")
+
+
 def main(argv: list[str] | None = None) -> int:
     one_blas_thread()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
@@ -195,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--olh-users", type=int, default=1_000_000)
     parser.add_argument("--olh-items", type=int, default=1024)
     parser.add_argument("--skip-olh", action="store_true", help="skip the 10^6-user OLH timing")
+    parser.add_argument("--mean-users", type=int, default=1_000_000, help="users of the means")
+    parser.add_argument("--dimension", type=int, default=8, help="d of the vector means")
     args = parser.parse_args(argv)
     k, eps = args.items, args.epsilon
     rng = np.random.default_rng(0)
@@ -242,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"OLH aggregation, {args.olh_users} users × k = {args.olh_items}, {what}: "
                 f"{seconds:.2f} s (target < {OLH_TARGET_S:.0f} s): {'ok' if hit else 'MISSED'}"
             )
+    mean_table(args.mean_users, args.dimension, eps)
     return 0 if ok else 1
 
 
