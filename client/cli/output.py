@@ -24,6 +24,8 @@ def _number(x: Any) -> str:
         return "-"
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return str(x)
+    if isinstance(x, int):
+        return str(x)  # counts and seeds exactly: 1000000 users, not 1e+06
     return f"{x:.6g}"
 
 

@@ -122,7 +122,11 @@ def _run_server(args: argparse.Namespace) -> int:
     env = {"FEDLDP_ADMIN_KEY": args.admin_key} if args.admin_key else {}
     if args.database_url:
         env["FEDLDP_DATABASE_URL"] = args.database_url
-    command = ["--host", args.host, "--port", str(args.port)]
+    command = []  # what is not given here, the server takes from $FEDLDP_* or its defaults
+    if args.host is not None:
+        command += ["--host", args.host]
+    if args.port is not None:
+        command += ["--port", str(args.port)]
     if args.workers is not None:
         command += ["--workers", str(args.workers)]
     if args.protocols is not None:
@@ -140,8 +144,8 @@ def add_server_parser(subparsers: Subparsers) -> None:
         "  fedldp server --database-url postgresql+psycopg://fedldp@db/fedldp --workers 2",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument("--host", help="interface (default $FEDLDP_HOST or 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default $FEDLDP_PORT or 8000)")
     parser.add_argument(
         "--workers",
         type=int,

@@ -239,6 +239,8 @@ async def _watch(api: ApiClient, study_id: str, *, quiet: bool) -> StudyView:
                 view = await api.study(study_id)
             if live is not None:
                 live.update(_study_tables(view), refresh=True)
+    if live is not None and not live.console.is_terminal:
+        live.console.line()  # Live ends its last frame with a newline on a terminal only
     return await api.study(study_id)
 
 

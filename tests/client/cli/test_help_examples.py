@@ -60,6 +60,9 @@ EXEMPT = {
     "fedldp experiment run heterogeneous-e1-weighting --cluster "
     "tcp://scheduler:8786": "needs the compose deployment's Dask scheduler; "
     "tests/client/experiments/test_cluster.py runs trials with --cluster on a LocalCluster",
+    "fedldp swarm --create user-mean --users 1000000 --samples 16 --seed 1 --batch "
+    "--cluster tcp://127.0.0.1:8786": "needs a Dask scheduler listening on 127.0.0.1:8786; "
+    "tests/client/swarm/test_spread.py runs fedldp swarm --cluster on a LocalCluster",
     "fedldp reproduce --scale paper --jobs 2": "every experiment at the papers' scale takes "
     "hours; the same command at the quick scale (fedldp reproduce NAME) runs here",
 }

@@ -248,3 +248,29 @@ def test_protocols_show_origins_and_broken_plugins(
     assert code == 0
     assert "(fedldp-plug 1.2.3)" in out
     assert "broken plugin user-mean (fedldp-impostor 0.1), not served:" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(
+    ("argv", "forwarded"),
+    [
+        ([], []),  # $FEDLDP_HOST, $FEDLDP_PORT (docs/server.md) or the server's defaults
+        (["--port", "8080", "--host", "0.0.0.0"], ["--host", "0.0.0.0", "--port", "8080"]),
+        (["--workers", "2"], ["--workers", "2"]),
+    ],
+)
+def test_server_forwards_only_the_options_given(
+    argv: list[str], forwarded: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fedldp server`` used to pass ``--host 127.0.0.1 --port 8000`` always, so the server's
+    own ``FEDLDP_HOST``/``FEDLDP_PORT`` were never read."""
+    from fedldp.client.cli import remote
+
+    seen: list[list[str]] = []
+
+    def become_server(args: list[str], env: Mapping[str, str] | None = None) -> int:
+        seen.append(list(args))
+        return 0
+
+    monkeypatch.setattr(remote, "exec_server", become_server)
+    assert main(["server", *argv]) == 0
+    assert seen == [forwarded]

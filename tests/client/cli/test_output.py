@@ -95,6 +95,16 @@ def test_table_shows_every_part() -> None:
         assert part in text
 
 
+def test_table_shows_counts_and_seeds_exactly() -> None:
+    """Integers are counts or seeds: a million users is 1000000, not the 6-digit 1e+06."""
+    s = summary(n=1_000_000, seed=1_693_125_408_465_869_867)
+    s["users_served"] = 250_000
+    text = render_table(s, width=200)
+    for part in ("1000000", "1693125408465869867", "250000"):
+        assert part in text
+    assert "e+" not in text
+
+
 def test_table_explains_diagnostics_evaluation_and_unequal_epsilons() -> None:
     s = summary(protocol="hetero-mean-rr", diagnostics={"S_RR": 12.5, "sum_w2": 0.01, "odd": 1})
     s["evaluation"] = {"excess_risk": 0.0125}

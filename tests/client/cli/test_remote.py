@@ -97,6 +97,8 @@ def test_swarm_json_matches_simulate_and_studies_show_it(
     code, out, _ = run_cli(capsys, "studies", "watch", study_id, "--server", server)
     assert code == 0
     assert "estimate" in out
+    # piped or redirected, the rounds table ends its line before the result's title begins
+    assert any(line.strip() == "fedldp · hetero-mean-rr" for line in out.splitlines()), out
 
 
 def test_cli_errors_are_one_line_with_the_code(
