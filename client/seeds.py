@@ -29,6 +29,7 @@ __all__ = [
     "data_key",
     "derive_seeds",
     "noise_seed",
+    "occurrence_study_seed",
     "population_digest",
     "round_key",
 ]
@@ -66,9 +67,30 @@ def data_key(population_seed: int) -> StreamKey:
     return stream_key(population_seed, DATA_PURPOSE)
 
 
-def round_key(population_seed: int, round_index: int) -> StreamKey:
-    """Key of the streams a user privatizes with in round ``round_index``."""
-    return stream_key(population_seed, ROUND_PURPOSE, round_index)
+def round_key(population_seed: int, round_index: int, occurrence: int = 0) -> StreamKey:
+    """Key of the streams a user privatizes with in round ``round_index`` of occurrence
+    ``occurrence`` of a campaign (``fedldp.client.campaign``; 0 for a one-off study, whose key
+    predates campaigns and is kept). Each occurrence draws fresh noise from the same device
+    secret (the population seed)."""
+    if occurrence == 0:
+        return stream_key(population_seed, ROUND_PURPOSE, round_index)
+    return stream_key(population_seed, ROUND_PURPOSE, round_index, occurrence)
+
+
+OCCURRENCE_PURPOSE = 0x4F
+
+
+def occurrence_study_seed(seed: int, occurrence: int) -> int:
+    """The public study seed of occurrence ``occurrence`` of a campaign run with ``seed``: the run's
+    own study seed for occurrence 0, a fresh one (spawned from it) for each later occurrence, so
+    each occurrence's public randomness is new while the devices (the population seed) stay."""
+    if occurrence < 0:
+        raise ValueError(f"occurrence must be >= 0, got {occurrence}")
+    study_seed = derive_seeds(seed)[0]
+    if occurrence == 0:
+        return study_seed
+    state = np.random.SeedSequence(study_seed, spawn_key=(OCCURRENCE_PURPOSE, occurrence))
+    return int(state.generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def behaviour_key(population_seed: int) -> StreamKey:

@@ -57,10 +57,12 @@ CLIENT_ALLOWED: dict[str, set[str]] = {
     "population": {"extras", "seeds"},
     "simulate": {"behaviour", "population", "results", "seeds"},
     "swarm": {"api", "behaviour", "cluster", "population", "results", "seeds"},
+    "campaign": {"population", "results", "seeds", "simulate"},
     "experiments": {"behaviour", "cluster", "extras", "population", "results", "seeds", "simulate"},
     "cli": {
         "api",
         "behaviour",
+        "campaign",
         "cluster",
         "experiments",
         "extras",

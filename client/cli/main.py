@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fedldp.client.cli.campaigns import CAMPAIGN_COMMANDS
 from fedldp.client.cli.db import add_db_parser
 from fedldp.client.cli.experiments import EXPERIMENT_COMMANDS
 from fedldp.client.cli.output import jsonable, render_table
@@ -313,6 +314,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     *REMOTE_COMMANDS,
     add_db_parser,
     *EXPERIMENT_COMMANDS,
+    *CAMPAIGN_COMMANDS,
 ]
 """Subcommand registrars; another module's ``add_parser`` is added with one line here."""
 
