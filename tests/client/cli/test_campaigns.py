@@ -35,4 +35,6 @@ def test_a_bad_campaign_file_is_one_line(
     bad.write_text("protocol: classic-duchi\npopulation: {users: 10}\nevery: daily\ntimes: 3\n")
     assert main(["campaign", "simulate", str(bad), "--seed", "1"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "1d, 12h" in err
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1
+    assert "1d, 12h" in err
