@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fedldp.protocol.core.streams import StreamKey, stream_key
+from fedldp.protocol.core.wire import occurrence_seed
 
 __all__ = [
     "BEHAVIOUR_PURPOSE",
@@ -77,20 +78,12 @@ def round_key(population_seed: int, round_index: int, occurrence: int = 0) -> St
     return stream_key(population_seed, ROUND_PURPOSE, round_index, occurrence)
 
 
-OCCURRENCE_PURPOSE = 0x4F
-
-
 def occurrence_study_seed(seed: int, occurrence: int) -> int:
     """The public study seed of occurrence ``occurrence`` of a campaign run with ``seed``: the run's
-    own study seed for occurrence 0, a fresh one (spawned from it) for each later occurrence, so
-    each occurrence's public randomness is new while the devices (the population seed) stay."""
-    if occurrence < 0:
-        raise ValueError(f"occurrence must be >= 0, got {occurrence}")
-    study_seed = derive_seeds(seed)[0]
-    if occurrence == 0:
-        return study_seed
-    state = np.random.SeedSequence(study_seed, spawn_key=(OCCURRENCE_PURPOSE, occurrence))
-    return int(state.generate_state(1, np.uint64)[0] >> np.uint64(1))
+    own study seed for occurrence 0, a fresh one for each later occurrence
+    (``fedldp.protocol.core.wire.occurrence_seed``, which the server derives too), so each
+    occurrence's public randomness is new while the devices (the population seed) stay."""
+    return occurrence_seed(derive_seeds(seed)[0], occurrence)
 
 
 def behaviour_key(population_seed: int) -> StreamKey:

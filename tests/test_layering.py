@@ -57,7 +57,7 @@ CLIENT_ALLOWED: dict[str, set[str]] = {
     "population": {"extras", "seeds"},
     "simulate": {"behaviour", "population", "results", "seeds"},
     "swarm": {"api", "behaviour", "cluster", "population", "results", "seeds"},
-    "campaign": {"population", "results", "seeds", "simulate"},
+    "campaign": {"api", "population", "results", "seeds", "simulate", "swarm"},
     "experiments": {"behaviour", "cluster", "extras", "population", "results", "seeds", "simulate"},
     "cli": {
         "api",

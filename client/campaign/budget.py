@@ -14,7 +14,6 @@ budget (``DeviceLedger.admits``), and the server's ledger keyed by device refuse
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,11 +22,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fedldp.protocol.core.base.records import BoolArray, FloatArray, IntArray
+from fedldp.protocol.core.wire import BUDGET_SLACK, budget_window, within_budget
 
 __all__ = ["SLACK", "DeviceBudget", "DeviceLedger", "Spend", "parse_every"]
 
-SLACK = 1e-9
-"""Relative rounding slack of a budget check: ten charges of 0.1 fit a budget of 1."""
+SLACK = BUDGET_SLACK
 
 
 _UNITS = {"d": 1.0, "h": 1.0 / 24.0, "m": 1.0 / 1440.0, "s": 1.0 / 86400.0}
@@ -65,11 +64,12 @@ class DeviceBudget(BaseModel):
 
     def window(self, day: float) -> int:
         """The index of the budget window holding ``day`` (0 for a lifetime budget)."""
-        return 0 if self.period is None else math.floor(day / self.period + SLACK)
+        return budget_window(day, self.period)
 
     def fits(self, spent: FloatArray, charge: FloatArray) -> BoolArray:
         """Whether ``spent + charge`` stays within the budget (with ``SLACK``)."""
-        return np.asarray(spent + charge <= self.epsilon * (1.0 + SLACK), dtype=np.bool_)
+        fits = np.vectorize(within_budget, otypes=[np.bool_])
+        return np.asarray(fits(spent, charge, self.epsilon), dtype=np.bool_)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,14 @@ from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.base.records import JSON, FloatArray, IntArray
 
-__all__ = ["CampaignResult", "Occurrence", "occurrence_population", "simulate_campaign"]
+__all__ = [
+    "CampaignResult",
+    "Occurrence",
+    "admitted",
+    "estimate_json",
+    "occurrence_population",
+    "simulate_campaign",
+]
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,8 @@ class CampaignResult:
         }
 
 
-def _json(value: Any) -> float | list[float]:
+def estimate_json(value: Any) -> float | list[float]:
+    """An estimate or truth as JSON: a float, or a flat list of floats."""
     array = np.asarray(value, dtype=np.float64)
     return float(array) if array.ndim == 0 else [float(v) for v in array.reshape(-1)]
 
@@ -105,7 +113,7 @@ def simulate_campaign(
                 fill_from_population(protocol, template.params, population)
             )
             run = simulate(protocol, params, population, seed, members=members)
-            estimate = _json(run.result.estimate)
+            estimate = estimate_json(run.result.estimate)
             ledger.record(k, day, members, np.asarray(population.epsilon)[members])
         out.append(
             Occurrence(
@@ -114,7 +122,7 @@ def simulate_campaign(
                 int(members.size),
                 population.n - int(members.size),
                 estimate,
-                _json(population.truth),
+                estimate_json(population.truth),
             )
         )
     assert ledger is not None
