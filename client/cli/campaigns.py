@@ -1,4 +1,6 @@
-"""``fedldp campaign simulate FILE --seed S``: a campaign's occurrences in process.
+"""``fedldp campaign simulate FILE --seed S`` (a campaign's occurrences in process) and ``fedldp
+campaign run FILE --server URL --seed S --store DIR`` (each occurrence as a swarm against a
+server, the devices' state in DIR: a second run goes on where the first stopped).
 
 The file is a campaign template (``fedldp.client.campaign.template``, docs/campaigns.md): a
 protocol and its parameters, a population (which may drift), ``every``/``times`` and a device
@@ -9,13 +11,18 @@ enrolled and refused, then each device's cumulative ε spend.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from fedldp.client.campaign.drive import run_campaign
 from fedldp.client.campaign.simulate import CampaignResult, simulate_campaign
 from fedldp.client.campaign.template import load_template
+from fedldp.client.cli.studies import DEFAULT_SERVER, remote
+from fedldp.protocol.core.wire import MAX_BATCH
 
 __all__ = ["CAMPAIGN_COMMANDS", "render_campaign"]
 
@@ -42,13 +49,36 @@ def _short(value: float | list[float]) -> str:
     return f"{value:.6g}"
 
 
-def _run_simulate(args: argparse.Namespace) -> int:
-    template = load_template(args.file)
-    result = simulate_campaign(template, args.seed)
-    if args.json:
+def _print(result: CampaignResult, as_json: bool) -> None:
+    if as_json:
         print(json.dumps({**result.as_json(), "devices": result.spent.tolist()}))
     else:
         sys.stdout.write(render_campaign(result))
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    _print(simulate_campaign(load_template(args.file), args.seed), args.json)
+    return 0
+
+
+def _run_remote(args: argparse.Namespace) -> int:
+    if args.batch is not None and not 1 <= args.batch <= MAX_BATCH:
+        raise ValueError(f"--batch must lie in [1, {MAX_BATCH}]")
+    if args.limit is not None and args.limit < 1:
+        raise ValueError("--limit must be >= 1")
+    result = asyncio.run(
+        run_campaign(
+            args.server,
+            load_template(args.file),
+            args.seed,
+            args.store,
+            name=args.name,
+            batch=args.batch,
+            admin_key=args.admin_key,
+            limit=args.limit,
+        )
+    )
+    _print(result, args.json)
     return 0
 
 
@@ -59,7 +89,9 @@ def add_campaign_parser(subparsers: Any) -> None:
         description="Run a campaign: one study template repeated on a schedule over the same "
         "devices, with per-device ε budgets (docs/campaigns.md).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  fedldp campaign simulate daily.yaml --seed 1",
+        epilog="examples:\n  fedldp campaign simulate examples/campaigns/daily-mean.yaml --seed 1\n"
+        "  fedldp campaign run examples/campaigns/daily-mean.yaml --server http://127.0.0.1:8000 "
+        "\\\n      --seed 1 --store devices --limit 3",
     )
     commands = parser.add_subparsers(dest="campaign_command", required=True, metavar="COMMAND")
     simulate = commands.add_parser(
@@ -76,6 +108,48 @@ def add_campaign_parser(subparsers: Any) -> None:
         "--json", action="store_true", help="one JSON object, with every device's spend"
     )
     simulate.set_defaults(handler=_run_simulate)
+    run = commands.add_parser(
+        "run",
+        help="each occurrence as a swarm against a server, the devices' state kept in a folder",
+        description="Run the campaign in FILE against a server: create it there (once), then "
+        "for each remaining occurrence ask the server to open it, let each device check its "
+        "budget, admit the devices that accept (the server checks its own ledger) and run them "
+        "as a swarm. The devices' ledgers live in STORE (an SQLite file): running the command "
+        "again goes on where it stopped. Prints what campaign simulate prints, for the "
+        "occurrences finished so far.",
+    )
+    run.add_argument("file", type=Path, metavar="FILE", help="campaign template (YAML/JSON)")
+    run.add_argument(
+        "--server", default=DEFAULT_SERVER, metavar="URL", help=f"default {DEFAULT_SERVER}"
+    )
+    run.add_argument(
+        "--seed", type=int, required=True, metavar="S", help="run seed (fixes the devices)"
+    )
+    run.add_argument(
+        "--store", type=Path, required=True, metavar="DIR", help="folder of the device store"
+    )
+    run.add_argument("--name", metavar="NAME", help="the campaign's name on the server")
+    run.add_argument(
+        "--batch",
+        type=int,
+        default=256,
+        metavar="B",
+        help="users per batch agent of each occurrence's swarm (default 256)",
+    )
+    run.add_argument(
+        "--limit", type=int, metavar="N", help="stop after N occurrences (run again to go on)"
+    )
+    run.add_argument(
+        "--admin-key",
+        default=os.environ.get("FEDLDP_ADMIN_KEY"),
+        metavar="KEY",
+        help="X-Admin-Key for creating the campaign and opening occurrences "
+        "(default $FEDLDP_ADMIN_KEY)",
+    )
+    run.add_argument(
+        "--json", action="store_true", help="one JSON object, with every device's spend"
+    )
+    run.set_defaults(handler=remote(_run_remote))
 
 
 CAMPAIGN_COMMANDS = [add_campaign_parser]
