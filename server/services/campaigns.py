@@ -174,6 +174,8 @@ def next_occurrence(ctx: Context, campaign_id: str) -> OccurrenceView:
             round_deadline_s=c.round_deadline_s,
             quorum=c.quorum,
             population_digest=c.population_digest,
+            # only lease holders enroll (the admin key, when the server has one, as admission)
+            enrollment="leased",
         )
         day = c.start + index * c.every
     study = studies.create(ctx, spec)  # its own transaction

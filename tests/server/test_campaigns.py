@@ -49,8 +49,13 @@ async def _admit(
 async def _run(client: httpx.AsyncClient, study: str) -> None:
     """Enroll two participants, then cancel the study: what a driver that died mid-occurrence
     leaves (its study is cancelled by the next run)."""
+    anyone = await client.post(f"/v1/studies/{study}/participants/batch", json={"epsilons": [1.0]})
+    expect_error(anyone, 403, "enrollment_closed")  # an occurrence's study is leased
+    lease = (await client.post(f"/v1/studies/{study}/leases", json={"size": 2})).json()
     enrolled = await client.post(
-        f"/v1/studies/{study}/participants/batch", json={"epsilons": [1.0, 1.0]}
+        f"/v1/studies/{study}/participants/batch",
+        json={"epsilons": [1.0, 1.0], "participant_ids": [0, 1]},
+        headers={"Authorization": f"Bearer {lease['token']}"},
     )
     assert enrolled.status_code == 201, enrolled.text
     assert (await client.post(f"/v1/studies/{study}/cancel")).status_code == 200
