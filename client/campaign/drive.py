@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from fedldp.client.api.client import ApiClient, PhaseError
+from fedldp.client.api.client import ApiClient, NotFoundError, PhaseError
 from fedldp.client.campaign.simulate import (
     CampaignResult,
     Occurrence,
@@ -90,6 +90,8 @@ async def run_campaign(
             if campaign_id is None:
                 campaign_id = (await api.create_campaign(_create(template, seed, name))).id
                 store.set_campaign(campaign_id)
+            else:
+                await _known(api, campaign_id, store, server_url)
             while limit is None or ran < limit:
                 try:
                     occurrence = await api.next_occurrence(campaign_id)
@@ -122,6 +124,18 @@ async def run_campaign(
             for index, day, study, enrolled, refused, estimate, truth in store.finished()
         )
     return CampaignResult(finished, spent)
+
+
+async def _known(api: ApiClient, campaign_id: str, store: DeviceStore, server_url: str) -> None:
+    """ValueError when the store's campaign is not on this server (another server, or its
+    database was replaced): the devices' ledgers would no longer match the server's."""
+    try:
+        await api.campaign(campaign_id)
+    except NotFoundError:
+        raise ValueError(
+            f"the device store {store.path} belongs to campaign {campaign_id}, which the server "
+            f"at {server_url} does not hold: give another folder (or the campaign's server)"
+        ) from None
 
 
 async def _run_occurrence(

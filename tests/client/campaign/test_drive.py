@@ -4,7 +4,6 @@ refused on both sides."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,9 +67,8 @@ def assert_same(http: CampaignResult, local: CampaignResult) -> None:
         if b.estimate is None:
             assert a.estimate is None
         else:
-            assert isinstance(a.estimate, float)
-            assert isinstance(b.estimate, float)
-            assert math.isclose(a.estimate, b.estimate, rel_tol=REL, abs_tol=1e-12)
+            assert a.estimate is not None
+            np.testing.assert_allclose(a.estimate, b.estimate, rtol=REL, atol=1e-12)
     np.testing.assert_array_equal(http.spent, local.spent)
 
 
@@ -101,6 +99,43 @@ async def test_http_gives_the_in_process_numbers_and_resumes(app: FastAPI, tmp_p
         assert budget.spent_total == 3.0
         assert budget.spent_window == 1.0  # day 2's window holds occurrence 4 alone
         assert budget.remaining == 0.5
+
+
+async def test_a_drifting_top_item_over_http(app: FastAPI, tmp_path: Path) -> None:
+    """Vector estimates (item frequencies) whose top item changes on day 1: the same numbers."""
+    template = _template(
+        protocol="hetero-frequency",
+        population={
+            "users": 1500,
+            "distribution": "categorical",
+            "items": 4,
+            "zipf": 1.0,
+            "drift": {"top_item": 2, "from_day": 1},
+        },
+        every="1d",
+        times=3,
+        budget=None,
+    )
+    transport = httpx.ASGITransport(app=app)
+    http = await run_campaign(URL, template, 4, tmp_path / "devices", transport=transport)
+    local = simulate_campaign(template, 4)
+    assert_same(http, local)
+    tops = [int(np.argmax(np.asarray(o.truth))) for o in local.occurrences]
+    assert tops == [0, 2, 2]
+
+
+async def test_a_store_of_another_server_is_refused(app: FastAPI, tmp_path: Path) -> None:
+    template, folder = _template(times=1), tmp_path / "devices"
+    transport = httpx.ASGITransport(app=app)
+    await run_campaign(URL, template, 2, folder, transport=transport)
+    other = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'other.db'}"))
+    try:
+        with pytest.raises(ValueError, match="does not hold"):
+            await run_campaign(URL, template, 2, folder, transport=httpx.ASGITransport(app=other))
+        with pytest.raises(ValueError, match="another campaign"):
+            await run_campaign(URL, _template(times=2), 2, folder, transport=transport)
+    finally:
+        other.state.ctx.db.dispose()
 
 
 def _epsilons(template: CampaignTemplate, seed: int) -> list[float]:
