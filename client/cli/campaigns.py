@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fedldp.client.api.client import ApiClient
 from fedldp.client.campaign.drive import run_campaign
 from fedldp.client.campaign.simulate import CampaignResult, simulate_campaign
 from fedldp.client.campaign.template import load_template
@@ -79,6 +80,60 @@ def _run_remote(args: argparse.Namespace) -> int:
         )
     )
     _print(result, args.json)
+    return 0
+
+
+async def _show(server: str, campaign_id: str, device: str | None) -> str:
+    async with ApiClient(server) as api:
+        if device is not None:
+            return (await api.device_budget(campaign_id, device)).model_dump_json()
+        return (await api.campaign(campaign_id)).model_dump_json()
+
+
+def _run_show(args: argparse.Namespace) -> int:
+    text = asyncio.run(_show(args.server, args.id, None))
+    if args.json:
+        print(text)
+        return 0
+    view = json.loads(text)
+    budget = (
+        "none"
+        if view["budget_epsilon"] is None
+        else f"ε {view['budget_epsilon']:g} per "
+        + ("lifetime" if view["budget_period"] is None else f"{view['budget_period']:g} d")
+    )
+    lines = [
+        f"campaign {view['id']}: {view['protocol']}, every {view['every']:g} d, "
+        f"{len(view['occurrences'])} of {view['times']} occurrences opened, clock "
+        f"{'-' if view['clock'] is None else format(view['clock'], 'g')}, budget {budget}",
+        f"{'occurrence':>10} {'day':>7} {'phase':>10} {'devices':>8} estimate",
+    ]
+    for o in view["occurrences"]:
+        estimate = "-" if o["estimate"] is None else _short(o["estimate"])
+        lines.append(
+            f"{o['index']:>10} {o['day']:>7.3g} {o['phase']:>10} {o['n_participants']:>8} "
+            f"{estimate}"
+        )
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def _run_budget(args: argparse.Namespace) -> int:
+    text = asyncio.run(_show(args.server, args.id, args.device))
+    if args.json:
+        print(text)
+        return 0
+    view = json.loads(text)
+    remaining = "unlimited" if view["remaining"] is None else format(view["remaining"], "g")
+    lines = [
+        f"device {view['device']}: spent ε {view['spent_total']:g} in all, "
+        f"{view['spent_window']:g} in the clock's window, {remaining} left there"
+    ]
+    lines += [
+        f"  occurrence {s['occurrence']} (day {s['day']:g}): ε {s['epsilon']:g}"
+        for s in view["spends"]
+    ]
+    sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 
@@ -150,6 +205,27 @@ def add_campaign_parser(subparsers: Any) -> None:
         "--json", action="store_true", help="one JSON object, with every device's spend"
     )
     run.set_defaults(handler=remote(_run_remote))
+    show = commands.add_parser(
+        "show",
+        help="a server's campaign: its clock and each occurrence's study and estimate",
+        description="Show a campaign held by a server: its schedule, clock and budget, and each "
+        "opened occurrence's day, study phase, devices and estimate.",
+    )
+    show.add_argument("id", metavar="ID", help="the campaign's id")
+    budget = commands.add_parser(
+        "budget",
+        help="a device's ε spend over a server's campaign",
+        description="Show what a device was charged in each occurrence of a campaign, its "
+        "total, and what is left of its budget in the window of the campaign's clock.",
+    )
+    budget.add_argument("id", metavar="ID", help="the campaign's id")
+    budget.add_argument("device", metavar="DEVICE", help="the device's id (d<slot> for a swarm's)")
+    for command, handler in ((show, _run_show), (budget, _run_budget)):
+        command.add_argument(
+            "--server", default=DEFAULT_SERVER, metavar="URL", help=f"default {DEFAULT_SERVER}"
+        )
+        command.add_argument("--json", action="store_true", help="the server's answer as JSON")
+        command.set_defaults(handler=remote(handler))
 
 
 CAMPAIGN_COMMANDS = [add_campaign_parser]
