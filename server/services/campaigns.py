@@ -181,18 +181,16 @@ def next_occurrence(ctx: Context, campaign_id: str) -> OccurrenceView:
     study = studies.create(ctx, spec)  # its own transaction
     loser: str | None = None
     with ctx.transaction() as session:
-        c = _require(session, campaign_id, lock=True)
+        _require(session, campaign_id, lock=True)
         existing = rows.occurrence(session, campaign_id, index)
         if existing is None:
-            existing = OccurrenceRow(
-                campaign_id=campaign_id, index=index, study_id=study.id, day=day
-            )
-            rows.add_occurrence(session, existing)
+            opened = OccurrenceRow(campaign_id=campaign_id, index=index, study_id=study.id, day=day)
+            rows.add_occurrence(session, opened)
         elif existing.study_id == replaced:
-            existing.study_id = study.id
+            rows.set_occurrence_study(session, campaign_id, index, study.id)
         else:  # another driver opened it meanwhile: ours is never used
             loser = study.id
-        c.clock = day
+        rows.set_clock(session, campaign_id, day)
         found = rows.occurrences(session, campaign_id)
         view = next(_occurrence_view(o, s) for o, s in found if o.index == index)
     if loser is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from fedldp.server.store.tables import CampaignRow, DeviceSpendRow, OccurrenceRow, StudyRow
@@ -21,6 +21,8 @@ __all__ = [
     "locked_campaign",
     "occurrence",
     "occurrences",
+    "set_clock",
+    "set_occurrence_study",
     "spends_of",
 ]
 
@@ -71,6 +73,20 @@ def occurrence(session: Session, campaign_id: str, index: int) -> OccurrenceRow 
 def add_occurrence(session: Session, row: OccurrenceRow) -> None:
     session.add(row)
     session.flush()
+
+
+def set_occurrence_study(session: Session, campaign_id: str, index: int, study_id: str) -> None:
+    """Point occurrence ``index`` at another study (an occurrence opened again)."""
+    session.execute(
+        update(OccurrenceRow)
+        .where(OccurrenceRow.campaign_id == campaign_id, OccurrenceRow.index == index)
+        .values(study_id=study_id)
+    )
+
+
+def set_clock(session: Session, campaign_id: str, day: float) -> None:
+    """Move the campaign's simulated clock to ``day``."""
+    session.execute(update(CampaignRow).where(CampaignRow.id == campaign_id).values(clock=day))
 
 
 def device_spends(
