@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -103,19 +104,8 @@ async def run_campaign(
                     # left half-run by a driver that died: run it again with a fresh study
                     await api.cancel_study(occurrence.study_id)
                     continue
-                await _run_occurrence(
-                    api,
-                    server_url,
-                    template,
-                    seed,
-                    store,
-                    occurrence.index,
-                    occurrence.study_id,
-                    campaign_id,
-                    batch,
-                    admin_key,
-                    transport,
-                )
+                run = _Run(api, server_url, template, seed, store, campaign_id, batch, admin_key)
+                await run.occurrence(occurrence.index, occurrence.study_id, transport)
                 ran += 1
         population = occurrence_population(template, seed, 0)
         spent = store.ledger(population.n, template.budget).total()
@@ -138,58 +128,66 @@ async def _known(api: ApiClient, campaign_id: str, store: DeviceStore, server_ur
         ) from None
 
 
-async def _run_occurrence(
-    api: ApiClient,
-    server_url: str,
-    template: CampaignTemplate,
-    seed: int,
-    store: DeviceStore,
-    index: int,
-    study_id: str,
-    campaign_id: str,
-    batch: int | None,
-    admin_key: str | None,
-    transport: httpx.AsyncBaseTransport | None,
-) -> None:
-    population = occurrence_population(template, seed, index)
-    day = template.day(index)
-    # the devices' own check, against their ledger without this occurrence (a rerun of it)
-    members = admitted(store.ledger(population.n, template.budget, without=index), population, day)
-    epsilon = np.asarray(population.epsilon, dtype=np.float64)[members]
-    estimate = None
-    if members.size:
-        store.charge(index, day, members, epsilon)  # write-ahead: never under-counted
-        for start in range(0, int(members.size), MAX_BATCH):
-            devices = [
-                DeviceCharge(device=device_id(int(s)), epsilon=float(e))
-                for s, e in zip(
-                    members[start : start + MAX_BATCH],
-                    epsilon[start : start + MAX_BATCH],
-                    strict=True,
-                )
-            ]
-            await api.admit_devices(campaign_id, index, DeviceBatch(devices=devices))
-        swarm = await run_swarm(
-            server_url,
-            population=population,
-            study_id=study_id,
-            members=members,
-            batch=batch,
-            progress=False,
-            admin_key=admin_key,
-            transport=transport,
+@dataclass(frozen=True)
+class _Run:
+    """What running one occurrence needs."""
+
+    api: ApiClient
+    server_url: str
+    template: CampaignTemplate
+    seed: int
+    store: DeviceStore
+    campaign_id: str
+    batch: int | None
+    admin_key: str | None
+
+    async def occurrence(
+        self, index: int, study_id: str, transport: httpx.AsyncBaseTransport | None
+    ) -> None:
+        """Admit the devices whose budget accepts occurrence ``index``, run them as a swarm on
+        its study ``study_id`` and store the outcome."""
+        run, api, template, seed, store = self, self.api, self.template, self.seed, self.store
+        population = occurrence_population(template, seed, index)
+        day = template.day(index)
+        # the devices' own check, against their ledger without this occurrence (a rerun of it)
+        members = admitted(
+            store.ledger(population.n, template.budget, without=index), population, day
         )
-        estimate = swarm.result.estimate
-    else:  # nobody takes part: the occurrence ends without estimate
-        await api.cancel_study(study_id)
-    store.finish(
-        (
-            index,
-            day,
-            study_id,
-            int(members.size),
-            population.n - int(members.size),
-            None if estimate is None else estimate_json(estimate),
-            estimate_json(population.truth),
+        epsilon = np.asarray(population.epsilon, dtype=np.float64)[members]
+        estimate = None
+        if members.size:
+            store.charge(index, day, members, epsilon)  # write-ahead: never under-counted
+            for start in range(0, int(members.size), MAX_BATCH):
+                devices = [
+                    DeviceCharge(device=device_id(int(s)), epsilon=float(e))
+                    for s, e in zip(
+                        members[start : start + MAX_BATCH],
+                        epsilon[start : start + MAX_BATCH],
+                        strict=True,
+                    )
+                ]
+                await api.admit_devices(run.campaign_id, index, DeviceBatch(devices=devices))
+            swarm = await run_swarm(
+                run.server_url,
+                population=population,
+                study_id=study_id,
+                members=members,
+                batch=run.batch,
+                progress=False,
+                admin_key=run.admin_key,
+                transport=transport,
+            )
+            estimate = swarm.result.estimate
+        else:  # nobody takes part: the occurrence ends without estimate
+            await api.cancel_study(study_id)
+        store.finish(
+            (
+                index,
+                day,
+                study_id,
+                int(members.size),
+                population.n - int(members.size),
+                None if estimate is None else estimate_json(estimate),
+                estimate_json(population.truth),
+            )
         )
-    )
