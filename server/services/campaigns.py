@@ -5,10 +5,11 @@ devices' ε ledger across its occurrences (docs/campaigns.md; no HTTP here, see
 The simulated clock is advanced by the driver: ``next_occurrence`` opens occurrence k (its day
 ``start + k·every`` becomes the campaign's clock) once occurrence k − 1's study has ended, and
 answers the open occurrence again while its study runs, so a driver, or a restarted server, goes
-on from the database alone. A failed or cancelled occurrence that had enrolled devices (a driver
-that died mid-occurrence cancels its half-run study) is opened again with a new study of the same
-public seed: the devices re-send the same randomized reports, so no new privacy loss. One that
-ended with nobody enrolled (no device's budget admitted it) counts as run, without estimate.
+on from the database alone. A cancelled occurrence that had enrolled devices (a driver that died
+mid-occurrence cancels its half-run study) is opened again with a new study of the same public
+seed: the devices re-send the same randomized reports, so no new privacy loss. One cancelled with
+nobody enrolled (no device's budget admitted it) counts as run, without estimate, and so does a
+failed one (its failure would repeat: the same seeds, the same reports).
 
 A device is charged the ε it declares for an occurrence when it is admitted (``admit``), once
 per occurrence: charging it again for the same occurrence answers the same. The charge is
@@ -161,7 +162,7 @@ def next_occurrence(ctx: Context, campaign_id: str) -> OccurrenceView:
         done = rows.occurrences(session, campaign_id)
         if done and done[-1][1].phase not in ENDED_PHASES:
             return _occurrence_view(*done[-1])
-        if done and done[-1][1].phase != "finished" and done[-1][1].n_participants > 0:
+        if done and done[-1][1].phase == "cancelled" and done[-1][1].n_participants > 0:
             index, replaced = done[-1][0].index, done[-1][1].id
         elif len(done) >= c.times:
             raise CampaignComplete(f"campaign {campaign_id} ran all its {c.times} occurrences")
