@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from fedldp.protocol.core.streams import StreamKey, stream_key
+from fedldp.protocol.core.wire import occurrence_seed
 
 __all__ = [
     "BEHAVIOUR_PURPOSE",
@@ -31,6 +32,7 @@ __all__ = [
     "derive_seeds",
     "device_key",
     "noise_seed",
+    "occurrence_study_seed",
     "population_digest",
     "round_key",
 ]
@@ -69,10 +71,16 @@ def data_key(population_seed: int) -> StreamKey:
     return stream_key(population_seed, DATA_PURPOSE)
 
 
-def round_key(population_seed: int, round_index: int) -> StreamKey:
-    """Key of the streams a user privatizes with in round ``round_index``, carrying the
-    population's ``device_key`` (``UserStreams.device``: memoized responses)."""
-    key = stream_key(population_seed, ROUND_PURPOSE, round_index)
+def round_key(population_seed: int, round_index: int, occurrence: int = 0) -> StreamKey:
+    """Key of the streams a user privatizes with in round ``round_index`` of occurrence
+    ``occurrence`` of a campaign (``fedldp.client.campaign``; 0 for a one-off study, whose key
+    predates campaigns and is kept), carrying the population's ``device_key``
+    (``UserStreams.device``: memoized responses). Each occurrence draws fresh noise from the
+    same device secret (the population seed); the device streams stay the same."""
+    if occurrence == 0:
+        key = stream_key(population_seed, ROUND_PURPOSE, round_index)
+    else:
+        key = stream_key(population_seed, ROUND_PURPOSE, round_index, occurrence)
     key.device = device_key(population_seed)
     return key
 
@@ -80,10 +88,18 @@ def round_key(population_seed: int, round_index: int) -> StreamKey:
 def device_key(population_seed: int) -> StreamKey:
     """Key of every device's persistent streams: a function of the private population seed
     only, so device i (same population seed, same index) draws the same persistent randomness
-    in every study and round (the memoized responses of docs/longitudinal.md). Unlike the
-    round keys it does not change from one study to the next: what a protocol draws from it
-    must be what it means to repeat."""
+    in every study, occurrence and round (the memoized responses of docs/longitudinal.md).
+    Unlike the round keys it does not change from one study to the next: what a protocol draws
+    from it must be what it means to repeat."""
     return stream_key(population_seed, DEVICE_PURPOSE)
+
+
+def occurrence_study_seed(seed: int, occurrence: int) -> int:
+    """The public study seed of occurrence ``occurrence`` of a campaign run with ``seed``: the run's
+    own study seed for occurrence 0, a fresh one for each later occurrence
+    (``fedldp.protocol.core.wire.occurrence_seed``, which the server derives too), so each
+    occurrence's public randomness is new while the devices (the population seed) stay."""
+    return occurrence_seed(derive_seeds(seed)[0], occurrence)
 
 
 def behaviour_key(population_seed: int) -> StreamKey:

@@ -30,7 +30,7 @@ from fedldp.client.population.build import AnyPopulation
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
 from fedldp.client.results import plain, result_summary
-from fedldp.client.seeds import derive_seeds, noise_seed, round_key
+from fedldp.client.seeds import derive_seeds, noise_seed, occurrence_study_seed, round_key
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.base.protocol import Params, Predictor, Protocol
 from fedldp.protocol.core.base.records import (
@@ -223,7 +223,7 @@ def _round_chunks(
     protocol, params, plan, roles = run.protocol, run.params, run.plan, run.roles
     rp = plan.rounds[round_index]
     groups = rp.groups()
-    key = round_key(run.population.population_seed, round_index)
+    key = round_key(run.population.population_seed, round_index, run.population.occurrence)
     # clients see what the server sends them; its checks see the whole broadcast
     sent = dataclasses.replace(task, broadcast=protocol.client_broadcast(task.broadcast))
     for start in range(0, rp.cohort.size, run.chunk_size):
@@ -308,6 +308,7 @@ def simulate(
     behaviour: Behaviour | None = None,
     round_deadline_s: float = 600.0,
     quorum: float = 1.0,
+    members: IntArray | None = None,
 ) -> SimulationResult:
     """Run ``protocol`` with ``params`` on ``population`` in process; ValueError on bad input.
 
@@ -320,12 +321,18 @@ def simulate(
     server closes them with ``round_deadline_s`` and ``quorum`` (a round missing its quorum, or
     a protocol step raising ValueError, raises ``StudyFailed`` with the server's reason). The
     result's diagnostics hold each round's ``participation`` (``RoundCount``).
+
+    ``members`` (increasing population slots; not with misbehaving users): only those users
+    enroll, participant id i being slot ``members[i]`` (a campaign's devices whose budget admits
+    the occurrence, ``fedldp.client.campaign``); ``fedldp.client.swarm.run_swarm`` takes the same.
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     if not 0.0 < quorum <= 1.0:
         raise ValueError(f"quorum must lie in (0, 1], got {quorum:g}")
-    study_seed, population_seed = derive_seeds(seed)
+    population_seed = derive_seeds(seed)[1]
+    # a campaign's occurrence k (fedldp.client.campaign): the same devices, a fresh public seed
+    study_seed = occurrence_study_seed(seed, population.occurrence)
     if population_seed != population.population_seed:
         raise ValueError(f"the population was built for seed {population.seed}, not {seed}")
     if population.data_kind != protocol.data_kind:
@@ -335,9 +342,18 @@ def simulate(
         )
     started = time.perf_counter()
     roles = None if behaviour is None or behaviour.honest else Roles(behaviour, population_seed)
-    members = (
-        np.arange(population.n, dtype=np.int64) if roles is None else roles.enrolled(population.n)
-    )
+    if members is not None:
+        if roles is not None:
+            raise ValueError("members exclude misbehaving users")
+        members = np.asarray(members, dtype=np.int64).reshape(-1)
+        if members.size and (
+            members[0] < 0 or members[-1] >= population.n or np.any(np.diff(members) <= 0)
+        ):
+            raise ValueError(f"members must be increasing population slots in [0, {population.n})")
+    elif roles is not None:
+        members = roles.enrolled(population.n)
+    else:
+        members = np.arange(population.n, dtype=np.int64)
     if members.size == 0:
         raise StudyFailed("no participants enrolled")
     epsilon = np.asarray(population.epsilon, dtype=np.float64)[members]

@@ -13,6 +13,8 @@ __all__ = [
     "AdminKeyRequired",
     "BodyTooLarge",
     "BudgetExceeded",
+    "CampaignComplete",
+    "CampaignExists",
     "DuplicateConflict",
     "DuplicateKey",
     "EnrollmentClosed",
@@ -43,6 +45,8 @@ __all__ = [
     "StudyNotEnrolling",
     "StudyNotRunning",
     "TokenRequired",
+    "UnknownCampaign",
+    "UnknownOccurrence",
     "UnknownParticipant",
     "UnknownProtocol",
     "UnknownRound",
@@ -173,6 +177,24 @@ class ImplausibleReport(FedldpError):
 
 class BudgetExceeded(FedldpError):
     code, status = "budget_exceeded", 409
+
+
+class UnknownCampaign(FedldpError):
+    code, status = "unknown_campaign", 404
+
+
+class UnknownOccurrence(FedldpError):
+    code, status = "unknown_occurrence", 404
+
+
+class CampaignExists(FedldpError):
+    code, status = "campaign_exists", 409
+
+
+class CampaignComplete(FedldpError):
+    """Every occurrence of the campaign's schedule has been opened."""
+
+    code, status = "campaign_complete", 409
 
 
 class DuplicateConflict(FedldpError):

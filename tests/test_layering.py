@@ -70,9 +70,11 @@ CLIENT_ALLOWED: dict[str, set[str]] = {
         "seeds",
         "simulate",
     },
+    "campaign": {"api", "population", "results", "seeds", "simulate", "swarm"},
     "cli": {
         "api",
         "behaviour",
+        "campaign",
         "cluster",
         "experiments",
         "extras",

@@ -67,6 +67,12 @@ from fedldp.protocol.core.wire import (
     ENDED_PHASES,
     EVENT_ADAPTER,
     BatchReceipt,
+    CampaignCreate,
+    CampaignList,
+    CampaignView,
+    DeviceAdmission,
+    DeviceBatch,
+    DeviceBudgetView,
     EnrollBatch,
     Enrollment,
     EnrollmentBatch,
@@ -74,6 +80,7 @@ from fedldp.protocol.core.wire import (
     Health,
     Lease,
     LeaseRequest,
+    OccurrenceView,
     PredictRequest,
     Receipt,
     ReportBatch,
@@ -334,6 +341,39 @@ class ApiClient:
 
     async def cancel_study(self, study_id: str) -> StudyView:
         return await self._call(StudyView, "POST", f"/v1/studies/{study_id}/cancel", admin=True)
+
+    async def create_campaign(self, create: CampaignCreate) -> CampaignView:
+        return await self._call(CampaignView, "POST", "/v1/campaigns", body=create, admin=True)
+
+    async def list_campaigns(self) -> CampaignList:
+        return await self._call(CampaignList, "GET", "/v1/campaigns")
+
+    async def campaign(self, campaign_id: str) -> CampaignView:
+        return await self._call(CampaignView, "GET", f"/v1/campaigns/{campaign_id}")
+
+    async def next_occurrence(self, campaign_id: str) -> OccurrenceView:
+        """The campaign's open occurrence, or the next one opened (``campaign_complete``, a
+        PhaseError, after the last)."""
+        return await self._call(
+            OccurrenceView, "POST", f"/v1/campaigns/{campaign_id}/occurrences/next", admin=True
+        )
+
+    async def admit_devices(
+        self, campaign_id: str, index: int, devices: DeviceBatch
+    ) -> DeviceAdmission:
+        """Charge the devices their ε for occurrence ``index`` (``budget_exceeded``: refused)."""
+        return await self._call(
+            DeviceAdmission,
+            "POST",
+            f"/v1/campaigns/{campaign_id}/occurrences/{index}/devices",
+            body=devices,
+            admin=True,
+        )
+
+    async def device_budget(self, campaign_id: str, device: str) -> DeviceBudgetView:
+        return await self._call(
+            DeviceBudgetView, "GET", f"/v1/campaigns/{campaign_id}/devices/{device}/budget"
+        )
 
     async def enroll(
         self, study_id: str, request: EnrollRequest, lease: Lease | None = None

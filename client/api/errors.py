@@ -88,7 +88,10 @@ class UnavailableError(ServerError):
 
 
 _FAMILIES: dict[str, type[ApiError]] = {
-    **dict.fromkeys(("unknown_study", "unknown_participant"), NotFoundError),
+    **dict.fromkeys(
+        ("unknown_study", "unknown_participant", "unknown_campaign", "unknown_occurrence"),
+        NotFoundError,
+    ),
     **dict.fromkeys(
         (
             "invalid_token",
@@ -115,6 +118,8 @@ _FAMILIES: dict[str, type[ApiError]] = {
             "lease_expired",
             "study_mismatch",
             "protocol_version_mismatch",
+            "campaign_exists",
+            "campaign_complete",
         ),
         PhaseError,
     ),

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fedldp.client.cli.campaigns import CAMPAIGN_COMMANDS
 from fedldp.client.cli.db import add_db_parser
 from fedldp.client.cli.experiments import EXPERIMENT_COMMANDS
 from fedldp.client.cli.laws import add_laws_parser
@@ -317,6 +318,7 @@ COMMANDS: list[Callable[[Subparsers], None]] = [
     add_db_parser,
     *EXPERIMENT_COMMANDS,
     add_new_protocol_parser,
+    *CAMPAIGN_COMMANDS,
 ]
 """Subcommand registrars; another module's ``add_parser`` is added with one line here."""
 

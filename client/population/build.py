@@ -141,6 +141,7 @@ class _Synthetic:
     law: Distribution | LabeledLaw
     population_seed: int
     samples: IntArray
+    relabel: IntArray | None = None  # categorical items renamed after drawing (a drift's swap)
 
     def draw(self, slots: IntArray) -> tuple[NDArray[Any], FloatArray | None]:
         key = data_key(self.population_seed)
@@ -154,7 +155,7 @@ class _Synthetic:
         distinct = np.unique(counts)
         ragged = isinstance(self.law, Distribution) and distinct.size > _RAGGED_ABOVE
         if ragged and self._draw_ragged(key, slots, counts, out):
-            return out, labels
+            return (out if self.relabel is None else self.relabel[out]), labels
         for m in distinct.tolist():
             pos = np.flatnonzero(counts == m)
             step = max(1, _BLOCK_DRAWS // (m * per_sample))
@@ -176,6 +177,8 @@ class _Synthetic:
                 out[rows] = x
                 if labels is not None and y is not None:
                     labels[rows] = y.reshape(-1)
+        if self.relabel is not None:
+            out = self.relabel[out]
         return out, labels
 
     def _draw_ragged(
@@ -231,6 +234,7 @@ class Population:
     l2_radius: float | None = None  # every sample lies in the ℓ2 ball of this radius (synthetic)
     labeled: LabeledLaw | None = None  # the law of labeled data: η, θ_true, label bound
     imbalance: float | None = None  # γ of the imbalanced sample counts (huber spec §6.3)
+    occurrence: int = 0  # which occurrence of a campaign (fedldp.client.campaign) it serves
 
     def data(self, slots: NDArray[Any]) -> UserData:
         """The local datasets of users ``slots`` (any order; user after user in that order)."""
@@ -263,14 +267,22 @@ AnyPopulation = Population | SemiFeaturePopulation
 """What the simulator and the swarm drive: a population of ``build_population``."""
 
 
-def build_population(spec: PopulationSpec, seed: int) -> AnyPopulation:
-    """The population of ``spec`` for run seed ``seed`` (its private part from derive_seeds)."""
+def build_population(
+    spec: PopulationSpec, seed: int, *, day: float = 0.0, occurrence: int = 0
+) -> AnyPopulation:
+    """The population of ``spec`` for run seed ``seed`` (its private part from derive_seeds).
+
+    ``day`` and ``occurrence`` (a campaign's, ``fedldp.client.campaign``): the same users (same
+    population seed, slots, ε and data streams) with the law of ``day`` when the spec drifts, and
+    occurrence ``occurrence``'s fresh noise and public seed; a spec without drift has one law."""
     population_seed = derive_seeds(seed)[1]
+    if occurrence and (spec.csv is not None or spec.distribution in SEMI_FEATURE_DISTRIBUTIONS):
+        raise ValueError("campaigns run synthetic laws (no CSV or semi-feature populations)")
     if spec.csv is not None:
         return _from_table(spec, seed, population_seed)
     if spec.distribution in SEMI_FEATURE_DISTRIBUTIONS:
         return _semi_feature(spec, seed, population_seed)
-    law = spec.law()
+    law = spec.law(day)
     warnings: list[str] = []
     description: JSON = {"source": "synthetic", "distribution": spec.law_description()}
     if spec.distribution in INCOME_SOURCES:
@@ -324,7 +336,7 @@ def build_population(spec: PopulationSpec, seed: int) -> AnyPopulation:
         data_kind=kind,
         seed=seed,
         population_seed=population_seed,
-        _source=_Synthetic(law, population_seed, m),
+        _source=_synthetic(spec, law, population_seed, m, day),
         _description=description,
         warnings=tuple(warnings),
         dimension=law.dimension,
@@ -334,7 +346,26 @@ def build_population(spec: PopulationSpec, seed: int) -> AnyPopulation:
         l2_radius=radius,
         labeled=labeled,
         imbalance=spec.imbalance if "imbalance" in description["samples"] else None,
+        occurrence=occurrence,
     )
+
+
+def _synthetic(
+    spec: PopulationSpec,
+    law: Distribution | LabeledLaw,
+    population_seed: int,
+    m: IntArray,
+    day: float,
+) -> _Synthetic:
+    """The users' data source on ``day``: a categorical law whose top item has changed draws
+    with day 0's law and renames the two items (the same users keep their items otherwise,
+    ``fedldp.client.population.drift``)."""
+    drift = spec.drift
+    if drift is None or drift.top_item is None or drift.from_day is None or day < drift.from_day:
+        return _Synthetic(law, population_seed, m)
+    assert spec.items is not None
+    relabel = np.asarray(drift.relabelling(spec.items), dtype=np.int64)
+    return _Synthetic(spec.law(0.0), population_seed, m, relabel)
 
 
 def _semi_feature(spec: PopulationSpec, seed: int, population_seed: int) -> SemiFeaturePopulation:

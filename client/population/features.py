@@ -164,6 +164,7 @@ class SemiFeaturePopulation:
     items: int | None = None
     l2_radius: float | None = None
     labeled: None = None
+    occurrence: int = 0  # which occurrence of a campaign it serves (always 0: no campaigns)
 
     @property
     def dimension(self) -> int:

@@ -41,6 +41,7 @@ from fedldp.client.population.distributions import (
     UniformL2Ball,
     zipf_probabilities,
 )
+from fedldp.client.population.drift import DRIFTING_LAWS, Drift
 from fedldp.client.population.labeled import (
     BinnedClassification,
     BinnedRegression,
@@ -158,14 +159,18 @@ class PopulationSpec(BaseModel):
     csv: Path | None = None
     user_column: str = "user_id"
     value_column: str = "value"
+    drift: Drift | None = Field(None, description="how the law moves with a campaign's day")
 
     @model_serializer(mode="wrap")
     def _without_unset_law_params(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """A dump holds ``law_params`` only when given: a built-in law's spec dumps (and its
-        population digest, ``fedldp.client.swarm.run``) as before plugin laws were."""
+        """A dump holds ``law_params`` and ``drift`` only when given: a built-in law's spec
+        without drift dumps (and its population digest, ``fedldp.client.swarm.run``) as before
+        plugin laws and campaigns were."""
         out = handler(self)
-        if self.law_params is None and isinstance(out, dict):
-            out.pop("law_params", None)
+        if isinstance(out, dict):
+            for name in ("law_params", "drift"):
+                if getattr(self, name) is None:
+                    out.pop(name, None)
         return out
 
     @field_validator("distribution")
@@ -307,6 +312,11 @@ class PopulationSpec(BaseModel):
             raise ValueError("give --bound D (for [-D, D]) or --low/--high, not both")
         if self.ball == "l2" and given & {"low", "high"}:
             raise ValueError("the l2 ball is centred at 0: give its radius with --bound")
+        if self.drift is not None and self.distribution not in DRIFTING_LAWS[self.drift.kind]:
+            raise ValueError(
+                f"a {self.drift.kind.replace('_', '-')} drift does not apply to the "
+                f"{self.distribution} law"
+            )
         self.law()  # validates the law's own constraints (e.g. |mean| <= D)
         return self
 
@@ -329,11 +339,20 @@ class PopulationSpec(BaseModel):
             raise ValueError("--users is required")
         return self
 
-    def law(self) -> Distribution | LabeledLaw:
-        """The synthetic data law this spec describes."""
+    def law(self, day: float = 0.0) -> Distribution | LabeledLaw:
+        """The synthetic data law this spec describes, on ``day`` of a campaign when it drifts
+        (``fedldp.client.population.drift``; ValueError when the day's law is invalid)."""
         d, name, given = self.dimension, self.distribution, self.model_fields_set
         if name not in DISTRIBUTIONS:
             return make_law(name, self.law_params or {})
+        drift = self.drift
+        mean, p = self.mean, self.p
+        if drift is not None and drift.mean_per_day is not None:
+            mean, p = drift.shifted(mean, day), drift.shifted(p, day)
+            if name == "bernoulli" and not 0.0 <= p <= 1.0:
+                raise ValueError(
+                    f"the drifting Bernoulli p is {p:g} on day {day:g}, outside [0, 1]"
+                )
         if name in LABELED_DISTRIBUTIONS:
             return self._labeled_law()
         if name in INCOME_SOURCES:
@@ -345,17 +364,18 @@ class PopulationSpec(BaseModel):
                 return Uniform(-self.bound, self.bound, d)
             return Uniform(self.low, self.high, d)
         if name == "gaussian":
-            return Gaussian(self.mean, self.sd, d)
+            return Gaussian(mean, self.sd, d)
         if name == "two-point":
-            return TwoPoint(self.bound, self.mean, d)
+            return TwoPoint(self.bound, mean, d)
         if name == "lomax":
             return Lomax(self.shape, d)
         if name == "exponential":
             return Exponential(self.rate, d)
         if name == "bernoulli":
-            return Bernoulli(self.p)
+            return Bernoulli(p)
         assert self.items is not None
-        return Categorical(tuple(zipf_probabilities(self.items, self.zipf).tolist()))
+        probs = tuple(zipf_probabilities(self.items, self.zipf).tolist())
+        return Categorical(probs if drift is None else drift.swapped(probs, day))
 
     def _labeled_law(self) -> LabeledLaw:
         name = self.distribution

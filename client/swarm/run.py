@@ -56,7 +56,7 @@ from fedldp.client.population.build import (
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
 from fedldp.client.results import plain, result_summary
-from fedldp.client.seeds import derive_seeds, noise_seed, population_digest
+from fedldp.client.seeds import noise_seed, occurrence_study_seed, population_digest
 from fedldp.client.swarm.agents import DriveStats, Roster, SwarmError, WaitPolicy, drive
 from fedldp.client.swarm.enrolling import (
     enroll,
@@ -276,7 +276,10 @@ async def _work_async(job: _Job) -> DriveStats:
     protocol = local_protocol(job.protocol)
     params = protocol.parse_params(job.params)
     seed = job.population.population_seed
-    privatizer = Privatizer(protocol, params, job.population, seed, _roles(job.behaviour, seed))
+    roles = _roles(job.behaviour, seed)
+    privatizer = Privatizer(
+        protocol, params, job.population, seed, roles, job.population.occurrence
+    )
     async with ApiClient(job.server_url, retry=job.retry) as api:
         return await drive(
             api,
@@ -331,6 +334,7 @@ async def run_swarm(
     waits: WaitPolicy | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     behaviour: Behaviour | None = None,
+    members: IntArray | None = None,
 ) -> SwarmResult:
     """Run ``population`` through a study on the server at ``server_url``.
 
@@ -352,6 +356,11 @@ async def run_swarm(
     ``behaviour`` (``fedldp.client.behaviour``): users drop out, answer late, join late or
     attack, drawn from the private seed as ``fedldp simulate`` draws them (give the study a
     ``round_deadline_s`` and ``quorum`` that let its rounds close without the missing reports).
+
+    ``members`` (increasing population slots): only those users enroll, participant id i being
+    slot ``members[i]``, as ``fedldp.client.simulate.simulate``'s ``members`` (a campaign's
+    devices whose budget admits the occurrence, ``fedldp.client.campaign``); not with
+    misbehaving users nor leases.
     """
     if (study_id is None) == (create is None):
         raise ValueError("give exactly one of study_id and create")
@@ -365,7 +374,12 @@ async def run_swarm(
     roles = _roles(behaviour, pop.population_seed)
     if roles is not None and roles.behaviour.join_late > 0 and lease:
         raise ValueError("join-late users need the whole population in one swarm (no lease)")
-    members = None if roles is None else roles.enrolled(pop.n)
+    if members is not None:
+        if roles is not None or lease:
+            raise ValueError("members exclude misbehaving users and leases")
+        members = _checked_members(members, pop.n)
+    else:
+        members = None if roles is None else roles.enrolled(pop.n)
     if concurrency is None:
         concurrency = DEFAULT_CONCURRENCY["user" if batch is None else "batch"]
     began = time.perf_counter()
@@ -390,7 +404,7 @@ async def run_swarm(
                 spec = StudyCreate(
                     protocol=protocol_name,
                     params=dict(params),
-                    seed=derive_seeds(pop.seed)[0],
+                    seed=occurrence_study_seed(pop.seed, pop.occurrence),
                     name=name,
                     round_deadline_s=round_deadline_s,
                     quorum=quorum,
@@ -441,6 +455,7 @@ async def run_swarm(
                         pop if prefetch is None else prefetch,
                         pop.population_seed,
                         roles,
+                        pop.occurrence,
                     )
                     stats = await drive(
                         api,
@@ -494,6 +509,16 @@ def _prefetch(
         return None
     slots = np.arange(pop.n, dtype=np.int64) if members is None else members
     return Prefetch(pop, slots, batch)
+
+
+def _checked_members(members: IntArray, n: int) -> IntArray:
+    """``members`` as int64 slots; ValueError unless not empty, increasing and in [0, n)."""
+    slots = np.asarray(members, dtype=np.int64).reshape(-1)
+    if slots.size == 0:
+        raise ValueError("members is empty: nobody would enroll")
+    if slots[0] < 0 or slots[-1] >= n or np.any(np.diff(slots) <= 0):
+        raise ValueError(f"members must be increasing population slots in [0, {n})")
+    return slots
 
 
 def _roles(behaviour: Behaviour | None, population_seed: int) -> Roles | None:

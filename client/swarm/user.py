@@ -56,6 +56,7 @@ class Privatizer:
     population: LocalData
     population_seed: int
     roles: Roles | None = None
+    occurrence: int = 0  # of a campaign: fresh noise from the same device secret
 
     def privatize(
         self,
@@ -73,7 +74,7 @@ class Privatizer:
                 return data
             return self.population.data(asked)
 
-        key = round_key(self.population_seed, task.round)
+        key = round_key(self.population_seed, task.round, self.occurrence)
         payloads = respond(
             self.protocol, self.params, task, slots, epsilon, group, data_of, key, self.roles
         )

@@ -28,9 +28,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "Base",
+    "CampaignRow",
     "ContributionRow",
+    "DeviceSpendRow",
     "EventRow",
     "LeaseRow",
+    "OccurrenceRow",
     "ParticipantBlockRow",
     "ReportBlockRow",
     "RoundRow",
@@ -232,3 +235,51 @@ class EventRow(Base):
     kind: Mapped[str] = mapped_column(String(16))
     at: Mapped[datetime]
     data: Mapped[dict[str, Any]]
+
+
+class CampaignRow(Base):
+    """A study template repeated on a schedule (protocol.core.wire.CampaignCreate). ``clock`` is
+    the simulated day of the last occurrence opened (None before the first): the driver advances
+    it by opening the next occurrence, so a restarted server goes on from it."""
+
+    __tablename__ = "campaigns"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(200), unique=True)
+    protocol: Mapped[str] = mapped_column(String(64))
+    params: Mapped[dict[str, Any]]
+    seed: Mapped[int] = mapped_column(BigInteger)
+    every: Mapped[float] = mapped_column(Float)
+    times: Mapped[int] = mapped_column(Integer)
+    start: Mapped[float] = mapped_column(Float)
+    budget_epsilon: Mapped[float | None] = mapped_column(Float, nullable=True)
+    budget_period: Mapped[float | None] = mapped_column(Float, nullable=True)
+    round_deadline_s: Mapped[float] = mapped_column(Float)
+    quorum: Mapped[float] = mapped_column(Float)
+    population_digest: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    clock: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[datetime]
+
+
+class OccurrenceRow(Base):
+    """Occurrence ``index`` of a campaign: the study it runs as, on simulated day ``day``."""
+
+    __tablename__ = "campaign_occurrences"
+
+    campaign_id: Mapped[str] = mapped_column(ForeignKey("campaigns.id"), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), unique=True)
+    day: Mapped[float] = mapped_column(Float)
+
+
+class DeviceSpendRow(Base):
+    """The ε a device of a campaign is charged for one occurrence (the server's ledger keyed by
+    device across the campaign's studies)."""
+
+    __tablename__ = "device_spends"
+
+    campaign_id: Mapped[str] = mapped_column(ForeignKey("campaigns.id"), primary_key=True)
+    device: Mapped[str] = mapped_column(String(64), primary_key=True)
+    occurrence: Mapped[int] = mapped_column(Integer, primary_key=True)
+    day: Mapped[float] = mapped_column(Float)
+    epsilon: Mapped[float] = mapped_column(Float)

@@ -39,6 +39,7 @@ from fedldp.server.services.studies import count_by_phase
 from fedldp.server.settings import Settings
 from fedldp.server.store.db import Database
 from fedldp.server.web.bodies import add_body_schemas, validation_detail
+from fedldp.server.web.campaign_routes import campaign_router
 from fedldp.server.web.dashboard import add_dashboard
 from fedldp.server.web.fastpath import FastPath
 from fedldp.server.web.limits import BodyLimit
@@ -120,6 +121,7 @@ def create_app(settings: Settings | None = None, *, sweeper: bool = True) -> Fas
     app.state.ctx = ctx
     app.state.grouper = ReportGrouper(ctx)
     app.include_router(router)
+    app.include_router(campaign_router)
     add_body_schemas(app)
     add_dashboard(app)
     # the innermost of the app's middleware: inside the request ids, metrics and body caps

@@ -261,6 +261,11 @@ async def test_openapi_document_lists_every_route(client: httpx.AsyncClient) -> 
         "/v1/studies/{study_id}/events",
         "/v1/studies/{study_id}/epsilon",
         "/metrics",
+        "/v1/campaigns",
+        "/v1/campaigns/{campaign_id}",
+        "/v1/campaigns/{campaign_id}/occurrences/next",
+        "/v1/campaigns/{campaign_id}/occurrences/{index}/devices",
+        "/v1/campaigns/{campaign_id}/devices/{device}/budget",
     }
 
 

@@ -112,6 +112,7 @@ class World:
     running: str
     ended: str
     secret: dict[str, str]
+    campaign: str = ""  # a campaign whose occurrence 0 is open
 
     def study_for(self, path: str) -> str:
         """The study a request of ``path`` goes to: one that gets it past its phase checks."""
@@ -141,7 +142,10 @@ async def world(app: FastAPI, client: httpx.AsyncClient) -> World:
 
     ids = await study(), await study("start"), await study("cancel")
     ctx = app_context(app)
-    return World(client, *ids, secret={s: ctx.study_secret(s) or "" for s in ids})
+    campaign = (await client.post("/v1/campaigns", json=BASES["/v1/campaigns"])).json()["id"]
+    assert (await client.post(f"/v1/campaigns/{campaign}/occurrences/next")).status_code == 200
+    secret = {s: ctx.study_secret(s) or "" for s in ids}
+    return World(client, *ids, secret=secret, campaign=campaign)
 
 
 def _refused(response: httpx.Response, what: str) -> None:
@@ -159,7 +163,13 @@ async def ask(world: World, parameter: Parameter, value: int) -> httpx.Response:
     """The request of ``parameter``'s operation with ``value`` for it (its other parameters
     real: a study, participant 0 and its token)."""
     study_id = world.study_for(parameter.path)
-    path_values = {"study_id": study_id, "participant_id": "0", "index": "0"}
+    path_values = {
+        "study_id": study_id,
+        "participant_id": "0",
+        "index": "0",
+        "campaign_id": world.campaign,
+        "device": "d0",
+    }
     query: dict[str, str] = {}
     headers: dict[str, str] = {}
     if parameter.where == "path":
@@ -170,7 +180,8 @@ async def ask(world: World, parameter: Parameter, value: int) -> httpx.Response:
         headers[parameter.name] = str(value)
     headers |= world.token(study_id, path_values["participant_id"])
     url = parameter.path.format(**path_values)
-    return await world.http.request(parameter.method, url, params=query, headers=headers)
+    body = BASES.get(parameter.path)  # a route with a body gets a valid one
+    return await world.http.request(parameter.method, url, params=query, headers=headers, json=body)
 
 
 # --------------------------------------------------------------------------- parameters
@@ -224,6 +235,10 @@ async def test_any_out_of_range_integer_parameter_is_a_422(
 BASES: dict[str, dict[str, Any]] = {
     "/v1/studies": {"protocol": "hetero-mean-rr", "params": {}, "seed": 1},
     "/v1/studies/{study_id}/leases": {"size": 1},
+    "/v1/campaigns": {"protocol": "hetero-mean-rr", "seed": 1, "every": 1.0, "times": 2},
+    "/v1/campaigns/{campaign_id}/occurrences/{index}/devices": {
+        "devices": [{"device": "d0", "epsilon": 1.0}]
+    },
     "/v1/studies/{study_id}/participants": {"epsilon": 1.0},
     "/v1/studies/{study_id}/participants/batch": {"epsilons": [1.0]},
     "/v1/studies/{study_id}/tasks": {"participant_ids": [0]},
@@ -264,7 +279,8 @@ async def send(world: World, path: str, body: dict[str, Any]) -> httpx.Response:
     headers = world.token(study_id, "0")
     if path.endswith(("/tasks", "/reports/batch")):
         body = {"tokens": [headers["Authorization"].removeprefix("Bearer ")], **body}
-    return await world.http.post(path.format(study_id=study_id), json=body, headers=headers)
+    url = path.format(study_id=study_id, campaign_id=world.campaign, index=0)
+    return await world.http.post(url, json=body, headers=headers)
 
 
 async def post(world: World, field: BodyField, value: int) -> httpx.Response:

@@ -6,6 +6,22 @@ numeric rows the protocols work with. The batch report form is columnar (one rou
 participants) because it carries up to tens of thousands of reports per request.
 """
 
+from fedldp.protocol.core.wire.campaigns import (
+    BUDGET_SLACK,
+    MAX_DEVICE,
+    BudgetSpend,
+    CampaignCreate,
+    CampaignList,
+    CampaignView,
+    DeviceAdmission,
+    DeviceBatch,
+    DeviceBudgetView,
+    DeviceCharge,
+    OccurrenceView,
+    budget_window,
+    occurrence_seed,
+    within_budget,
+)
 from fedldp.protocol.core.wire.common import (
     EPSILON_MAX,
     EPSILON_MIN,
@@ -89,6 +105,7 @@ from fedldp.protocol.core.wire.studies import (
 )
 
 __all__ = [
+    "BUDGET_SLACK",
     "ENDED_PHASES",
     "EPSILON_MAX",
     "EPSILON_MIN",
@@ -96,6 +113,7 @@ __all__ = [
     "MAX_BATCH",
     "MAX_BLOCKS",
     "MAX_DEADLINE_S",
+    "MAX_DEVICE",
     "MAX_ID",
     "MAX_PREDICT_ROWS",
     "BatchItemStatus",
@@ -104,8 +122,16 @@ __all__ = [
     "BlockToken",
     "BrokenProtocol",
     "BudgetCharge",
+    "BudgetSpend",
     "BudgetView",
+    "CampaignCreate",
+    "CampaignList",
+    "CampaignView",
     "Credentials",
+    "DeviceAdmission",
+    "DeviceBatch",
+    "DeviceBudgetView",
+    "DeviceCharge",
     "EnrollBatch",
     "EnrollRequest",
     "Enrollment",
@@ -121,6 +147,7 @@ __all__ = [
     "IndexSignPayload",
     "Lease",
     "LeaseRequest",
+    "OccurrenceView",
     "Payload",
     "PhaseEvent",
     "PopulationInfo",
@@ -155,7 +182,10 @@ __all__ = [
     "TaskReport",
     "TaskWait",
     "VectorPayload",
+    "budget_window",
+    "occurrence_seed",
     "pack_rows",
     "payload_from_row",
     "payload_row",
+    "within_budget",
 ]

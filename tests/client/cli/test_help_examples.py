@@ -157,6 +157,7 @@ def program(argv: list[str], setting: Setting) -> subprocess.CompletedProcess[st
 def setting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setting]:
     folder = tmp_path_factory.mktemp("examples")
     (folder / "experiments").symlink_to(ROOT / "experiments")
+    (folder / "examples").symlink_to(ROOT / "examples")  # the campaign templates
     rng = np.random.default_rng(0)
     rows = [f"{u},{rng.random():.4f},1.0" for u in range(1000) for _ in range(4)]
     (folder / "users.csv").write_text("user_id,value,eps\n" + "\n".join(rows) + "\n")

@@ -1,0 +1,129 @@
+"""Every occurrence of a campaign in process, under a simulated clock.
+
+Occurrence k runs on day ``template.day(k)`` with the population of that day
+(``build_population(spec, seed, day=…, occurrence=k)``: the same devices, slots, ε and data
+streams, the drifting law of the day, fresh privatization noise and a fresh public seed). Before
+each occurrence every device checks its budget (``DeviceLedger.admits``) with the ε it would
+declare; those that accept enroll (``simulate(members=…)``) and are charged that ε. The result
+holds each occurrence's estimate against the day's truth, and each device's cumulative spend.
+The swarm driver (``fedldp.client.campaign.drive``) must give the same numbers over HTTP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedldp.client.campaign.budget import DeviceLedger
+from fedldp.client.campaign.template import CampaignTemplate
+from fedldp.client.population.build import AnyPopulation, build_population
+from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.core.base.records import JSON, FloatArray, IntArray
+
+__all__ = [
+    "CampaignResult",
+    "Occurrence",
+    "admitted",
+    "estimate_json",
+    "occurrence_population",
+    "simulate_campaign",
+]
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One occurrence's outcome: its day, who enrolled and refused, estimate and truth."""
+
+    index: int
+    day: float
+    enrolled: int
+    refused: int
+    estimate: float | list[float] | None
+    truth: float | list[float]
+    study: str | None = None  # the server's study id (over HTTP)
+
+    def as_json(self) -> JSON:
+        return {
+            "index": self.index,
+            "day": self.day,
+            "enrolled": self.enrolled,
+            "refused": self.refused,
+            "estimate": self.estimate,
+            "truth": self.truth,
+            "study": self.study,
+        }
+
+
+@dataclass(frozen=True)
+class CampaignResult:
+    """Each occurrence's outcome and each device's cumulative ε spend (by slot)."""
+
+    occurrences: tuple[Occurrence, ...]
+    spent: FloatArray
+
+    def as_json(self) -> JSON:
+        return {
+            "occurrences": [o.as_json() for o in self.occurrences],
+            "spent": {
+                "min": float(self.spent.min()),
+                "max": float(self.spent.max()),
+                "mean": float(self.spent.mean()),
+            },
+        }
+
+
+def estimate_json(value: Any) -> float | list[float]:
+    """An estimate or truth as JSON: a float, or a flat list of floats."""
+    array = np.asarray(value, dtype=np.float64)
+    return float(array) if array.ndim == 0 else [float(v) for v in array.reshape(-1)]
+
+
+def occurrence_population(template: CampaignTemplate, seed: int, k: int) -> AnyPopulation:
+    """The population of occurrence ``k`` (see the module docstring)."""
+    return build_population(template.population, seed, day=template.day(k), occurrence=k)
+
+
+def admitted(ledger: DeviceLedger, population: AnyPopulation, day: float) -> IntArray:
+    """The slots of the devices whose budget admits an occurrence on ``day`` charging each the ε
+    it declares."""
+    epsilon = np.asarray(population.epsilon, dtype=np.float64)
+    return np.flatnonzero(ledger.admits(day, epsilon)).astype(np.int64)
+
+
+def simulate_campaign(
+    template: CampaignTemplate, seed: int, *, occurrences: range | None = None
+) -> CampaignResult:
+    """Run the template's occurrences (all, or ``occurrences``) in process from a fresh ledger;
+    ValueError on bad input. An occurrence that no device accepts has no estimate."""
+    protocol = get_protocol(template.protocol)
+    ledger: DeviceLedger | None = None
+    out: list[Occurrence] = []
+    for k in occurrences if occurrences is not None else range(template.times):
+        population = occurrence_population(template, seed, k)
+        if ledger is None:
+            ledger = DeviceLedger(population.n, template.budget)
+        day = template.day(k)
+        members = admitted(ledger, population, day)
+        estimate: float | list[float] | None = None
+        if members.size:
+            params = protocol.parse_params(
+                fill_from_population(protocol, template.params, population)
+            )
+            run = simulate(protocol, params, population, seed, members=members)
+            estimate = estimate_json(run.result.estimate)
+            ledger.record(k, day, members, np.asarray(population.epsilon)[members])
+        out.append(
+            Occurrence(
+                k,
+                day,
+                int(members.size),
+                population.n - int(members.size),
+                estimate,
+                estimate_json(population.truth),
+            )
+        )
+    assert ledger is not None
+    return CampaignResult(tuple(out), ledger.total())

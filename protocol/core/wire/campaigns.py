@@ -1,0 +1,154 @@
+"""Campaigns: a study template repeated on a schedule over the same devices, and the devices'
+ε ledger across its occurrences (docs/campaigns.md)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import Field
+
+from fedldp.protocol.core.wire.common import (
+    MAX_BATCH,
+    MAX_ID,
+    Deadline,
+    EpsilonBound,
+    Model,
+    Request,
+    Seed,
+)
+from fedldp.protocol.core.wire.studies import StudyPhase
+
+__all__ = [
+    "BUDGET_SLACK",
+    "CAMPAIGN_PURPOSE",
+    "MAX_DEVICE",
+    "BudgetSpend",
+    "CampaignCreate",
+    "CampaignList",
+    "CampaignView",
+    "DeviceAdmission",
+    "DeviceBatch",
+    "DeviceBudgetView",
+    "DeviceCharge",
+    "OccurrenceView",
+    "budget_window",
+    "occurrence_seed",
+    "within_budget",
+]
+
+MAX_DEVICE = 64
+"""Longest device id."""
+DeviceId = Annotated[str, Field(min_length=1, max_length=MAX_DEVICE, pattern=r"^[A-Za-z0-9_.:-]+$")]
+Days = Annotated[float, Field(gt=0, le=36525.0, description="days")]
+CAMPAIGN_PURPOSE = 0x4F
+BUDGET_SLACK = 1e-9
+"""Relative rounding slack of a budget check: ten charges of 0.1 fit a budget of 1."""
+
+
+def budget_window(day: float, period: float | None) -> int:
+    """The budget window holding ``day``: [k·period, (k+1)·period) is window k; one window (0)
+    for a lifetime budget. The device and the server both count spends by it."""
+    return 0 if period is None else math.floor(day / period + BUDGET_SLACK)
+
+
+def within_budget(spent: float, charge: float, budget: float) -> bool:
+    """Whether a charge on top of a window's spend stays within the budget (basic composition
+    of pure ε, with ``BUDGET_SLACK``)."""
+    return spent + charge <= budget * (1.0 + BUDGET_SLACK)
+
+
+def occurrence_seed(study_seed: int, occurrence: int) -> int:
+    """The public study seed of a campaign's occurrence ``occurrence`` from occurrence 0's: the
+    same for 0, a fresh one (SeedSequence spawning) for each later occurrence, in [0, 2**63).
+    The server derives it for each occurrence it opens; the client checks it."""
+    if occurrence < 0:
+        raise ValueError(f"occurrence must be >= 0, got {occurrence}")
+    if occurrence == 0:
+        return study_seed
+    state = np.random.SeedSequence(study_seed, spawn_key=(CAMPAIGN_PURPOSE, occurrence))
+    return int(state.generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+class CampaignCreate(Request):
+    """A study template (protocol, parameters, enrollment settings) and its schedule: occurrence
+    k opens on the simulated day ``start + k·every``; each device may spend ``budget_epsilon``
+    per ``budget_period`` days (None: over its lifetime; no budget: unlimited)."""
+
+    protocol: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    seed: Seed = Field(description="the public study seed of occurrence 0")
+    name: str | None = Field(default=None, max_length=200, pattern=r"^[^\x00]*$")
+    every: Days
+    times: Annotated[int, Field(ge=1, le=10_000)]
+    start: Annotated[float, Field(ge=0, le=36525.0)] = 0.0
+    budget_epsilon: EpsilonBound | None = None
+    budget_period: Days | None = None
+    round_deadline_s: Deadline = 600.0
+    quorum: Annotated[float, Field(gt=0, le=1)] = 1.0
+    population_digest: str | None = Field(default=None, max_length=128, pattern=r"^[0-9a-f]*$")
+
+
+class OccurrenceView(Model):
+    index: int
+    day: float
+    study_id: str
+    phase: StudyPhase
+    n_participants: int
+    estimate: Any = Field(None, description="the occurrence's result estimate once finished")
+
+
+class CampaignView(Model):
+    id: str
+    name: str | None
+    protocol: str
+    params: dict[str, Any]
+    seed: int
+    every: float
+    times: int
+    start: float
+    budget_epsilon: float | None
+    budget_period: float | None
+    clock: float | None = Field(description="the simulated day of the last opened occurrence")
+    created_at: datetime
+    occurrences: list[OccurrenceView]
+
+
+class CampaignList(Model):
+    campaigns: list[CampaignView]
+
+
+class DeviceCharge(Request):
+    device: DeviceId
+    epsilon: EpsilonBound
+
+
+class DeviceBatch(Request):
+    """Devices asking to take part in an occurrence, each with the ε it will declare."""
+
+    devices: Annotated[list[DeviceCharge], Field(min_length=1, max_length=MAX_BATCH)]
+
+
+class DeviceAdmission(Model):
+    occurrence: int
+    admitted: int = Field(description="devices charged (again: the same answer)")
+
+
+class BudgetSpend(Model):
+    occurrence: Annotated[int, Field(ge=0, le=MAX_ID)]
+    day: float
+    epsilon: float
+
+
+class DeviceBudgetView(Model):
+    """A device's charges over the campaign, and what is left in the window of the clock."""
+
+    device: str
+    budget_epsilon: float | None
+    budget_period: float | None
+    spent_total: float
+    spent_window: float = Field(description="in the budget window holding the campaign's clock")
+    remaining: float | None
+    spends: list[BudgetSpend]

@@ -1,0 +1,278 @@
+"""Campaign services: a study template repeated on a schedule over the same devices, and the
+devices' ε ledger across its occurrences (docs/campaigns.md; no HTTP here, see
+``fedldp.server.web.campaign_routes``).
+
+The simulated clock is advanced by the driver: ``next_occurrence`` opens occurrence k (its day
+``start + k·every`` becomes the campaign's clock) once occurrence k − 1's study has ended, and
+answers the open occurrence again while its study runs, so a driver, or a restarted server, goes
+on from the database alone. A cancelled occurrence that had enrolled devices (a driver that died
+mid-occurrence cancels its half-run study) is opened again with a new study of the same public
+seed: the devices re-send the same randomized reports, so no new privacy loss. One cancelled with
+nobody enrolled (no device's budget admitted it) counts as run, without estimate, and so does a
+failed one (its failure would repeat: the same seeds, the same reports).
+
+A device is charged the ε it declares for an occurrence when it is admitted (``admit``), once
+per occurrence: charging it again for the same occurrence answers the same. The charge is
+refused (``budget_exceeded``) when it would take the device's spend in the budget window holding
+the occurrence's day past the campaign's budget (basic composition of pure ε; campaigns refuse
+central-trust protocols, whose (ε, δ) releases this ledger does not compose).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from fedldp.protocol.catalogue import CATALOGUE
+from fedldp.protocol.core.wire import (
+    ENDED_PHASES,
+    BudgetSpend,
+    CampaignCreate,
+    CampaignView,
+    DeviceAdmission,
+    DeviceBatch,
+    DeviceBudgetView,
+    OccurrenceView,
+    StudyCreate,
+    budget_window,
+    occurrence_seed,
+    within_budget,
+)
+from fedldp.server.errors import (
+    BudgetExceeded,
+    CampaignComplete,
+    CampaignExists,
+    DuplicateConflict,
+    InvalidParams,
+    InvalidRequest,
+    StudyNotEnrolling,
+    UnknownCampaign,
+    UnknownOccurrence,
+    UnknownProtocol,
+)
+from fedldp.server.runtime.context import Context
+from fedldp.server.services import studies
+from fedldp.server.store import campaign_rows as rows
+from fedldp.server.store.tables import CampaignRow, OccurrenceRow, StudyRow, utcnow
+
+__all__ = ["admit", "create", "device_budget", "get", "list_all", "next_occurrence"]
+
+
+def _require(session: Session, campaign_id: str, *, lock: bool = False) -> CampaignRow:
+    found = (rows.locked_campaign if lock else rows.campaign)(session, campaign_id)
+    if found is None:
+        raise UnknownCampaign(f"no campaign {campaign_id!r}")
+    return found
+
+
+def _occurrence_view(occurrence: OccurrenceRow, study: StudyRow) -> OccurrenceView:
+    result: dict[str, Any] = study.result or {}
+    return OccurrenceView(
+        index=occurrence.index,
+        day=occurrence.day,
+        study_id=study.id,
+        phase=study.phase,
+        n_participants=study.n_participants,
+        estimate=result.get("estimate") if study.phase == "finished" else None,
+    )
+
+
+def _view(session: Session, c: CampaignRow) -> CampaignView:
+    return CampaignView(
+        id=c.id,
+        name=c.name,
+        protocol=c.protocol,
+        params=c.params,
+        seed=c.seed,
+        every=c.every,
+        times=c.times,
+        start=c.start,
+        budget_epsilon=c.budget_epsilon,
+        budget_period=c.budget_period,
+        clock=c.clock,
+        created_at=c.created_at,
+        occurrences=[_occurrence_view(o, s) for o, s in rows.occurrences(session, c.id)],
+    )
+
+
+def create(ctx: Context, body: CampaignCreate) -> CampaignView:
+    """A new campaign of an offered local-trust protocol (UnknownProtocol, InvalidParams,
+    InvalidRequest for a budget period without a budget, CampaignExists for a taken name)."""
+    if body.protocol not in ctx.offered or body.protocol not in CATALOGUE:
+        raise UnknownProtocol(
+            f"no protocol {body.protocol!r} on this server; it offers {', '.join(ctx.offered)}"
+        )
+    protocol = CATALOGUE[body.protocol]
+    if protocol.trust == "central":
+        raise InvalidParams(
+            f"{protocol.name} releases central (ε, δ)-DP estimates: a campaign's ledger composes "
+            "pure local ε only"
+        )
+    try:
+        protocol.parse_params(body.params)
+    except (ValidationError, ValueError) as exc:
+        raise InvalidParams(f"invalid parameters for {protocol.name}: {exc}") from None
+    if body.budget_period is not None and body.budget_epsilon is None:
+        raise InvalidRequest("budget_period needs budget_epsilon")
+    row = CampaignRow(
+        id=uuid.uuid4().hex,
+        name=body.name,
+        protocol=protocol.name,
+        params=dict(body.params),
+        seed=body.seed,
+        every=body.every,
+        times=body.times,
+        start=body.start,
+        budget_epsilon=body.budget_epsilon,
+        budget_period=body.budget_period,
+        round_deadline_s=body.round_deadline_s,
+        quorum=body.quorum,
+        population_digest=body.population_digest,
+        clock=None,
+        created_at=utcnow(),
+    )
+    try:
+        with ctx.transaction() as session:
+            rows.add_campaign(session, row)
+            return _view(session, row)
+    except IntegrityError:
+        raise CampaignExists(f"a campaign named {body.name!r} exists already") from None
+
+
+def list_all(ctx: Context) -> list[CampaignView]:
+    with ctx.transaction() as session:
+        return [_view(session, c) for c in rows.all_campaigns(session)]
+
+
+def get(ctx: Context, campaign_id: str) -> CampaignView:
+    with ctx.transaction() as session:
+        return _view(session, _require(session, campaign_id))
+
+
+def next_occurrence(ctx: Context, campaign_id: str) -> OccurrenceView:
+    """The open occurrence, else the next one opened (see the module docstring);
+    CampaignComplete once every occurrence has been opened and has ended."""
+    with ctx.transaction() as session:
+        c = _require(session, campaign_id, lock=True)
+        done = rows.occurrences(session, campaign_id)
+        if done and done[-1][1].phase not in ENDED_PHASES:
+            return _occurrence_view(*done[-1])
+        if done and done[-1][1].phase == "cancelled" and done[-1][1].n_participants > 0:
+            index, replaced = done[-1][0].index, done[-1][1].id
+        elif len(done) >= c.times:
+            raise CampaignComplete(f"campaign {campaign_id} ran all its {c.times} occurrences")
+        else:
+            index, replaced = len(done), None
+        spec = StudyCreate(
+            protocol=c.protocol,
+            params=c.params,
+            seed=occurrence_seed(c.seed, index),
+            round_deadline_s=c.round_deadline_s,
+            quorum=c.quorum,
+            population_digest=c.population_digest,
+            # only lease holders enroll (the admin key, when the server has one, as admission)
+            enrollment="leased",
+        )
+        day = c.start + index * c.every
+    study = studies.create(ctx, spec)  # its own transaction
+    loser: str | None = None
+    with ctx.transaction() as session:
+        _require(session, campaign_id, lock=True)
+        existing = rows.occurrence(session, campaign_id, index)
+        if existing is None:
+            opened = OccurrenceRow(campaign_id=campaign_id, index=index, study_id=study.id, day=day)
+            rows.add_occurrence(session, opened)
+        elif existing.study_id == replaced:
+            rows.set_occurrence_study(session, campaign_id, index, study.id)
+        else:  # another driver opened it meanwhile: ours is never used
+            loser = study.id
+        rows.set_clock(session, campaign_id, day)
+        found = rows.occurrences(session, campaign_id)
+        view = next(_occurrence_view(o, s) for o, s in found if o.index == index)
+    if loser is not None:
+        studies.cancel(ctx, loser)
+    return view
+
+
+def admit(ctx: Context, campaign_id: str, index: int, body: DeviceBatch) -> DeviceAdmission:
+    """Charge each device of ``body`` its ε for occurrence ``index`` (see the module
+    docstring): UnknownOccurrence, StudyNotEnrolling once the occurrence's study has started,
+    DuplicateConflict for a device charged another ε (or listed twice), BudgetExceeded naming
+    the first device the budget refuses; all or nothing."""
+    with ctx.transaction() as session:
+        c = _require(session, campaign_id, lock=True)
+        occurrence = rows.occurrence(session, campaign_id, index)
+        if occurrence is None:
+            raise UnknownOccurrence(f"campaign {campaign_id} has not opened occurrence {index}")
+        study = studies.require_study(session, occurrence.study_id)
+        if study.phase != "enrolling":
+            raise StudyNotEnrolling(
+                f"occurrence {index}'s study {study.id} is {study.phase}: too late to admit devices"
+            )
+        asked = [d.device for d in body.devices]
+        if len(set(asked)) != len(asked):
+            raise DuplicateConflict("a device is listed twice")
+        window = budget_window(occurrence.day, c.budget_period)
+        spent: dict[str, float] = defaultdict(float)
+        charged: dict[str, float] = {}
+        for s in rows.device_spends(session, campaign_id, asked):
+            if s.occurrence == index:
+                charged[s.device] = s.epsilon
+            elif budget_window(s.day, c.budget_period) == window:
+                spent[s.device] += s.epsilon
+        new: list[dict[str, object]] = []
+        for d in body.devices:
+            if d.device in charged:
+                if charged[d.device] != d.epsilon:
+                    raise DuplicateConflict(
+                        f"device {d.device} was charged ε = {charged[d.device]:g} for occurrence "
+                        f"{index}, not {d.epsilon:g}"
+                    )
+                continue
+            if c.budget_epsilon is not None and not within_budget(
+                spent[d.device], d.epsilon, c.budget_epsilon
+            ):
+                raise BudgetExceeded(
+                    f"device {d.device} has spent ε = {spent[d.device]:g} of its budget "
+                    f"{c.budget_epsilon:g} in this window; occurrence {index} would charge "
+                    f"{d.epsilon:g} more"
+                )
+            new.append(
+                {
+                    "campaign_id": campaign_id,
+                    "device": d.device,
+                    "occurrence": index,
+                    "day": occurrence.day,
+                    "epsilon": d.epsilon,
+                }
+            )
+        rows.add_spends(session, new)
+        return DeviceAdmission(occurrence=index, admitted=len(body.devices))
+
+
+def device_budget(ctx: Context, campaign_id: str, device: str) -> DeviceBudgetView:
+    """A device's charges over the campaign and what remains in the clock's window."""
+    with ctx.transaction() as session:
+        c = _require(session, campaign_id)
+        spends = rows.spends_of(session, campaign_id, device)
+        clock = c.clock if c.clock is not None else c.start
+        window = budget_window(clock, c.budget_period)
+        in_window = sum(
+            s.epsilon for s in spends if budget_window(s.day, c.budget_period) == window
+        )
+        return DeviceBudgetView(
+            device=device,
+            budget_epsilon=c.budget_epsilon,
+            budget_period=c.budget_period,
+            spent_total=sum(s.epsilon for s in spends),
+            spent_window=in_window,
+            remaining=None if c.budget_epsilon is None else max(0.0, c.budget_epsilon - in_window),
+            spends=[
+                BudgetSpend(occurrence=s.occurrence, day=s.day, epsilon=s.epsilon) for s in spends
+            ],
+        )

@@ -1,0 +1,170 @@
+"""Campaigns in process (fedldp.client.campaign): drifting laws, persistent devices, occurrence
+seeds, device budgets and the estimates over time."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+from scipy.stats import norm
+
+from fedldp.client.campaign.budget import DeviceBudget, DeviceLedger, parse_every
+from fedldp.client.campaign.simulate import occurrence_population, simulate_campaign
+from fedldp.client.campaign.template import CampaignTemplate
+from fedldp.client.population.build import build_population
+from fedldp.client.population.spec import PopulationSpec
+from fedldp.client.simulate import simulate
+from fedldp.protocol.catalogue import get_protocol
+
+
+def _template(**over: Any) -> CampaignTemplate:
+    raw: dict[str, Any] = {
+        "protocol": "classic-duchi",
+        "population": {
+            "users": 3000,
+            "distribution": "two-point",
+            "mean": -0.3,
+            "epsilon": 1.0,
+            "drift": {"mean_per_day": 0.02},
+        },
+        "every": "1d",
+        "times": 30,
+        **over,
+    }
+    return CampaignTemplate.model_validate(raw)
+
+
+def test_gaussian_drift_moves_each_device_by_the_slope() -> None:
+    spec = PopulationSpec(users=50, distribution="gaussian", mean=0.1, drift={"mean_per_day": 0.05})
+    slots = np.arange(50)
+    day0 = build_population(spec, 4).data(slots).values
+    day7 = build_population(spec, 4, day=7, occurrence=3)
+    np.testing.assert_allclose(day7.data(slots).values, day0 + 0.35, rtol=0, atol=1e-12)
+    assert day7.truth == pytest.approx(0.1 + 0.35, abs=1e-15)
+
+
+def test_categorical_top_item_swaps_only_items_zero_and_j() -> None:
+    spec = PopulationSpec(
+        users=400,
+        distribution="categorical",
+        items=5,
+        zipf=1.0,
+        drift={"top_item": 3, "from_day": 10},
+    )
+    slots = np.arange(400)
+    before = build_population(spec, 2, day=9.5).data(slots).values
+    after = build_population(spec, 2, day=10).data(slots).values
+    assert np.array_equal(before, build_population(spec, 2).data(slots).values)
+    swap = np.array([3, 1, 2, 0, 4])
+    assert np.array_equal(after, swap[before])
+    truth0 = np.asarray(build_population(spec, 2).truth)
+    truth10 = np.asarray(build_population(spec, 2, day=10).truth)
+    assert np.array_equal(truth10, truth0[swap])
+    assert int(np.argmax(truth10)) == 3
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"users": 5, "distribution": "uniform", "drift": {"mean_per_day": 0.1}},
+        {"users": 5, "distribution": "gaussian", "drift": {"top_item": 1, "from_day": 2}},
+        {"users": 5, "distribution": "gaussian", "drift": {"top_item": 1}},
+        {"users": 5, "distribution": "gaussian", "drift": {}},
+    ],
+)
+def test_drift_that_does_not_apply_is_refused(spec: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        PopulationSpec.model_validate(spec)
+
+
+def test_a_drift_that_leaves_the_law_is_refused_on_that_day() -> None:
+    spec = PopulationSpec(users=5, distribution="two-point", mean=0.9, drift={"mean_per_day": 0.1})
+    with pytest.raises(ValueError, match="mean"):
+        build_population(spec, 1, day=2)
+
+
+def test_occurrence_zero_is_a_plain_study_and_later_ones_draw_fresh_noise() -> None:
+    template = _template(times=3)
+    protocol = get_protocol("classic-duchi")
+    params = protocol.parse_params({})
+    plain = simulate(protocol, params, build_population(template.population, 5), 5)
+    result = simulate_campaign(template, 5)
+    assert result.occurrences[0].estimate == float(np.asarray(plain.result.estimate))
+    # the same devices and data (no drift here), other noise: another estimate
+    flat = _template(times=2, population={"users": 3000, "distribution": "two-point"})
+    pop0, pop1 = (occurrence_population(flat, 5, k) for k in (0, 1))
+    assert pop0.population_seed == pop1.population_seed
+    assert np.array_equal(pop0.data(np.arange(3000)).values, pop1.data(np.arange(3000)).values)
+    estimates = [o.estimate for o in simulate_campaign(flat, 5).occurrences]
+    assert estimates[0] != estimates[1]
+
+
+def test_each_estimate_is_within_theory_of_the_days_truth() -> None:
+    template = _template()
+    result = simulate_campaign(template, 11)
+    n = 3000
+    c = (math.e + 1) / (math.e - 1)  # Duchi at ε = 1 reports ±c: Var(report) <= c²
+    # 30 occurrences, two-sided, Bonferroni: false-failure probability 1e-6 over the whole test
+    z = float(norm.ppf(1 - 1e-6 / (2 * 30)))
+    for o in result.occurrences:
+        assert o.truth == pytest.approx(-0.3 + 0.02 * o.day, abs=1e-12)
+        assert isinstance(o.estimate, float)
+        assert isinstance(o.truth, float)
+        assert abs(o.estimate - o.truth) <= z * c / math.sqrt(n), o
+    np.testing.assert_array_equal(result.spent, np.full(n, 30.0))
+
+
+def test_a_per_day_budget_refuses_the_occurrence_that_would_exceed_it() -> None:
+    # two 12-hourly occurrences a day: ε 0.5 devices fit both (1 <= 1.5), ε 1 devices only one
+    population = {"users": 1000, "distribution": "two-point", "epsilon_mix": "0.5:0.4,1:0.6"}
+    template = _template(
+        population=population, every="12h", times=6, budget={"epsilon": 1.5, "period": "1d"}
+    )
+    result = simulate_campaign(template, 3)
+    eps = np.asarray(occurrence_population(template, 3, 0).epsilon)
+    enrolled = [o.enrolled for o in result.occurrences]
+    assert enrolled == [1000, 400] * 3
+    assert [o.refused for o in result.occurrences] == [0, 600] * 3
+    np.testing.assert_allclose(result.spent, np.full(1000, 3.0))  # 6 x 0.5 and 3 x 1
+    lifetime = _template(population=population, times=5, budget={"epsilon": 2})
+    result = simulate_campaign(lifetime, 3)
+    assert [o.enrolled for o in result.occurrences] == [1000, 1000, 400, 400, 0]
+    assert result.occurrences[-1].estimate is None
+    np.testing.assert_allclose(result.spent, np.full(1000, 2.0))  # 4 x 0.5 and 2 x 1
+    assert set(np.unique(eps).tolist()) == {0.5, 1.0}
+
+
+def test_central_protocols_and_bad_schedules_are_refused() -> None:
+    with pytest.raises(ValidationError, match="central"):
+        _template(protocol="central-wme")
+    with pytest.raises(ValidationError, match="duration"):
+        _template(every="daily")
+    assert parse_every("12h") == 0.5
+    assert parse_every("90m") == pytest.approx(1 / 16)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    charges=st.lists(st.tuples(st.floats(0, 10), st.floats(0.01, 3.0)), min_size=1, max_size=30),
+    budget=st.floats(0.5, 5.0),
+    period=st.sampled_from([None, 0.5, 1.0, 7.0]),
+)
+def test_admitted_charges_never_exceed_the_budget_in_any_window(
+    charges: list[tuple[float, float]], budget: float, period: float | None
+) -> None:
+    ledger = DeviceLedger(1, DeviceBudget(epsilon=budget, period=period))
+    for k, (day, eps) in enumerate(sorted(charges)):
+        charge = np.array([eps])
+        if ledger.admits(day, charge)[0]:
+            ledger.record(k, day, np.array([0]), charge)
+    windows: dict[int, float] = {}
+    assert ledger.budget is not None
+    for s in ledger.spends:
+        w = ledger.budget.window(s.day)
+        windows[w] = windows.get(w, 0.0) + float(s.epsilon[0])
+    assert all(total <= budget * (1 + 1e-9) for total in windows.values())

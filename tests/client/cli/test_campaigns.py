@@ -1,0 +1,87 @@
+"""``fedldp campaign simulate`` (client/cli/campaigns.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fedldp.client.campaign.simulate import simulate_campaign
+from fedldp.client.campaign.template import load_template
+from fedldp.client.cli.main import main
+from tests.live import sqlite_server
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "campaigns" / "daily-mean.yaml"
+
+
+def test_campaign_simulate_prints_what_simulate_campaign_returns(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["campaign", "simulate", str(EXAMPLE), "--seed", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    expected = simulate_campaign(load_template(EXAMPLE), 2)
+    assert out["occurrences"] == [o.as_json() for o in expected.occurrences]
+    assert out["devices"] == expected.spent.tolist()
+    assert main(["campaign", "simulate", str(EXAMPLE), "--seed", "2"]) == 0
+    table = capsys.readouterr().out
+    assert table.count("\n") == 32  # a header, 30 occurrences, the spends
+    assert "cumulative ε per device: min 30, mean 30, max 30" in table
+
+
+def test_a_bad_campaign_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("protocol: classic-duchi\npopulation: {users: 10}\nevery: daily\ntimes: 3\n")
+    assert main(["campaign", "simulate", str(bad), "--seed", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1
+    assert "1d, 12h" in err
+
+
+SMALL = """\
+protocol: classic-duchi
+population: {users: 300, distribution: two-point, epsilon-mix: "0.5:0.4,1:0.6"}
+every: 12h
+times: 3
+budget: {epsilon: 1.5, period: 1d}
+"""
+
+
+@pytest.mark.e2e
+def test_campaign_run_show_and_budget_against_a_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL)
+    with sqlite_server(tmp_path) as server:
+        run = ["campaign", "run", str(path), "--server", server.url, "--seed", "3"]
+        run += ["--store", str(tmp_path / "devices"), "--json"]
+        assert main([*run, "--limit", "2"]) == 0
+        first = json.loads(capsys.readouterr().out)
+        assert [o["index"] for o in first["occurrences"]] == [0, 1]
+        assert main(run) == 0
+        done = json.loads(capsys.readouterr().out)
+        expected = simulate_campaign(load_template(path), 3)
+        assert [o["enrolled"] for o in done["occurrences"]] == [300, 120, 300]
+        assert [o["enrolled"] for o in done["occurrences"]] == [
+            o.enrolled for o in expected.occurrences
+        ]
+        assert done["devices"] == expected.spent.tolist()
+        with httpx.Client(base_url=server.url) as http:
+            (campaign,) = http.get("/v1/campaigns").json()["campaigns"]
+        assert main(["campaign", "show", campaign["id"], "--server", server.url]) == 0
+        shown = capsys.readouterr().out.splitlines()
+        assert "3 of 3 occurrences opened, clock 1, budget ε 1.5 per 1 d" in shown[0]
+        assert [line.split()[2] for line in shown[2:]] == ["finished"] * 3
+        assert main(["campaign", "budget", campaign["id"], "d0", "--server", server.url]) == 0
+        budget = capsys.readouterr().out
+        assert budget.startswith("device d0: spent ε ")
+        assert budget.count("  occurrence ") in (2, 3)  # ε 1: days 0 and 1; ε 0.5: all three
+        assert main(["campaign", "show", "nope", "--server", server.url]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: unknown_campaign: ")
+        assert err.count("\n") == 1

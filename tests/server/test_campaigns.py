@@ -1,0 +1,191 @@
+"""The campaign routes and services (server/services/campaigns.py) on every backend: the clock
+the driver advances, occurrences opened again after a crash, and the ledger keyed by device with
+its budget windows and stable refusals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from fedldp.protocol.core.wire import (
+    CampaignView,
+    DeviceBudgetView,
+    OccurrenceView,
+    occurrence_seed,
+)
+from tests.server.helpers import expect_error
+
+BODY: dict[str, Any] = {
+    "protocol": "hetero-mean-rr",
+    "seed": 11,
+    "every": 0.5,
+    "times": 4,
+    "budget_epsilon": 1.5,
+    "budget_period": 1.0,
+}
+
+
+async def _campaign(client: httpx.AsyncClient, **over: Any) -> CampaignView:
+    response = await client.post("/v1/campaigns", json={**BODY, **over})
+    assert response.status_code == 201, response.text
+    return CampaignView.model_validate_json(response.content)
+
+
+async def _next(client: httpx.AsyncClient, campaign: str) -> OccurrenceView:
+    response = await client.post(f"/v1/campaigns/{campaign}/occurrences/next")
+    assert response.status_code == 200, response.text
+    return OccurrenceView.model_validate_json(response.content)
+
+
+async def _admit(
+    client: httpx.AsyncClient, campaign: str, index: int, *devices: tuple[str, float]
+) -> httpx.Response:
+    body = {"devices": [{"device": d, "epsilon": e} for d, e in devices]}
+    return await client.post(f"/v1/campaigns/{campaign}/occurrences/{index}/devices", json=body)
+
+
+async def _run(client: httpx.AsyncClient, study: str) -> None:
+    """Enroll two participants, then cancel the study: what a driver that died mid-occurrence
+    leaves (its study is cancelled by the next run)."""
+    anyone = await client.post(f"/v1/studies/{study}/participants/batch", json={"epsilons": [1.0]})
+    expect_error(anyone, 403, "enrollment_closed")  # an occurrence's study is leased
+    lease = (await client.post(f"/v1/studies/{study}/leases", json={"size": 2})).json()
+    enrolled = await client.post(
+        f"/v1/studies/{study}/participants/batch",
+        json={"epsilons": [1.0, 1.0], "participant_ids": [0, 1]},
+        headers={"Authorization": f"Bearer {lease['token']}"},
+    )
+    assert enrolled.status_code == 201, enrolled.text
+    assert (await client.post(f"/v1/studies/{study}/cancel")).status_code == 200
+
+
+async def test_occurrences_open_in_order_on_their_days(client: httpx.AsyncClient) -> None:
+    campaign = await _campaign(client, name="daily")
+    assert campaign.clock is None
+    assert campaign.occurrences == []
+    days = []
+    for k in range(4):
+        occurrence = await _next(client, campaign.id)
+        assert occurrence.index == k
+        again = await _next(client, campaign.id)  # still open: the same one
+        assert again.study_id == occurrence.study_id
+        study = (await client.get(f"/v1/studies/{occurrence.study_id}")).json()
+        assert study["seed"] == occurrence_seed(11, k)
+        assert study["protocol"] == "hetero-mean-rr"
+        days.append(occurrence.day)
+        assert (await client.post(f"/v1/studies/{occurrence.study_id}/cancel")).status_code == 200
+    assert days == [0.0, 0.5, 1.0, 1.5]
+    view = CampaignView.model_validate_json(
+        (await client.get(f"/v1/campaigns/{campaign.id}")).content
+    )
+    assert view.clock == 1.5
+    assert [o.phase for o in view.occurrences] == ["cancelled"] * 4
+    expect_error(
+        await client.post(f"/v1/campaigns/{campaign.id}/occurrences/next"), 409, "campaign_complete"
+    )
+    listed = (await client.get("/v1/campaigns")).json()["campaigns"]
+    assert [c["id"] for c in listed] == [campaign.id]
+    expect_error(
+        await client.post("/v1/campaigns", json={**BODY, "name": "daily"}), 409, "campaign_exists"
+    )
+
+
+async def test_an_occurrence_left_half_run_is_opened_again_with_a_new_study(
+    client: httpx.AsyncClient,
+) -> None:
+    campaign = await _campaign(client)
+    first = await _next(client, campaign.id)
+    assert (await _admit(client, campaign.id, 0, ("d1", 1.0))).status_code == 200
+    await _run(client, first.study_id)  # enrolled, then cancelled: as a driver that died
+    retry = await _next(client, campaign.id)
+    assert retry.index == 0
+    assert retry.study_id != first.study_id
+    again = (await client.get(f"/v1/studies/{retry.study_id}")).json()
+    assert again["seed"] == occurrence_seed(11, 0)  # the same reports will be sent
+    # the device was charged once for occurrence 0, and is not charged again
+    assert (await _admit(client, campaign.id, 0, ("d1", 1.0))).status_code == 200
+    budget = DeviceBudgetView.model_validate_json(
+        (await client.get(f"/v1/campaigns/{campaign.id}/devices/d1/budget")).content
+    )
+    assert [(s.occurrence, s.epsilon) for s in budget.spends] == [(0, 1.0)]
+
+
+async def test_the_ledger_keeps_each_window_within_the_budget(client: httpx.AsyncClient) -> None:
+    campaign = await _campaign(client)
+    for k in range(4):  # days 0, 0.5 (window 0), 1, 1.5 (window 1)
+        occurrence = await _next(client, campaign.id)
+        first = await _admit(client, campaign.id, k, ("a", 1.0))
+        if k % 2 == 0:
+            assert first.status_code == 200, first.text
+        else:
+            expect_error(first, 409, "budget_exceeded")
+        assert (await _admit(client, campaign.id, k, ("b", 0.75))).status_code == 200
+        assert (await client.post(f"/v1/studies/{occurrence.study_id}/cancel")).status_code == 200
+    a = DeviceBudgetView.model_validate_json(
+        (await client.get(f"/v1/campaigns/{campaign.id}/devices/a/budget")).content
+    )
+    assert [s.occurrence for s in a.spends] == [0, 2]
+    assert a.spent_total == 2.0
+    assert a.spent_window == 1.0
+    assert a.remaining == 0.5
+    b = DeviceBudgetView.model_validate_json(
+        (await client.get(f"/v1/campaigns/{campaign.id}/devices/b/budget")).content
+    )
+    assert b.spent_total == 3.0
+    assert b.remaining == 0.0  # two charges of 0.75 fill the window exactly
+    nobody = (await client.get(f"/v1/campaigns/{campaign.id}/devices/c/budget")).json()
+    assert nobody["spends"] == []
+
+
+async def test_a_lifetime_budget_and_no_budget(client: httpx.AsyncClient) -> None:
+    lifetime = await _campaign(client, budget_period=None, budget_epsilon=2.0, every=7.0)
+    unlimited = await _campaign(client, budget_period=None, budget_epsilon=None)
+    for k in range(3):
+        for campaign in (lifetime, unlimited):
+            occurrence = await _next(client, campaign.id)
+            answer = await _admit(client, campaign.id, k, ("x", 1.0))
+            if campaign is lifetime and k == 2:
+                expect_error(answer, 409, "budget_exceeded")
+            else:
+                assert answer.status_code == 200, answer.text
+            await client.post(f"/v1/studies/{occurrence.study_id}/cancel")
+
+
+@pytest.mark.parametrize(
+    ("over", "status", "code"),
+    [
+        ({"protocol": "nope"}, 422, "unknown_protocol"),
+        ({"protocol": "central-wme"}, 422, "invalid_params"),
+        ({"params": {"nope": 1}}, 422, "invalid_params"),
+        ({"budget_epsilon": None}, 422, "invalid_request"),  # a period without a budget
+        ({"every": 0}, 422, "invalid_request"),
+        ({"times": 0}, 422, "invalid_request"),
+        ({"budget_epsilon": "2"}, 422, "invalid_request"),
+    ],
+)
+async def test_bad_campaigns_are_refused_with_stable_codes(
+    client: httpx.AsyncClient, over: dict[str, Any], status: int, code: str
+) -> None:
+    expect_error(await client.post("/v1/campaigns", json={**BODY, **over}), status, code)
+
+
+async def test_admissions_are_refused_with_stable_codes(client: httpx.AsyncClient) -> None:
+    campaign = await _campaign(client)
+    expect_error(await client.get("/v1/campaigns/nope"), 404, "unknown_campaign")
+    expect_error(await client.post("/v1/campaigns/nope/occurrences/next"), 404, "unknown_campaign")
+    expect_error(await client.get("/v1/campaigns/nope/devices/d/budget"), 404, "unknown_campaign")
+    expect_error(await _admit(client, campaign.id, 0, ("d", 1.0)), 404, "unknown_occurrence")
+    occurrence = await _next(client, campaign.id)
+    expect_error(
+        await _admit(client, campaign.id, 0, ("d", 1.0), ("d", 1.0)), 409, "duplicate_conflict"
+    )
+    expect_error(await _admit(client, campaign.id, 0, ("bad id!", 1.0)), 422, "invalid_request")
+    expect_error(await _admit(client, campaign.id, 0, ("d", 0.0)), 422, "invalid_request")
+    bad_device = await client.get(f"/v1/campaigns/{campaign.id}/devices/{'x' * 65}/budget")
+    expect_error(bad_device, 422, "invalid_request")
+    assert (await _admit(client, campaign.id, 0, ("d", 1.0))).status_code == 200
+    expect_error(await _admit(client, campaign.id, 0, ("d", 0.5)), 409, "duplicate_conflict")
+    await _run(client, occurrence.study_id)
+    expect_error(await _admit(client, campaign.id, 0, ("e", 0.5)), 409, "study_not_enrolling")
