@@ -91,8 +91,10 @@ class Protocol(ABC, Generic[ParamsT]):
     is its entry point's name), ``summary`` (one line), ``source`` (paper and algorithm),
     ``heterogeneity`` (how unequal ε's are combined), ``data_kind`` and ``params_model`` (a
     ``Params`` subclass, instantiable from ``{}`` unless some fields are required). ``version``
-    is the algorithm's own revision, shown in the catalogue; the code's version is its origin's
-    (``fedldp.protocol.catalogue.Origin``). One instance serves every study at once, from
+    is the algorithm's own revision, shown in the catalogue (``GET /v1/protocols`` and
+    ``fedldp protocols``, as ``version``); the code's version is its origin's
+    (``fedldp.protocol.catalogue.Origin``: ``origin_version``, the one a study records and a
+    server or swarm compares). One instance serves every study at once, from
     several threads: keep no per-study state on it."""
 
     name: ClassVar[str]
