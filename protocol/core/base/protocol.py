@@ -288,6 +288,25 @@ class Protocol(ABC, Generic[ParamsT]):
         sphere or a grid of bin centres does)."""
         return None
 
+    def max_gain_reports(
+        self,
+        params: ParamsT,
+        task: RoundTask,
+        targets: tuple[int, ...],
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray | None:
+        """Optional: the reports that fake users charged ``epsilon`` in ``group`` send in round
+        ``task`` to raise the estimates of the items ``targets`` most (the max-gain attack of
+        Cao et al., USENIX Security 2021: ``--attack max-gain --targets I,J``), shape
+        ``(n, *task.payload_shape)``, random numbers from ``rng`` as in ``privatize``;
+        ``ValueError`` for a target outside the domain. None (the default) when the protocol
+        defines none: the attack then runs only for the built-in frequency oracles that the
+        simulator knows (``hetero-frequency``, ``user-frequency``) and is refused for the
+        others. The reports still go through the server's checks, like every attacker's."""
+        return None
+
     def plausible(
         self,
         params: ParamsT,
