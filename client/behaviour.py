@@ -30,7 +30,8 @@ them is refused and counted, in process as over HTTP):
   whose own ``check`` constrains reports further refuses it (``hetero-mean-duchi``'s reports lie
   on a sphere, ``krr-tree``'s coordinates are bin centres): the round counts it as refused;
 * ``max-gain`` (the frequency oracles): the report that raises the target items' estimates most
-  (Cao et al., USENIX Security 2021, maximal gain attack). ``hetero-frequency`` (JL oracle): the
+  (Cao et al., USENIX Security 2021, maximal gain attack): the protocol's own when it defines
+  ``Protocol.max_gain_reports`` (a plugin's hook), else ``hetero-frequency`` (JL oracle): the
   attacker's row j with the sign that the targets' column entries agree on. ``user-frequency``
   (Hadamard coefficients): in stage two every component at the end of its plausible range
   (``report_bounds``) on the targets' side, in stage one the honest randomizer on the first
@@ -215,7 +216,10 @@ def attack_payloads(
         if bounds is None:
             raise ValueError(
                 f"the output attack needs report bounds, which {protocol.name} round "
-                f"{task.round} does not declare"
+                f"{task.round} does not declare: define {protocol.name}'s report_bounds(params, "
+                "task, epsilon, group) to return (lo, hi), the range of its honest reports "
+                "(e.g. (0, k - 1) for an item, (-1, 1) for a sign; Laplace: "
+                "fedldp.protocol.api.laplace_reach)"
             )
         shape = (epsilon.shape[0], *task.payload_shape)
         return np.broadcast_to(np.asarray(bounds[1], dtype=np.float64), shape).copy()
@@ -223,6 +227,10 @@ def attack_payloads(
         worst = _worst_case(protocol, data, behaviour.targets)
         return protocol.privatize(params, task, worst, epsilon, group, rng)
     if attack == "max-gain":
+        crafted = protocol.max_gain_reports(params, task, behaviour.targets, epsilon, group, rng)
+        if crafted is not None:  # the protocol's own (a plugin's hook)
+            shape = (epsilon.shape[0], *task.payload_shape)
+            return np.asarray(crafted, dtype=np.float64).reshape(shape)
         if task.payload_kind == "index-sign":
             return _max_gain_jl(
                 behaviour.targets, protocol, params, task, data, epsilon, group, rng
@@ -232,8 +240,9 @@ def attack_payloads(
                 behaviour.targets, protocol, params, task, data, epsilon, group, rng
             )
         raise ValueError(
-            f"the max-gain attack is defined for the frequency oracles (hetero-frequency, "
-            f"user-frequency), not {protocol.name}"
+            f"the max-gain attack is defined for the frequency oracles hetero-frequency and "
+            f"user-frequency and for protocols that define Protocol.max_gain_reports, not "
+            f"{protocol.name}"
         )
     raise ValueError("no attack was given")
 

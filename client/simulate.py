@@ -90,6 +90,12 @@ class SimulationResult:
         return plain(self.population.truth)
 
     @property
+    def diagnostics(self) -> JSON:
+        """The protocol's diagnostics (``result.diagnostics``, what ``to_dict()["diagnostics"]``
+        holds JSON-ready): named as in ``fedldp.protocol.diagnostics.DIAGNOSTICS``."""
+        return self.result.diagnostics
+
+    @property
     def warnings(self) -> tuple[str, ...]:
         # a protocol may repeat a plan warning in its result: each is shown once
         every = (*self.population.warnings, *self.plan.warnings, *self.result.warnings)

@@ -31,7 +31,8 @@ which everyone reports once, in one round or in disjoint cohorts) and that the s
 (``check_epsilons``, ``valid_payloads``) and JSON conversions (``jsonable``, ``finite_or_none``).
 Type aliases: ``FloatArray``, ``IntArray``, ``BoolArray`` (numpy arrays of float64, int64,
 bool), ``JSON`` (a dict that JSON can hold: broadcasts, outputs, diagnostics), ``PayloadKind``
-(what a round's reports are: scalar, vector, bit, index-sign, histogram, statistic),
+(what a round's reports are: scalar, vector, bit, index-sign, histogram, statistic; its
+docstring gives each kind's shape, wire form, server checks and a protocol using it),
 ``DataKind`` (what users hold: scalar, vector, categorical, labeled) and ``Trust`` (local or
 central).
 
@@ -48,7 +49,8 @@ plausibility bounds of unbounded reports (``laplace_reach``, ``around``, …;
 ``IMPLAUSIBLE_PROBABILITY`` is the per-entry probability an honest report lands outside them,
 ``LAPLACE_TAIL`` the matching Laplace tail in scales), and the privacy audit of a protocol's own
 client step (``ClientAudit``, ``client_step``, ``run_client_audit``, ``scaled_loss``, ``one_user``;
-a ``Statistic`` reduces a block of reports to the audited scalar; ``AuditCase`` and ``run_audit``
+a ``Statistic`` is a factory, ``(step, a, b) → (reports → scalars)``, whose function reduces
+each of a block of reports to the audited scalar; ``AuditCase`` and ``run_audit``
 for a bare randomizer, whose ``Draw`` samples it on the two neighbouring inputs).
 """
 

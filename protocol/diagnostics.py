@@ -2,9 +2,13 @@
 (``Result.diagnostics``), shown beside the value by ``fedldp simulate``, ``swarm``, ``run`` and
 ``studies result``.
 
-A name means the same kind of thing in every protocol that reports it; where protocols differ in
-detail, the line says what they share. ``tests/client/test_simulate.py`` runs every protocol and
-checks that each diagnostic it reports is described here.
+A name means the same kind of thing in every protocol that reports it, plugins included (the
+commands print this line beside a plugin's key of the same name: reuse a key only in its meaning
+here, name anything else apart; docs/extending.md, "The result"); where protocols differ in
+detail, the line says what they share. ``predicted_mse`` is where a protocol's theory of its
+error goes: experiments draw it as a theory line (``theory: diagnostics.predicted_mse``).
+``tests/client/test_simulate.py`` runs every protocol and checks that each diagnostic it reports
+is described here.
 """
 
 from __future__ import annotations
@@ -129,7 +133,8 @@ DIAGNOSTICS: dict[str, str] = {
     "cells": "cells of the classical-LDP histogram",
     "mass": "estimated share of users per histogram cell",
     "truncated_cells": "cells below the truncation mass, given the fill value",
-    "predicted_mse": "mean squared error the design's theory predicts",
+    "predicted_mse": "mean squared error the design's theory predicts (a vector's: squared ℓ2, "
+    "the sum of its coordinates' variances)",
     # --- memoizing protocols (docs/longitudinal.md)
     "memoize": "whether the permanent response is memoized per (device, value) across studies",
     # --- classic frequency oracles (Wang et al. 2017 and the others of protocol/classic)

@@ -72,7 +72,9 @@ def _value_range(prop: dict[str, Any]) -> str | None:
 
 
 def protocol_catalogue(epsilon: float = 1.0) -> dict[str, list[dict[str, Any]]]:
-    """Every catalogue protocol (``protocols``) with its origin and version, its parameters,
+    """Every catalogue protocol (``protocols``) with its ``version`` (the algorithm's own
+    revision, ``Protocol.version``), its ``origin`` and ``origin_version`` (the code's: fedldp's
+    for a built-in protocol, the distribution's for a plugin), its parameters,
     their defaults (None when required) and the ranges of the numeric ones, its broadcast
     fields, and its minimum population at ``epsilon``; and the installed plugins that are not
     served (``broken``, with the reason), as GET /v1/protocols lists them (which also has the
@@ -98,6 +100,7 @@ def protocol_catalogue(epsilon: float = 1.0) -> dict[str, list[dict[str, Any]]]:
         out.append(
             {
                 "name": name,
+                "version": p.version,
                 "summary": p.summary,
                 "source": p.source,
                 "trust": p.trust,
@@ -156,7 +159,7 @@ def _run_protocols(args: argparse.Namespace) -> int:
             rule = f"depends on {', '.join(population['depends_on'])}: {population['rule']}"
         else:
             rule = population["rule"]
-        name = f"{p['name']}\n({p['origin']} {p['origin_version']})"
+        name = f"{p['name']} v{p['version']}\n({p['origin']} {p['origin_version']})"
         table.add_row(name, p["summary"], p["source"], p["trust"], p["heterogeneity"], params, rule)
     console = Console(width=max(200, Console().width))  # seven columns: wide
     console.print(table)
@@ -172,12 +175,14 @@ def add_protocols_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "protocols",
         help="list the protocol catalogue",
-        description="List every protocol: name, origin (built-in, or the plugin distribution "
-        "that declares it) and version, description, source (paper and algorithm), "
-        "trust model, how it combines unequal ε's, data kind, its parameters with their "
-        "defaults, the fields of its round broadcasts (--json; docs/clients.md), and the "
-        "smallest population it can plan for with every participant at --epsilon; then the "
-        "installed plugins that are not served, with the reason (--json: 'broken').",
+        description="List every protocol: name and version (the algorithm's own revision, "
+        "'vN'), origin (built-in, or the plugin distribution that declares it) and the code's "
+        "version (fedldp's or the distribution's: what a study records), description, source "
+        "(paper and algorithm), trust model, how it combines unequal ε's, data kind, its "
+        "parameters with their defaults, the fields of its round broadcasts (--json; "
+        "docs/clients.md), and the smallest population it can plan for with every participant "
+        "at --epsilon; then the installed plugins that are not served, with the reason (--json: "
+        "'broken').",
         epilog="examples:\n  fedldp protocols\n  fedldp protocols --epsilon 0.5 --json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -143,6 +143,8 @@ def _study_tables(view: StudyView) -> Group:
     about.add_column("value", overflow="fold")
     about.add_row("name", view.name or "-")
     about.add_row("protocol", f"{view.protocol} ({view.trust} trust)")
+    if view.protocol_version is not None:  # a study made before origins were records none
+        about.add_row("protocol code", f"{view.protocol_origin} {view.protocol_version}")
     about.add_row("params", json.dumps(view.params))
     about.add_row("phase", view.phase)
     about.add_row("participants", str(view.n_participants))

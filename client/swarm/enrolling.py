@@ -34,6 +34,7 @@ from fedldp.protocol.core.wire import (
 __all__ = [
     "ENROLL_CHUNK",
     "LEASE_SHARES",
+    "check_served",
     "enroll",
     "enroll_leases",
     "join",
@@ -74,6 +75,28 @@ def study_protocol(study: StudyView) -> Protocol[Any]:
     )
     if reason is not None:
         raise SwarmError("protocol_version_mismatch", f"study {study.id}: {reason}")
+    return protocol
+
+
+async def check_served(api: ApiClient, name: str) -> Protocol[Any]:
+    """The local protocol ``name``, once the server's catalogue (``GET /v1/protocols``) shows it
+    serves the same code: SwarmError ``unknown_protocol`` if this client does not know it,
+    ``protocol_version_mismatch`` if the server's origin or version of it is another (before a
+    study is created, so that a refused swarm leaves none behind). A protocol the server does
+    not offer is left to its create route to refuse (``unknown_protocol``)."""
+    protocol = local_protocol(name)
+    served = {p.name: p for p in (await api.protocols()).protocols}
+    entry = served.get(name)
+    if entry is None:
+        return protocol
+    mine = CATALOGUE.origin(name)
+    if (entry.origin, entry.origin_version) != (mine.package, mine.version):
+        raise SwarmError(
+            "protocol_version_mismatch",
+            f"the server runs {name} of {entry.origin} {entry.origin_version}, and this client "
+            f"has {name} of {mine.package} {mine.version}: install the same version on both "
+            "sides (no study was created)",
+        )
     return protocol
 
 

@@ -59,6 +59,7 @@ from fedldp.client.results import plain, result_summary
 from fedldp.client.seeds import noise_seed, occurrence_study_seed, population_digest
 from fedldp.client.swarm.agents import DriveStats, Roster, SwarmError, WaitPolicy, drive
 from fedldp.client.swarm.enrolling import (
+    check_served,
     enroll,
     enroll_leases,
     join,
@@ -116,6 +117,12 @@ class SwarmResult:
     def estimate(self) -> float | list[float] | None:
         """The server's estimate (``result.estimate``; None unless the study finished)."""
         return self.result.estimate
+
+    @property
+    def diagnostics(self) -> JSON:
+        """The server's diagnostics of the result (``result.diagnostics``; empty unless the
+        study finished), as ``SimulationResult.diagnostics``."""
+        return self.result.diagnostics
 
     @property
     def truth(self) -> float | list[float] | None:
@@ -232,17 +239,27 @@ def _check_data(protocol: Protocol[Any], population: AnyPopulation) -> None:
 async def final_result(
     api: ApiClient, study_id: str, patience_s: float | None = 60.0
 ) -> ResultView:
-    """The study's result once it is finished; SwarmError if it failed or was cancelled.
-    ``patience_s`` None waits as long as the server says the study is still going (its round
-    and enrollment deadlines bound that)."""
+    """The study's result once it is finished; SwarmError if it failed or was cancelled, or
+    (``not_finished``, naming the round deadline and ``fedldp studies watch``) if it is still
+    going ``patience_s`` seconds after the swarm's users reported: a round that got fewer
+    reports than its quorum waits for its deadline. ``patience_s`` None waits as long as the
+    server says the study is still going (its round and enrollment deadlines bound that)."""
     deadline = math.inf if patience_s is None else time.monotonic() + patience_s
     delay = 0.05
     while True:
         try:
             result = await api.result(study_id)
         except PhaseError as exc:
-            if exc.code != "not_finished" or time.monotonic() > deadline:
+            if exc.code != "not_finished":
                 raise
+            if time.monotonic() > deadline:
+                raise SwarmError(
+                    "not_finished",
+                    f"{exc.detail} after the swarm's users reported and it waited "
+                    f"{patience_s:g} s: a round with fewer reports than its quorum waits for its "
+                    "deadline (--round-deadline, 600 s by default; with --dropout, give a "
+                    f"shorter one); follow it with `fedldp studies watch {study_id}`",
+                ) from None
             await asyncio.sleep(delay)
             delay = min(1.0, delay * 2)
             continue
@@ -401,6 +418,7 @@ async def run_swarm(
         with SwarmProgress(progress) as bars, contextlib.ExitStack() as stack:
             if create is not None:
                 protocol_name, params = create
+                await check_served(api, protocol_name)  # nothing created with other code
                 spec = StudyCreate(
                     protocol=protocol_name,
                     params=dict(params),

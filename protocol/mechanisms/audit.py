@@ -347,8 +347,15 @@ def client_step(
 
 
 Statistic = Callable[[ClientStep, UserData, UserData], Callable[[FloatArray], FloatArray]]
-"""Given the step and the neighbouring datasets A and B, the scalar statistic of a block of
-reports (rows) of that step."""
+"""A statistic factory: ``statistic(step, a, b)`` is called once per audit, with the audited
+client step (``client_step``: its task, params, charged ε, ``noiseless`` reports) and the two
+neighbouring datasets A and B, and returns the function the audit applies to every block of
+reports: ``reports`` of shape ``(draws, prod(payload_shape))`` (one flattened report a row, from
+A or from B) → a float64 array of ``draws`` scalars. Any function of the report is sound (DP
+survives post-processing); the audit's power depends on it, the best being the privacy loss of
+the mechanism's own law (``scaled_loss`` for Laplace reports; for randomized response, the
+indicator of the report the two inputs disagree most on, e.g. "the report is item 0"). The
+factory may raise ValueError when A and B do not suit it."""
 
 
 def scaled_loss(step: ClientStep, a: UserData, b: UserData) -> Callable[[FloatArray], FloatArray]:
@@ -376,10 +383,17 @@ def scaled_loss(step: ClientStep, a: UserData, b: UserData) -> Callable[[FloatAr
 class ClientAudit:
     """A catalogue protocol's client step in one round, on its worst-case neighbouring datasets.
 
-    ``setup(epsilon)`` plans a study with every participant enrolled at ``epsilon`` and returns
-    the audited participant's step (``client_step``); ``a`` and ``b`` are that participant's two
-    datasets (neighbours under the protocol's privacy definition); ``statistic`` reduces a report
-    to a scalar. ``tight``: the loss reaches the charged ε on some event.
+    ``protocol``, ``round`` (the audited round's name), ``summary`` (one line on the case) and
+    ``variant`` name the case (``name``). ``setup(epsilon)`` plans a study with every participant
+    enrolled at ``epsilon`` and returns the audited participant's step in that round
+    (``client_step``, whose ``background`` population is what the study is planned for and the
+    earlier rounds run on; the audited participant is its first cohort member, whose own data
+    there does not matter: the audit runs the step on ``a`` and ``b``). ``a`` and ``b`` are that
+    participant's two datasets (``one_user``), neighbours under the protocol's privacy
+    definition, chosen as far apart as the definition allows (the worst case). ``statistic`` is
+    a ``Statistic`` factory, ``(step, a, b) → (reports → scalars)``: the audit calls it once, then
+    applies the function to the draws on A and on B. ``tight``: the loss reaches the charged ε
+    on some event (the audit then also checks that its upper bound reaches ε).
     """
 
     protocol: str

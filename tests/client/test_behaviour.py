@@ -4,7 +4,7 @@ late joiners and attackers, drawn from the private seed; and the protocols under
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -12,9 +12,12 @@ import pytest
 from fedldp.client.behaviour import Behaviour, Roles, parse_dropout, parse_late
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import SimulationResult, StudyFailed, fill_from_population, simulate
+from fedldp.protocol.api import FloatArray, IntArray, Params, RandomSource, RoundTask
 from fedldp.protocol.catalogue import CATALOGUE, get_protocol
+from fedldp.protocol.classic.frequency_oracles import GeneralizedRR
 from fedldp.protocol.mechanisms.plausibility import LAPLACE_TAIL
 from tests.client.test_simulate import CATALOGUE_POPULATIONS, LABELED_POPULATIONS
+from tests.client.toy_protocol import ToyMean
 
 SCALAR = PopulationSpec(users=4000, samples=8, distribution="two-point", mean=0.3, epsilon=1.0)
 
@@ -188,6 +191,52 @@ def test_max_gain_promotes_the_targets() -> None:
     assert rounds(attacked)[0]["refused"] == 0
     with pytest.raises(ValueError, match="max-gain"):
         run("hetero-mean-laplace", b)
+
+
+class PromotingGRR(GeneralizedRR):
+    """classic-grr with the max-gain hook: every fake user reports the first target."""
+
+    name: ClassVar[str] = "classic-grr-promoting"
+
+    def max_gain_reports(
+        self,
+        params: Params,
+        task: RoundTask,
+        targets: tuple[int, ...],
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        return np.full(epsilon.shape[0], float(targets[0]))
+
+
+def test_a_protocols_max_gain_hook_is_the_attack() -> None:
+    """The hook replaces "not defined for this protocol": the attackers' reports are the hook's
+    (all the target, which GRR's check admits), so the target gains most; a protocol with
+    neither the hook nor a built-in attack is still refused, naming the hook."""
+    spec = CATALOGUE_POPULATIONS["categorical"]
+    protocol = PromotingGRR()
+    pop = build_population(spec, 5)
+    params = protocol.parse_params(fill_from_population(protocol, {}, pop))
+    behaviour = Behaviour(attack="max-gain", attackers=0.1, targets=(7,))
+    honest = simulate(protocol, params, pop, 5)
+    attacked = simulate(protocol, params, pop, 5, behaviour=behaviour)
+    gain = np.asarray(attacked.result.estimate) - np.asarray(honest.result.estimate)
+    assert int(np.argmax(gain)) == 7
+    assert rounds(attacked)[0]["refused"] == 0
+    with pytest.raises(ValueError, match=r"Protocol\.max_gain_reports"):
+        run("hetero-mean-laplace", behaviour)
+
+
+def test_an_output_attack_without_report_bounds_says_what_to_add() -> None:
+    with pytest.raises(ValueError, match=r"define toy-mean's report_bounds\(params"):
+        simulate(
+            ToyMean(),
+            ToyMean().parse_params({"samples_per_user": 8}),
+            build_population(SCALAR, 5),
+            5,
+            behaviour=Behaviour(attack="output", attackers=0.1),
+        )
 
 
 def test_max_gain_on_user_frequency_pushes_the_targets_to_the_plausible_ends() -> None:

@@ -143,6 +143,17 @@ def test_as_json_shape() -> None:
     assert str(derive_seeds(2)[1]) not in json.dumps(out)  # the private seed never appears
 
 
+def test_the_result_names_its_parts_as_to_dict_does() -> None:
+    """``estimate``, ``truth`` and ``diagnostics`` read the run's result directly (a protocol's
+    diagnostics were reachable only as ``result.diagnostics``)."""
+    r = run(TOY, {}, 2, 4096)
+    out = r.to_dict()
+    assert (r.estimate, r.truth) == (out["estimate"], out["truth"])
+    assert r.diagnostics is r.result.diagnostics
+    assert r.diagnostics
+    assert set(r.diagnostics) == set(out["diagnostics"])
+
+
 def test_chunk_size_must_be_positive() -> None:
     pop = build_population(SPEC, 0)
     with pytest.raises(ValueError, match="chunk_size"):

@@ -45,6 +45,7 @@ class PlugParams(Params):
 
 class PluginMean(Protocol[PlugParams]):
     name: ClassVar[str] = "plug-mean"
+    version: ClassVar[str] = "2"  # the algorithm's revision; its distribution's is the origin's
     summary: ClassVar[str] = "clipped user mean plus Laplace noise (a test plugin)"
     source: ClassVar[str] = "tests/protocol/plugin_mean.py"
     heterogeneity: ClassVar[str] = "plain mean; each user at its own ε"

@@ -8,7 +8,9 @@ under two datasets is at most p_i / q_i = e^ε_i, so the report is ε_i-LDP for 
 dataset. The server debiases each report with its sender's parameters, (1[y_i = j] − q_i) /
 (p_i − q_i) is unbiased for the probability of item j, and averages them. The error bar is the
 CLT one in ℓ∞ over the k coordinates (Bonferroni), from the variance bound
-Var(1[y_i = j]) ≤ 1/4.
+Var(1[y_i = j]) ≤ 1/4. The diagnostic ``predicted_mse`` is the theory's squared ℓ2 error:
+Σ_j Var(f̂_j) = (1/n²) Σ_i (1 − Σ_j r_ij²)/(p_i − q_i)², r_ij = P(y_i = j), at most
+(1 − 1/k)/n² · Σ_i 1/(p_i − q_i)², with equality under the uniform law (every r_ij = 1/k).
 """
 
 from __future__ import annotations
@@ -138,7 +140,16 @@ class KaryRR(Protocol[KaryRRParams]):
         k, n = params.domain_size, int(out["count"])
         half = z_quantile(1.0 - (1.0 - LEVEL) / k) * math.sqrt(float(out["variance"])) / n
         bar = ErrorBar(half, LEVEL, "clt-bonferroni", approximate=True, norm="linf")
-        return Result([float(f) for f in out["frequencies"]], bar)
+        # Σ_i 1/(p_i − q_i)² is 4 × the variance bound's sum: the squared ℓ2 error's bound
+        predicted = (1.0 - 1.0 / k) * 4.0 * float(out["variance"]) / n**2
+        diagnostics = {"n": n, "predicted_mse": predicted}  # names of fedldp's vocabulary
+        return Result([float(f) for f in out["frequencies"]], bar, diagnostics)
+
+    def report_bounds(
+        self, params: KaryRRParams, task: RoundTask, epsilon: FloatArray, group: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """Every honest report is an item of 0..k−1 (the output attack sends k − 1)."""
+        return np.zeros(1), np.full(1, params.domain_size - 1.0)
 
     def client_audits(self) -> tuple[ClientAudit, ...]:
         """The privacy audit's case (``fedldp.testing.check_protocol`` calls this hook): the

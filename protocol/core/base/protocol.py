@@ -91,8 +91,10 @@ class Protocol(ABC, Generic[ParamsT]):
     is its entry point's name), ``summary`` (one line), ``source`` (paper and algorithm),
     ``heterogeneity`` (how unequal ε's are combined), ``data_kind`` and ``params_model`` (a
     ``Params`` subclass, instantiable from ``{}`` unless some fields are required). ``version``
-    is the algorithm's own revision, shown in the catalogue; the code's version is its origin's
-    (``fedldp.protocol.catalogue.Origin``). One instance serves every study at once, from
+    is the algorithm's own revision, shown in the catalogue (``GET /v1/protocols`` and
+    ``fedldp protocols``, as ``version``); the code's version is its origin's
+    (``fedldp.protocol.catalogue.Origin``: ``origin_version``, the one a study records and a
+    server or swarm compares). One instance serves every study at once, from
     several threads: keep no per-study state on it."""
 
     name: ClassVar[str]
@@ -284,6 +286,25 @@ class Protocol(ABC, Generic[ParamsT]):
         (``implausible_report``) and an ``output`` attacker sends the bound itself (which the
         protocol's own ``check`` may still refuse when it constrains reports further, as a
         sphere or a grid of bin centres does)."""
+        return None
+
+    def max_gain_reports(
+        self,
+        params: ParamsT,
+        task: RoundTask,
+        targets: tuple[int, ...],
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray | None:
+        """Optional: the reports that fake users charged ``epsilon`` in ``group`` send in round
+        ``task`` to raise the estimates of the items ``targets`` most (the max-gain attack of
+        Cao et al., USENIX Security 2021: ``--attack max-gain --targets I,J``), shape
+        ``(n, *task.payload_shape)``, random numbers from ``rng`` as in ``privatize``;
+        ``ValueError`` for a target outside the domain. None (the default) when the protocol
+        defines none: the attack then runs only for the built-in frequency oracles that the
+        simulator knows (``hetero-frequency``, ``user-frequency``) and is refused for the
+        others. The reports still go through the server's checks, like every attacker's."""
         return None
 
     def plausible(

@@ -43,6 +43,33 @@ BoolArray = NDArray[np.bool_]
 JSON = dict[str, Any]
 
 PayloadKind = Literal["scalar", "vector", "bit", "index-sign", "histogram", "statistic"]
+"""What one round's reports are on the wire (a ``RoundPlan``'s ``payload_kind``, with its
+``payload_shape``). Every kind reaches the protocol's steps as a float64 array of shape
+``(n, *payload_shape)``; the kind fixes the JSON a client sends and what the server checks before
+the protocol's ``check``:
+
+- ``scalar``: one real number (``{"kind": "scalar", "value": 0.3}``), shape ``()``. Finite.
+  E.g. ``hetero-mean-laplace``, ``user-mean``'s stage 2, the ``example-krr`` plugin (an item's
+  index, its ``check`` requiring an integer in 0..k−1).
+- ``vector``: ``prod(payload_shape)`` real numbers (``"values": [...]``, row-major), any shape.
+  Finite. E.g. ``hetero-mean-duchi`` (a d-vector), ``classic-oue`` (a 0/1 vector of k bits).
+- ``bit``: one sign, −1 or +1 (``"bit": 1``), shape ``()``; the wire refuses anything else. E.g.
+  ``hetero-mean-rr``, ``memo-1bitmean``.
+- ``index-sign``: an index and a sign (``"index": 17, "sign": -1``), shape ``(2,)``, row
+  ``[index, sign]``; the wire refuses a negative or fractional index and a sign other than ±1,
+  the protocol's ``check`` the index's upper bound. E.g. ``hetero-frequency`` (a row of the JL
+  sign matrix and that entry's randomized sign).
+- ``histogram``: ``prod(payload_shape)`` counts or noisy counts over bins (``"values"``), any
+  shape; checked as ``vector``, named apart so that logs and clients can tell a per-bin report.
+  E.g. ``user-mean``'s stage 1 (one noisy entry per bin).
+- ``statistic``: a user-wise statistic sent in the clear to a trusted aggregator (central
+  trust only: ``Protocol.trust == "central"``), ``"values"`` as ``vector``. E.g. ``central-wme``
+  (the user's local mean, then its sample count: shape ``(d + 1,)``).
+
+For every kind the server also refuses a report of another kind than the round's or whose
+number of entries is not ``prod(payload_shape)`` (``invalid_payload``), then applies the
+protocol's ``check``, ``check_members`` and ``report_bounds`` (``implausible_report``).
+"""
 DataKind = Literal["scalar", "vector", "categorical", "labeled"]
 Trust = Literal["local", "central"]
 
@@ -214,9 +241,19 @@ class ReportChunk:
 class ErrorBar:
     """A (1 − β) error bar on the estimate.
 
-    ``kind`` names its source (e.g. "hoeffding", "laplace-chernoff", "clt"); ``approximate`` is
-    True when it rests on a CLT or on a formula with unverified constants rather than a proof.
-    ``norm`` says how the error is measured ("abs", "l2", "linf").
+    ``half_width`` bounds the error ‖estimate − truth‖ with probability at least ``level``
+    (1 − β). ``kind`` names its source (e.g. "hoeffding", "laplace-chernoff", "clt");
+    ``approximate`` is True when it rests on a CLT or on a formula with unverified constants
+    rather than a proof. ``norm`` says how the error is measured: "abs" (a scalar's |θ̂ − θ|),
+    "l2" (‖θ̂ − θ‖₂) or "linf" (max_j |θ̂_j − θ_j|).
+
+    The norm is also the one of the run's measured ``error`` (``fedldp simulate`` prints it as
+    ``error (NORM)``; the ``error`` column of ``SimulationResult.to_dict`` and of an experiment's
+    trials, beside ``error_norm``), so it decides what an experiment's ``stat: mse`` of ``error``
+    measures: the mean of ``error²``, the squared ℓ∞ error for a "linf" bar, not the squared ℓ2
+    error (derive that column, or report ``predicted_mse``, to compare with an ℓ2 theory). A
+    result without an error bar is measured in "linf" for categorical data, "abs" for a scalar
+    estimate and "l2" for a vector.
     """
 
     half_width: float

@@ -238,6 +238,8 @@ def test_protocols_show_origins_and_broken_plugins(
         "1.2.3",
     )
     assert served["user-mean"]["origin"] == "built-in"
+    # the algorithm's revision (Protocol.version) beside its code's origin and version
+    assert (served["plug-mean"]["version"], served["user-mean"]["version"]) == ("2", "1")
     (broken,) = listed["broken"]
     assert (broken["name"], broken["package"], broken["version"]) == (
         "user-mean",
@@ -246,6 +248,7 @@ def test_protocols_show_origins_and_broken_plugins(
     )
     code, out, _ = run(capsys, "protocols")
     assert code == 0
+    assert "plug-mean v2" in out
     assert "(fedldp-plug 1.2.3)" in out
     assert "broken plugin user-mean (fedldp-impostor 0.1), not served:" in " ".join(out.split())
 

@@ -86,6 +86,8 @@ def test_swarm_json_matches_simulate_and_studies_show_it(
     code, out, _ = run_cli(capsys, "studies", "show", study_id, "--server", server)
     assert code == 0
     assert "leased (only holders of a lease enroll)" in out
+    # the table names the protocol code the study was created with, as --json does
+    assert f"{shown['protocol_origin']} {shown['protocol_version']}" in out
     code, out, _ = run_cli(
         capsys, "studies", "result", study_id[:8], "--server", server, "--json"
     )  # a unique prefix, as the CLI accepts everywhere it takes an id

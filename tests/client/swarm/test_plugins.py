@@ -1,7 +1,8 @@
 """A plugin protocol on the deployment path (client/swarm/enrolling.py ``study_protocol``): it runs
 through the server and a swarm to the simulator's estimate, and a swarm whose installed code of a
 study's protocol has another version than the study was created with is refused before any of
-its users enrolls (``protocol_version_mismatch``). The plugins are fake distributions
+its users enrolls (``protocol_version_mismatch``), and a creating swarm whose code differs from
+the server's catalogue is refused before it creates the study. The plugins are fake distributions
 (tests/plugins.py)."""
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ async def test_a_plugin_protocol_runs_through_a_swarm_as_in_process(app: FastAPI
     )
     assert run.study.phase == "finished"
     assert (run.study.protocol_origin, run.study.protocol_version) == ("fedldp-plug", "1.2.3")
+    assert run.diagnostics == run.result.diagnostics
+    assert "participation" in run.diagnostics
     protocol = get_protocol("plug-mean")
     expected = simulate(
         protocol, protocol.parse_params({}), build_population(SPEC, 5), 5
@@ -109,6 +112,48 @@ async def test_a_leasing_swarm_joining_a_study_of_another_version_is_refused(
     with pytest.raises(SwarmError) as caught:
         await run_swarm(URL, **options)
     assert caught.value.code == "protocol_version_mismatch"
+
+
+class PinnedCatalogue(httpx.AsyncBaseTransport):
+    """The app, but ``GET /v1/protocols`` answers ``catalogue`` (a server running other code than
+    this process, which shares the app's catalogue); records every other request."""
+
+    def __init__(self, app: FastAPI, catalogue: Any) -> None:
+        self.inner = httpx.ASGITransport(app=app)
+        self.catalogue = catalogue
+        self.requests: list[tuple[str, str]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if (request.method, request.url.path) == ("GET", "/v1/protocols"):
+            return httpx.Response(200, json=self.catalogue)
+        self.requests.append((request.method, request.url.path))
+        return await self.inner.handle_async_request(request)
+
+
+@pytest.mark.parametrize("lease", [False, True])
+async def test_a_creating_swarm_with_another_version_creates_nothing(
+    app: FastAPI, plugins: Plugins, lease: bool
+) -> None:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=URL) as client:
+        served = (await client.get("/v1/protocols")).json()  # plug-mean of fedldp-plug 1.2.3
+        plugins.install("fedldp-plug", "1.3.0", PLUG)  # the swarm's side has another version
+        transport = PinnedCatalogue(app, served)
+        with pytest.raises(SwarmError) as caught:
+            await run_swarm(
+                URL,
+                population=SPEC,
+                seed=5,
+                create=("plug-mean", {}),
+                name="pinned" if lease else None,
+                lease=lease,
+                progress=False,
+                transport=transport,
+            )
+        assert caught.value.code == "protocol_version_mismatch"
+        assert "fedldp-plug 1.2.3" in caught.value.detail
+        assert "fedldp-plug 1.3.0" in caught.value.detail
+        assert ("POST", "/v1/studies") not in transport.requests
+        assert (await client.get("/v1/studies")).json()["studies"] == []  # no orphan study
 
 
 def test_the_server_refusal_is_a_phase_error() -> None:
