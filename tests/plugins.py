@@ -90,15 +90,42 @@ def plugins_fixture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Plugins:
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
 
 
+_held = 0
+"""How many ``pip_installed`` blocks this process is inside (it holds the lock while > 0)."""
+
+
+@contextmanager
+def _pip_lock() -> Iterator[None]:
+    """The environment's pip lock, re-entrant within a process: a block nested in another of
+    the same process (a module's installed example while a test installs a skeleton) shares
+    the outer block's lock instead of waiting for itself (``flock`` on a second open of the
+    file would block forever)."""
+    global _held
+    if _held:
+        _held += 1
+        try:
+            yield
+        finally:
+            _held -= 1
+        return
+    with (Path(sys.prefix) / ".fedldp-tests-pip.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        _held = 1
+        try:
+            yield
+        finally:
+            _held = 0
+
+
 @contextmanager
 def pip_installed(package: Path, distribution: str) -> Iterator[None]:
     """The distribution at ``package`` installed into the project's environment (editable, no
     dependencies, no build isolation: seconds, offline) for the block, uninstalled after it.
     Only new processes see it (this one read its site-packages at start). One such block at a
     time across the test workers (a lock file beside the environment): two pips at once in one
-    environment, or one uninstalling what another's block still uses, would race."""
-    with (Path(sys.prefix) / ".fedldp-tests-pip.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    environment, or one uninstalling what another's block still uses, would race. Blocks of
+    one process may nest (the lock is re-entrant there; each uninstalls its own)."""
+    with _pip_lock():
         subprocess.run(
             [*PIP, "install", "--no-deps", "--no-build-isolation", "-e", str(package)],
             check=True,

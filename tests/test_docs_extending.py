@@ -49,9 +49,13 @@ SEPARATE = (SKELETON, LAW)
 """Sections (by their heading's words) whose blocks run in tests of their own."""
 
 
+SHELLS = ("bash", "sh")
+
+
 def blocks(language: str, section: str | None = None) -> list[str]:
     """The page's ``language`` blocks: of the section whose heading holds ``section``, or, by
-    default, of every section but ``SEPARATE``'s."""
+    default, of every section but ``SEPARATE``'s; a shell line's ``.venv/bin/`` prefix (the
+    checkout's environment, as the other pages write it) is dropped, the command checked."""
     text = GUIDE.read_text(encoding="utf-8")
     parts = re.split(r"^(?=## )", text, flags=re.MULTILINE)
     if section is None:
@@ -60,7 +64,10 @@ def blocks(language: str, section: str | None = None) -> list[str]:
         chosen = [p for p in parts if section in p.split("\n", 1)[0]]
         assert chosen, f"the page lost its section {section!r}"
     pattern = rf"^```{language}\n(.*?)^```$"
-    return [b for p in chosen for b in re.findall(pattern, p, re.DOTALL | re.MULTILINE)]
+    found = [b for p in chosen for b in re.findall(pattern, p, re.DOTALL | re.MULTILINE)]
+    if language in SHELLS:  # the checkout's venv, as every page writes it: the same commands
+        found = [re.sub(r"^\.venv/bin/", "", b, flags=re.MULTILINE) for b in found]
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -114,10 +121,12 @@ def test_the_shell_blocks_run(installed: None) -> None:
 
 
 def deploy_blocks() -> dict[str, list[str]]:
-    """The page's ``sh`` blocks (section "Deploying") by what they deploy to: their lines."""
+    """The page's ``sh`` blocks (section "Deploying") by what they deploy to: their commands
+    (a line continued with a backslash joined to the next)."""
     found: dict[str, list[str]] = {}
     for block in blocks("sh"):
-        lines = [line for line in block.splitlines() if line.strip()]
+        joined = re.sub(r"\\\n\s*", " ", block)
+        lines = [line for line in joined.splitlines() if line.strip()]
         found["compose" if "scripts/compose" in block else "dask"] = lines
     assert len(found) == len(blocks("sh")) == 2, "an sh block of the page is not checked"
     return found
