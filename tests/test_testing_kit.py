@@ -5,7 +5,9 @@ The whole kit runs on every protocol with small populations against one server (
 session fixture): about 1 s per protocol besides the per-user HTTP runs (0.4-1.4 s each, marked
 ``slow``). The privacy audit runs at the kit's defaults (50 000 draws, confidence 0.999: a
 false failure has probability at most 0.001 per case and ε, and fixed seeds make the outcome
-the same on every run).
+the same on every run); so does the marginal audit (``privacy-marginals``: 20 000 draws after a
+2 000-draw pilot, the same confidence). tests/test_kit_marginals.py has the leaks only the
+marginal audit sees.
 """
 
 from __future__ import annotations

@@ -95,11 +95,14 @@ class _Target:
         rows = z[:, self.columns]
         if self.values is not None:
             m = self.values.shape[0]
-            _, inverse = np.unique(np.concatenate([self.values, rows]), axis=0, return_inverse=True)
-            inverse = inverse.reshape(-1)
-            code = np.full(int(inverse.max()) + 1, m, dtype=np.int64)
-            code[inverse[:m]] = np.arange(m)
-            return np.bincount(code[inverse[m:]], minlength=m + 1)
+            if rows.shape[1] == 1:  # a coordinate: its values are sorted
+                at = np.minimum(np.searchsorted(self.values[:, 0], rows[:, 0]), m - 1)
+                cell = np.where(self.values[at, 0] == rows[:, 0], at, m)
+            else:  # the whole report: at most OUTCOMES rows to compare with
+                cell = np.full(rows.shape[0], m, dtype=np.int64)
+                for i, value in enumerate(self.values):
+                    cell[(cell == m) & np.all(rows == value, axis=1)] = i
+            return np.bincount(cell, minlength=m + 1)
         assert self.thresholds is not None
         below = np.searchsorted(np.sort(rows[:, 0]), self.thresholds, side="right")
         return np.concatenate([below, rows.shape[0] - below]).astype(np.int64)
