@@ -5,7 +5,9 @@ The whole kit runs on every protocol with small populations against one server (
 session fixture): about 1 s per protocol besides the per-user HTTP runs (0.4-1.4 s each, marked
 ``slow``). The privacy audit runs at the kit's defaults (50 000 draws, confidence 0.999: a
 false failure has probability at most 0.001 per case and ε, and fixed seeds make the outcome
-the same on every run).
+the same on every run); so does the marginal audit (``privacy-marginals``: 20 000 draws after a
+2 000-draw pilot, the same confidence). tests/test_kit_marginals.py has the leaks only the
+marginal audit sees.
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ def test_every_catalogue_protocol_passes_the_kit(name: str, fedldp_kit_server: K
     protocol = CATALOGUE[name]
     report = kit(protocol, fedldp_kit_server, [*IN_PROCESS, "http-batch"])
     assert set(report.names) == {*IN_PROCESS, "http-batch"}
-    exempt = {"privacy-audit"} if protocol.trust == "central" else set()
+    exempt = {"privacy-audit", "privacy-marginals"} if protocol.trust == "central" else set()
     assert {r.name for r in report if r.status == "skipped"} == exempt, str(report)
     assert all(r.passed for r in report if r.name not in exempt), str(report)
 
@@ -148,11 +150,13 @@ def test_a_client_step_at_twice_its_charge_fails_the_privacy_check(
     # narrower); the server runs the catalogue's own class, so the HTTP checks refuse to vouch
     assert {f.name for f in report.failures} == {
         "privacy-audit",
+        "privacy-marginals",
         "http-per-user",
         "http-batch",
         "create-refusals",
     }, str(report)
     assert "beyond the charged ε" in report["privacy-audit"].reason
+    assert "beyond the charged ε" in report["privacy-marginals"].reason
     assert "register the protocol" in report["http-batch"].reason
     with pytest.raises(ProtocolCheckError, match="privacy-audit"):
         report.raise_for_failures()
@@ -305,12 +309,12 @@ class Crashing(LeakyClippedLaplace):
 
 def test_a_run_that_crashes_fails_every_check_that_needs_it_and_the_audit_still_runs() -> None:
     report = check_protocol(Crashing(), population=SINGLE, http=False)
-    needs_run = [c for c in IN_PROCESS if c != "privacy-audit"]
-    assert [f.name for f in report.failures] == [
-        c for c in CHECKS if c in {*needs_run, "privacy-audit"}
-    ]
+    privacy = {"privacy-audit", "privacy-marginals"}
+    needs_run = [c for c in IN_PROCESS if c not in privacy]
+    assert [f.name for f in report.failures] == [c for c in CHECKS if c in {*needs_run, *privacy}]
     assert all("ZeroDivisionError: a bug" in report[c].reason for c in needs_run)
     assert "beyond the charged ε" in report["privacy-audit"].reason  # it leaks too
+    assert "beyond the charged ε" in report["privacy-marginals"].reason
 
 
 def test_unknown_checks_are_refused() -> None:

@@ -65,6 +65,22 @@ The checks (``CHECKS``, in this order)
     neighbouring datasets (``one_user``) and a scalar statistic of a report (``scaled_loss``
     for Laplace reports). The audit's false-failure probability is at most 1 − ``confidence``
     per case and ε (fixed seeds: a given protocol passes or fails every time).
+``privacy-marginals``
+    The same cases and ε's without their statistics: the marginal audit
+    (``fedldp.protocol.mechanisms.marginal_audit.run_marginal_audit``, 2 000 pilot reports and
+    ``min(draws, 20 000)`` audited reports per dataset) of the client step's reports at the
+    charged ε. For each report coordinate (the 16 whose pilot laws differ most, in a wider
+    report), and for the whole report when it takes at most 32 distinct values, it bounds the
+    privacy loss of the events "equals v" (a target with few values) or "≤ t", "> t" at 15
+    pooled quantiles t (a coordinate with many), and fails when the lower confidence bound on
+    any of them exceeds the charge. The events are fixed on the pilot, so the counts are
+    binomial. Clopper–Pearson bounds with a Bonferroni correction over the events, directions
+    and counts keep the false-failure probability at most 1 − ``confidence`` per case and ε.
+    This catches a leak the case's statistic ignores, such as a report coordinate computed from
+    the data that the statistic never reads. It cannot see a leak only several coordinates show
+    together, such as a Laplace vector at twice its charge split across d coordinates (each
+    coordinate loses 2ε/d), or a leak on an event finer than its thresholds. A protocol still
+    needs a statistic for its mechanism's worst case in ``privacy-audit``.
 ``ledger``
     With the population's ε's and with unequal ones (every other participant at twice its ε),
     every round charges each cohort member a finite ε > 0 no larger than its own, and nobody's

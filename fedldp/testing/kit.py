@@ -23,7 +23,7 @@ from fedldp.testing.local import (
     check_same_seed,
     simulate_subject,
 )
-from fedldp.testing.privacy import check_privacy
+from fedldp.testing.privacy import check_marginals, check_privacy
 from fedldp.testing.report import CheckResult, KitReport
 from fedldp.testing.served import KitServer, check_create, check_http
 
@@ -34,6 +34,7 @@ CHECKS: tuple[str, ...] = (
     "http-per-user",
     "http-batch",
     "privacy-audit",
+    "privacy-marginals",
     "ledger",
     "report-checks",
     "chunking",
@@ -108,6 +109,9 @@ def check_protocol(
         "http-per-user": lambda: check_http(ran(), url(), None),
         "http-batch": lambda: check_http(ran(), url(), HTTP_BATCH),
         "privacy-audit": lambda: check_privacy(
+            protocol, audits, epsilons, draws=draws, seed=seed, confidence=confidence
+        ),
+        "privacy-marginals": lambda: check_marginals(
             protocol, audits, epsilons, draws=draws, seed=seed, confidence=confidence
         ),
         "ledger": lambda: check_ledger(ran()),

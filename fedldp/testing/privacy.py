@@ -7,6 +7,11 @@ protocol's ``client_audits()`` hook, else (a catalogue protocol, or a subclass o
 catalogue's cases (``fedldp.protocol.catalogue.CLIENT_AUDITS``) with the client step of the
 protocol under test in place of the catalogue's. Central-trust protocols make no local claim and
 are exempt (``AUDIT_EXEMPT``).
+
+The kit's second privacy check (``check_marginals``) runs on the same cases, without their
+statistics: the marginal audit (``fedldp.protocol.mechanisms.marginal_audit``) of each report
+coordinate and of the whole report, so a leak in a part of the report the case's statistic does
+not look at fails too.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ import numpy as np
 from fedldp.protocol.catalogue import AUDIT_EXEMPT, CATALOGUE, CLIENT_AUDITS
 from fedldp.protocol.core.base.protocol import Protocol
 from fedldp.protocol.mechanisms.audit import ClientAudit, ClientStep, run_client_audit
+from fedldp.protocol.mechanisms.marginal_audit import DRAWS as MARGINAL_DRAWS
+from fedldp.protocol.mechanisms.marginal_audit import run_marginal_audit
 from fedldp.testing.local import CheckFailed, CheckSkipped, ensure
 
-__all__ = ["AUDIT_HOOK", "NoAudits", "check_privacy", "client_audits"]
+__all__ = ["AUDIT_HOOK", "NoAudits", "check_marginals", "check_privacy", "client_audits"]
 
 AUDIT_HOOK = "client_audits"
 """The protocol's hook: ``client_audits()`` (a method, classmethod or staticmethod) returns its
@@ -71,6 +78,17 @@ def client_audits(
     return found
 
 
+def _cases(
+    protocol: Protocol[Any], audits: Sequence[ClientAudit] | None
+) -> tuple[ClientAudit, ...]:
+    cases = client_audits(protocol, audits)
+    if cases is None:
+        raise CheckSkipped(
+            f"exempt: {AUDIT_EXEMPT.get(protocol.name, 'central trust: no local claim')}"
+        )
+    return cases
+
+
 def check_privacy(
     protocol: Protocol[Any],
     audits: Sequence[ClientAudit] | None,
@@ -84,11 +102,7 @@ def check_privacy(
     pass the protocol's checks, the audit's ε is what the plan charges the participant in that
     round (the ledger), its lower bound stays at or below that ε, and a tight case's upper bound
     reaches it (the audit has the power to see a leak)."""
-    cases = client_audits(protocol, audits)
-    if cases is None:
-        raise CheckSkipped(
-            f"exempt: {AUDIT_EXEMPT.get(protocol.name, 'central trust: no local claim')}"
-        )
+    cases = _cases(protocol, audits)
     worst = 0.0
     for case in cases:
         for eps in epsilons:
@@ -125,4 +139,46 @@ def check_privacy(
     return (
         f"{len(cases)} case(s) at ε {', '.join(f'{e:g}' for e in epsilons)}: largest "
         f"lower bound {worst:.2f}·ε"
+    )
+
+
+def check_marginals(
+    protocol: Protocol[Any],
+    audits: Sequence[ClientAudit] | None,
+    epsilons: Sequence[float],
+    *,
+    draws: int,
+    seed: int,
+    confidence: float,
+) -> str:
+    """Every case at every ε (``CheckSkipped`` for an exempt protocol) passes the marginal audit
+    (``run_marginal_audit``, at most ``MARGINAL_DRAWS`` of ``draws`` reports per dataset): no
+    event of one report coordinate, or of the whole report, tells the case's neighbours apart
+    beyond the ε the plan charges, at ``confidence``. (Whether that ε is the plan's charge, and
+    the reports pass the protocol's checks, is ``check_privacy``'s to say.)"""
+    cases = _cases(protocol, audits)
+    worst = 0.0
+    for case in cases:
+        for eps in epsilons:
+            step = case.setup(eps)
+            audit = run_marginal_audit(
+                step,
+                case.a,
+                case.b,
+                seed=seed,
+                draws=min(draws, MARGINAL_DRAWS),
+                confidence=confidence,
+            )
+            ensure(
+                audit.lower <= audit.epsilon,
+                f"{case.name} at ε={eps:g}: the marginal audit tells the neighbours apart beyond "
+                f"the charged ε={audit.epsilon:g} on {audit.where} (loss at least "
+                f"{audit.lower:.3g} at confidence {confidence:g}; point estimate "
+                f"{audit.loss:.3g}): a leak the case's statistic does not look at, or too little "
+                "noise",
+            )
+            worst = max(worst, audit.lower / audit.epsilon)
+    return (
+        f"{len(cases)} case(s) at ε {', '.join(f'{e:g}' for e in epsilons)}: largest lower "
+        f"bound on a marginal's loss {worst:.2f}·ε"
     )

@@ -64,12 +64,14 @@ __all__ = [
     "AuditCase",
     "ClientAudit",
     "ClientStep",
+    "Distinguishing",
     "Draw",
     "PrivacyAudit",
     "Statistic",
     "audit_samples",
     "client_step",
     "clopper_pearson",
+    "distinguishing_event",
     "laplace_loss_statistic",
     "one_user",
     "run_audit",
@@ -151,26 +153,64 @@ def audit_samples(
     ka = np.bincount(np.searchsorted(edges, sa, side="right"), minlength=cells)
     kb = np.bincount(np.searchsorted(edges, sb, side="right"), minlength=cells)
     seen = (ka + kb) > 0
-    ka, kb = ka[seen], kb[seen]
-    alpha = (1.0 - confidence) / (4.0 * int(seen.sum()))  # 2 directions × 2 counts per bin
-    lo_a, hi_a = clopper_pearson(ka, n, alpha)
-    lo_b, hi_b = clopper_pearson(kb, n, alpha)
-    with np.errstate(divide="ignore"):
-        # rows: the log-ratio A over B, then B over A, for every bin
-        lower = np.stack([np.log(lo_a) - np.log(hi_b), np.log(lo_b) - np.log(hi_a)])
-        upper = np.stack([np.log(hi_a) - np.log(lo_b), np.log(hi_b) - np.log(lo_a)])
-        point = np.stack([np.log(ka) - np.log(kb), np.log(kb) - np.log(ka)])
-    # the most distinguishing event: the bin and direction of the largest lower bound; its
-    # interval [lower, upper] holds the loss on that event (simultaneously with every other)
-    best = np.unravel_index(int(np.argmax(lower)), lower.shape)
+    found = distinguishing_event(ka[seen], kb[seen], n, confidence)
     return PrivacyAudit(
         epsilon=float(epsilon),
-        loss=float(point[best]),
-        lower=float(lower[best]),
-        upper=float(upper[best]),
+        loss=found.loss,
+        lower=found.lower,
+        upper=found.upper,
         bins=int(seen.sum()),
         draws=n,
         confidence=float(confidence),
+    )
+
+
+@dataclass(frozen=True)
+class Distinguishing:
+    """The most distinguishing of a family of events (``distinguishing_event``): its index in
+    the family, its direction (``forward``: log P_A/P_B, else log P_B/P_A), the point estimate
+    of that log-ratio and its simultaneous confidence interval [``lower``, ``upper``]."""
+
+    event: int
+    forward: bool
+    loss: float
+    lower: float
+    upper: float
+
+
+def distinguishing_event(
+    ka: ArrayLike, kb: ArrayLike, draws: int, confidence: float
+) -> Distinguishing:
+    """The event of largest lower confidence bound on its privacy loss, among E events whose
+    counts are ``ka`` in ``draws`` reports on A and ``kb`` in ``draws`` on B.
+
+    Each event's two log-ratios (A over B, B over A) are bounded with the four one-sided
+    Clopper–Pearson bounds of its two counts, each at level 1 − (1 − ``confidence``)/(4E)
+    (Bonferroni over the 4E bounds): with probability at least ``confidence`` every interval
+    holds at once, so for an ε-LDP randomizer the returned ``lower`` exceeds ε with probability
+    at most 1 − ``confidence``. The counts must be binomial: the events are fixed before the
+    reports are drawn (or, as ``audit_samples``'s quantile bins, nearly so)."""
+    ca = np.asarray(ka, dtype=np.float64).reshape(-1)
+    cb = np.asarray(kb, dtype=np.float64).reshape(-1)
+    if ca.size == 0 or ca.size != cb.size:
+        raise ValueError("need one count on A and one on B for each of >= 1 events")
+    alpha = (1.0 - confidence) / (4.0 * ca.size)  # 2 directions × 2 counts per event
+    lo_a, hi_a = clopper_pearson(ca, draws, alpha)
+    lo_b, hi_b = clopper_pearson(cb, draws, alpha)
+    with np.errstate(divide="ignore", invalid="ignore"):  # an event neither input produced
+        # rows: the log-ratio A over B, then B over A, for every event
+        lower = np.stack([np.log(lo_a) - np.log(hi_b), np.log(lo_b) - np.log(hi_a)])
+        upper = np.stack([np.log(hi_a) - np.log(lo_b), np.log(hi_b) - np.log(lo_a)])
+        point = np.stack([np.log(ca) - np.log(cb), np.log(cb) - np.log(ca)])
+    # the most distinguishing event: the event and direction of the largest lower bound; its
+    # interval [lower, upper] holds the loss on that event (simultaneously with every other)
+    row, event = np.unravel_index(int(np.argmax(lower)), lower.shape)
+    return Distinguishing(
+        event=int(event),
+        forward=bool(row == 0),
+        loss=float(point[row, event]),
+        lower=float(lower[row, event]),
+        upper=float(upper[row, event]),
     )
 
 
