@@ -473,9 +473,9 @@ def test_the_cluster_profile_spreads_a_population_over_the_workers(compose: list
 CONTEXT = (
     "pyproject.toml",
     "README.md",
-    "fedldp/__init__.py",
-    "fedldp/threads.py",
     "fedldp/py.typed",
+    # deploy/Dockerfile's `COPY fedldp/*.py`: every module of the top-level package
+    *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "fedldp").glob("*.py")),
 )
 CONTEXT_TREES = (
     "protocol/",
