@@ -41,6 +41,7 @@ __all__ = [
     "local_protocol",
     "refuse_late_joiners",
     "start",
+    "study_named",
     "study_protocol",
 ]
 
@@ -143,6 +144,12 @@ async def refuse_late_joiners(
     return int(joiners.size)
 
 
+async def study_named(api: ApiClient, name: str) -> StudyView | None:
+    """The study on the server called ``name`` (names are unique), or None."""
+    found = [s for s in (await api.list_studies()).studies if s.name == name]
+    return found[0] if found else None
+
+
 async def join(api: ApiClient, name: str, create: StudyCreate) -> StudyView:
     """The study called ``name``: created by the first swarm to ask (with the population size
     as enrollment target and the population's digest), found by the others, whose declaration
@@ -156,10 +163,10 @@ async def join(api: ApiClient, name: str, create: StudyCreate) -> StudyView:
             raise SwarmError("study_mismatch", exc.detail) from None
         if exc.code != "study_exists":
             raise
-    found = [s for s in (await api.list_studies()).studies if s.name == name]
-    if not found:
+    named = await study_named(api, name)
+    if named is None:
         raise SwarmError("study_missing", f"study {name!r} exists but is not listed")
-    study = found[0]
+    study = named
     params = local_protocol(create.protocol).parse_params(create.params)
     mine = {
         "protocol": create.protocol,

@@ -34,6 +34,7 @@ from fedldp.client.cluster import connect, worker_count
 from fedldp.client.population.build import AnyPopulation, PopulationSpec, build_population
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.swarm.driving import DriveStats
+from fedldp.client.swarm.enrolling import study_named
 from fedldp.client.swarm.progress import SwarmProgress, watch_study
 from fedldp.client.swarm.run import SwarmResult, final_result, run_swarm_sync
 from fedldp.protocol.core.base.records import FloatArray
@@ -127,7 +128,7 @@ async def _follow(
                     if all(f.done() for f in futures):
                         return [f.result() for f in futures]
                     if watcher is None and bars.enabled:
-                        study = await _named(api, name)
+                        study = await study_named(api, name)
                         if study is not None:
                             watcher = asyncio.create_task(watch_study(api, study.id, bars))
                     await asyncio.sleep(_POLL_S)
@@ -138,17 +139,12 @@ async def _follow(
                         await watcher
 
 
-async def _named(api: ApiClient, name: str) -> StudyView | None:
-    found = [s for s in (await api.list_studies()).studies if s.name == name]
-    return found[0] if found else None
-
-
 async def _finish(
     server_url: str, name: str, local: AnyPopulation, admin_key: str | None
 ) -> tuple[StudyView, ResultView, FloatArray | None]:
     """The shared study, its result and (semi-feature data) the predictions at the test set."""
     async with ApiClient(server_url, admin_key=admin_key) as api:
-        study = await _named(api, name)
+        study = await study_named(api, name)
         if study is None:
             raise SwarmError("study_missing", f"no study {name!r} on {server_url}")
         result = await final_result(api, study.id)
