@@ -61,6 +61,7 @@ __all__ = [
     "longitudinal_epsilon",
     "one_shot_epsilon",
     "permanent_response",
+    "report_gap",
     "report_probabilities",
 ]
 
@@ -96,6 +97,14 @@ def report_probabilities(epsilon: FloatArray, f: float) -> tuple[FloatArray, Flo
     q_star = np.minimum(1.0 / (1.0 + np.exp(-eps / 2.0)), 1.0 - f / 2.0)
     q = np.minimum((q_star - f / 2.0) / (1.0 - f), 1.0)
     return q_star, q
+
+
+def report_gap(epsilon: FloatArray, f: float) -> FloatArray:
+    """q* − p* = 2q* − 1 = min(tanh(ε/4), 1 − f) of ``report_probabilities``, computed without
+    the cancellation of 2q* − 1 (at f = 1 − 2⁻⁵³, q* rounds to 1/2 and 2q* − 1 to 0, where the
+    gap is 1.1e-16: the de-biasing divides by it)."""
+    eps = np.asarray(epsilon, dtype=np.float64)
+    return np.minimum(np.tanh(eps / 4.0), 1.0 - f)
 
 
 def permanent_response(values: IntArray, k: int, f: float, u: FloatArray) -> FloatArray:
@@ -167,11 +176,11 @@ class MemoRappor(MemoProtocol[RapporParams]):
     def contributions(
         self, params: RapporParams, chunk: ReportChunk
     ) -> tuple[FloatArray, FloatArray]:
-        q_star, _ = report_probabilities(chunk.epsilon, params.f)
-        gap = 2.0 * q_star - 1.0
+        gap = report_gap(chunk.epsilon, params.f)
+        p_star = (1.0 - gap) / 2.0
         s = chunk.payloads
-        total = np.sum((s - (1.0 - q_star)[:, None]) / gap[:, None], axis=0)
-        var = float(np.sum(q_star * (1.0 - q_star) / gap**2))
+        total = np.sum((s - p_star[:, None]) / gap[:, None], axis=0)
+        var = float(np.sum((1.0 - gap**2) / (4.0 * gap**2)))
         return total, np.full(params.domain_size, var)
 
 

@@ -93,7 +93,8 @@ def one_bit_scale(epsilon: FloatArray) -> FloatArray:
 def alpha_round(x: FloatArray, bound: float, levels: int, alpha: FloatArray) -> IntArray:
     """α-point rounding: the grid index (0..levels) of x ∈ [0, bound]: ℓ + 1[r > α] for
     x·levels/bound = ℓ + r; unbiased over α ~ U[0, 1)."""
-    t = np.clip(np.asarray(x, dtype=np.float64), 0.0, bound) * (levels / bound)
+    # x/bound after clipping: levels/bound overflows at a subnormal bound (5e-324), and ∞·0 is NaN
+    t = np.clip(np.asarray(x, dtype=np.float64), 0.0, bound) / bound * levels
     low = np.minimum(np.floor(t), levels)
     return np.asarray(low + ((t - low) > alpha), dtype=np.int64)
 

@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 
 from fedldp.protocol.api import FloatArray, Protocol, z_quantile
-from fedldp.protocol.longitudinal.rappor import MemoRappor, report_probabilities
+from fedldp.protocol.longitudinal.rappor import MemoRappor, report_gap, report_probabilities
 from fedldp.protocol.longitudinal.telemetry import (
     MemoDBitFlip,
     MemoOneBitMean,
+    alpha_round,
     bitflip_variance,
     one_bit_probability,
     one_bit_scale,
@@ -121,3 +122,25 @@ def test_rappor_calibration_matches_the_papers_epsilon() -> None:
     assert q[0] == 1.0
     assert q_star[0] == 1 - f / 2
     assert one_shot_epsilon(0.0, 1.0, f) == pytest.approx(longitudinal_epsilon(f))
+
+
+@pytest.mark.parametrize("f", [0.5, 0.9, float(np.nextafter(1.0, 0.0))])
+def test_rappor_gap_is_two_q_star_minus_one_without_cancellation(f: float) -> None:
+    """The de-biasing divisor q* − p* is min(tanh(ε/4), 1 − f) > 0 for every accepted f; at
+    f = 1 − 2⁻⁵³, 2q* − 1 rounds to 0 (q* rounds to 1/2) and would divide by zero."""
+    eps = np.array([0.1, 1.0, 8.0])
+    gap = report_gap(eps, f)
+    q_star, _ = report_probabilities(eps, f)
+    assert np.all(gap > 0.0)
+    assert np.allclose(gap, 2.0 * q_star - 1.0, rtol=0.0, atol=4 * np.finfo(float).eps)
+
+
+@pytest.mark.parametrize("bound", [1.0, 1e-300, 5e-324])
+def test_alpha_rounding_is_finite_at_any_accepted_bound(bound: float) -> None:
+    """α-point rounding of values at, inside and outside [0, m] gives grid indices 0..s even at
+    a subnormal m (levels/m overflows there, and ∞·0 was NaN)."""
+    x = np.array([-1.0, 0.0, bound / 2.0, bound, 3.0])
+    grid = alpha_round(x, bound, 4, np.full(5, 0.5))
+    assert grid.tolist()[:2] == [0, 0]
+    assert grid.tolist()[3:] == [4, 4]
+    assert 0 <= grid[2] <= 4
