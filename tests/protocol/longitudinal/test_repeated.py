@@ -174,3 +174,14 @@ def test_a_one_report_case_refuses_collections() -> None:
         run_audit(one_shot, 1.0, draws=100, rng=rng, collections=2)
     with pytest.raises(ValueError, match="collections must be >= 1"):
         run_audit(CASES["memo-1bitmean-fresh"], 1.0, draws=100, rng=rng, collections=0)
+
+
+def test_a_memoized_device_run_at_twice_its_epsilon_is_caught() -> None:
+    # the negative control over time: the memoized 1BitMean bit drawn at 2ε (noise = 0.5)
+    # while ε is claimed; its T = 8 transcript's loss is 2ε, and the lower bound passes ε
+    rng = np.random.default_rng(5)
+    case = CASES["memo-1bitmean-memoized"]
+    honest = run_audit(case, 1.0, draws=50_000, rng=rng, collections=8)
+    leaky = run_audit(case, 1.0, draws=50_000, rng=rng, collections=8, noise=0.5)
+    assert honest.lower <= 1.0 <= honest.upper
+    assert leaky.lower > 1.5
