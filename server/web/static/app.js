@@ -728,13 +728,15 @@ function campaignPage(id) {
       const body = c.occurrences.map((o) => {
         const half = o.error_bar ? o.error_bar.half_width : null;
         const err = errorOf(o.estimate, o.truth, o.error_bar ? o.error_bar.norm : "linf");
-        const value = (v) => (isNumArray(v) ? vec(cleanAll(v)) : fmt(clean(v), 6));
+        // a vector: its first 4 components, wrapped, so the row keeps its error and study
+        const value = (v) => (isNumArray(v) ? `[${cleanAll(v).slice(0, 4).map((x) => fmt(x, 3)).join(", ")}${v.length > 4 ? ", …" : ""}]` : fmt(clean(v), 6));
+        const wide = isNumArray(o.estimate) || isNumArray(o.truth) ? "white-space:normal;min-width:140px" : null;
         return el("tr", { "data-occurrence": o.index, class: "link", onclick: () => { location.hash = `#/study/${o.study_id}`; } },
           el("td", { class: "num" }, String(o.index)), el("td", { class: "num" }, fmt(o.day, 6)), el("td", {}, badge(o.phase)),
           el("td", { class: "num" }, String(o.devices_charged)), el("td", { class: "num" }, fmt(o.epsilon_charged)),
-          el("td", { class: "num", "data-testid": "estimate", "data-value": o.estimate === null ? "" : JSON.stringify(o.estimate) }, o.estimate === null ? "–" : value(o.estimate)),
+          el("td", { class: "num", style: wide, title: o.estimate === null ? null : JSON.stringify(o.estimate), "data-testid": "estimate", "data-value": o.estimate === null ? "" : JSON.stringify(o.estimate) }, o.estimate === null ? "–" : value(o.estimate)),
           el("td", { class: "num" }, half === null ? "–" : `± ${fmt(half)}`),
-          el("td", { class: "num" }, o.truth === null ? "–" : value(o.truth)),
+          el("td", { class: "num", style: wide, title: o.truth === null ? null : JSON.stringify(o.truth) }, o.truth === null ? "–" : value(o.truth)),
           el("td", { class: "num" }, isNum(err) ? fmt(err) : "–"),
           el("td", {}, el("a", { href: `#/study/${o.study_id}` }, o.study_id.slice(0, 8))));
       });
