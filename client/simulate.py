@@ -29,6 +29,7 @@ from fedldp.client.frames import run_frame
 from fedldp.client.population.build import AnyPopulation
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
+from fedldp.client.population.ranges import check_data_range
 from fedldp.client.results import plain, result_summary
 from fedldp.client.seeds import derive_seeds, noise_seed, occurrence_study_seed, round_key
 from fedldp.protocol.catalogue import get_protocol
@@ -51,6 +52,7 @@ __all__ = [
     "SimulationError",
     "SimulationResult",
     "StudyFailed",
+    "check_data_range",
     "fill_from_population",
     "simulate",
 ]
@@ -346,6 +348,7 @@ def simulate(
             f"protocol {protocol.name} takes {protocol.data_kind} data, but the population "
             f"holds {population.data_kind} data"
         )
+    check_data_range(protocol, params, population)
     started = time.perf_counter()
     roles = None if behaviour is None or behaviour.honest else Roles(behaviour, population_seed)
     if members is not None:

@@ -62,6 +62,9 @@ KIT_POPULATIONS: dict[str, PopulationSpec] = {  # by data kind, or by protocol
         users=1200, samples=4, distribution="binned-regression", epsilon=2.0
     ),
 }
+KIT_POPULATIONS["memo-1bitmean"] = PopulationSpec(  # inside the [0, m] it clips to
+    users=600, samples=16, distribution="uniform", low=0.0, high=1.0, epsilon_mix=MIXED
+)
 KIT_PARAMS: dict[str, dict[str, Any]] = {"user-sgd": {"rounds": 2}}
 IN_PROCESS = [c for c in CHECKS if not c.startswith("http-")]
 

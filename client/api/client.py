@@ -80,6 +80,7 @@ from fedldp.protocol.core.wire import (
     Health,
     Lease,
     LeaseRequest,
+    OccurrenceTruth,
     OccurrenceView,
     PredictRequest,
     Receipt,
@@ -367,6 +368,18 @@ class ApiClient:
             "POST",
             f"/v1/campaigns/{campaign_id}/occurrences/{index}/devices",
             body=devices,
+            admin=True,
+        )
+
+    async def declare_truth(
+        self, campaign_id: str, index: int, truth: OccurrenceTruth
+    ) -> OccurrenceView:
+        """Record occurrence ``index``'s truth, which the server shows beside its estimate."""
+        return await self._call(
+            OccurrenceView,
+            "PUT",
+            f"/v1/campaigns/{campaign_id}/occurrences/{index}/truth",
+            body=truth,
             admin=True,
         )
 

@@ -26,6 +26,7 @@ from fedldp.client.campaign.simulate import (
     CampaignResult,
     Occurrence,
     admitted,
+    check_campaign_data,
     estimate_json,
     occurrence_population,
 )
@@ -35,7 +36,13 @@ from fedldp.client.seeds import derive_seeds, population_digest
 from fedldp.client.simulate import fill_from_population
 from fedldp.client.swarm.run import run_swarm
 from fedldp.protocol.catalogue import get_protocol
-from fedldp.protocol.core.wire import MAX_BATCH, CampaignCreate, DeviceBatch, DeviceCharge
+from fedldp.protocol.core.wire import (
+    MAX_BATCH,
+    CampaignCreate,
+    DeviceBatch,
+    DeviceCharge,
+    OccurrenceTruth,
+)
 
 __all__ = ["device_id", "run_campaign"]
 
@@ -84,6 +91,7 @@ async def run_campaign(
     """Run the campaign's remaining occurrences (at most ``limit`` of them in this call) against
     the server at ``server_url``, keeping the devices' state in ``folder``; the result holds
     every occurrence finished so far (this run's and earlier runs') and each device's spend."""
+    check_campaign_data(template, seed)  # before anything is created on the server
     with DeviceStore(folder) as store:
         campaign_id = store.bind(_fingerprint(template, seed))
         ran = 0
@@ -154,6 +162,9 @@ class _Run:
             store.ledger(population.n, template.budget, without=index), population, day
         )
         epsilon = np.asarray(population.epsilon, dtype=np.float64)[members]
+        truth = estimate_json(population.truth)
+        # the simulator knows the day's truth; the server shows it beside the estimate
+        await api.declare_truth(run.campaign_id, index, OccurrenceTruth(truth=truth))
         estimate = None
         if members.size:
             store.charge(index, day, members, epsilon)  # write-ahead: never under-counted
@@ -188,6 +199,6 @@ class _Run:
                 int(members.size),
                 population.n - int(members.size),
                 None if estimate is None else estimate_json(estimate),
-                estimate_json(population.truth),
+                truth,
             )
         )

@@ -19,6 +19,7 @@ import numpy as np
 from fedldp.client.campaign.budget import DeviceLedger
 from fedldp.client.campaign.template import CampaignTemplate
 from fedldp.client.population.build import AnyPopulation, build_population
+from fedldp.client.population.ranges import check_data_range
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.base.records import JSON, FloatArray, IntArray
@@ -27,6 +28,7 @@ __all__ = [
     "CampaignResult",
     "Occurrence",
     "admitted",
+    "check_campaign_data",
     "estimate_json",
     "occurrence_population",
     "simulate_campaign",
@@ -86,6 +88,17 @@ def occurrence_population(template: CampaignTemplate, seed: int, k: int) -> AnyP
     return build_population(template.population, seed, day=template.day(k), occurrence=k)
 
 
+def check_campaign_data(template: CampaignTemplate, seed: int) -> None:
+    """ValueError when the protocol's declared data range (``Protocol.data_range``) does not
+    hold the values of some occurrence's population (a drifting law is checked on every day),
+    before any occurrence runs or a campaign is created on a server."""
+    protocol = get_protocol(template.protocol)
+    for k in range(template.times):
+        population = occurrence_population(template, seed, k)
+        params = protocol.parse_params(fill_from_population(protocol, template.params, population))
+        check_data_range(protocol, params, population)
+
+
 def admitted(ledger: DeviceLedger, population: AnyPopulation, day: float) -> IntArray:
     """The slots of the devices whose budget admits an occurrence on ``day`` charging each the ε
     it declares."""
@@ -99,6 +112,7 @@ def simulate_campaign(
     """Run the template's occurrences (all, or ``occurrences``) in process from a fresh ledger;
     ValueError on bad input. An occurrence that no device accepts has no estimate."""
     protocol = get_protocol(template.protocol)
+    check_campaign_data(template, seed)
     ledger: DeviceLedger | None = None
     out: list[Occurrence] = []
     for k in occurrences if occurrences is not None else range(template.times):

@@ -106,13 +106,14 @@ def _run_show(args: argparse.Namespace) -> int:
         f"campaign {view['id']}: {view['protocol']}, every {view['every']:g} d, "
         f"{len(view['occurrences'])} of {view['times']} occurrences opened, clock "
         f"{'-' if view['clock'] is None else format(view['clock'], 'g')}, budget {budget}",
-        f"{'occurrence':>10} {'day':>7} {'phase':>10} {'devices':>8} estimate",
+        f"{'occurrence':>10} {'day':>7} {'phase':>10} {'devices':>8} {'estimate':>24} truth",
     ]
     for o in view["occurrences"]:
         estimate = "-" if o["estimate"] is None else _short(o["estimate"])
+        truth = "-" if o["truth"] is None else _short(o["truth"])
         lines.append(
             f"{o['index']:>10} {o['day']:>7.3g} {o['phase']:>10} {o['n_participants']:>8} "
-            f"{estimate}"
+            f"{estimate:>24} {truth}"
         )
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

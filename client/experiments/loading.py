@@ -28,6 +28,7 @@ from fedldp.client.experiments.yamlmarks import (
     validation_message,
 )
 from fedldp.client.population.build import build_population
+from fedldp.client.population.ranges import check_data_range
 from fedldp.client.population.spec import PopulationSpec
 from fedldp.client.simulate import fill_from_population
 from fedldp.protocol.catalogue import get_audit, get_protocol
@@ -138,7 +139,7 @@ def _validate_trials(experiment: Experiment, source: str, lines: Lines) -> None:
                 f"holds {population.data_kind} data",
             )
         try:
-            protocol.parse_params(fill_from_population(protocol, trial.params, population))
+            params = protocol.parse_params(fill_from_population(protocol, trial.params, population))
         except ValidationError as e:
             loc, msg = validation_message(e)[0]
             key = str(loc[0]) if loc else None
@@ -147,6 +148,12 @@ def _validate_trials(experiment: Experiment, source: str, lines: Lines) -> None:
             ) from None
         except ValueError as e:
             raise MarkedError(source, where("params", None), f"params: {e}") from None
+        try:
+            check_data_range(protocol, params, population)
+        except ValueError as e:
+            raise MarkedError(
+                source, where("population", "distribution"), f"population: {e}"
+            ) from None
 
 
 def _validate_audit(trial: Trial, source: str, lines: Lines, where: Any) -> None:

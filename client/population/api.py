@@ -27,6 +27,9 @@ laws with their origins and the plugin laws that are not served, with the reason
   only on its stream and its sample count, never on the block it is drawn with;
 * ``mean()`` and ``variance()``: the law's exact mean (the truth the protocols' estimates are
   compared with) and the variance of one coordinate of one sample;
+* ``support()`` (optional): the interval [lo, hi] every coordinate of every sample lies in
+  (default: unbounded), which a protocol's declared data range (``Protocol.data_range``) is
+  checked against;
 * the constructor validates the options (``ValueError``, with a message a user can act on);
   the law is immutable (a frozen dataclass, as the built-in laws are).
 

@@ -235,6 +235,9 @@ class Population:
     labeled: LabeledLaw | None = None  # the law of labeled data: η, θ_true, label bound
     imbalance: float | None = None  # γ of the imbalanced sample counts (huber spec §6.3)
     occurrence: int = 0  # which occurrence of a campaign (fedldp.client.campaign) it serves
+    # [lo, hi] holding every coordinate of every sample: a synthetic law's support (±inf when
+    # unbounded), a CSV's smallest and largest value; None for categorical and labeled data
+    value_range: tuple[float, float] | None = None
 
     def data(self, slots: NDArray[Any]) -> UserData:
         """The local datasets of users ``slots`` (any order; user after user in that order)."""
@@ -320,6 +323,7 @@ def build_population(
     labeled: LabeledLaw | None = None
     truth: float | FloatArray
     radius: float | None = None
+    value_range: tuple[float, float] | None = None
     if isinstance(law, LabeledLaw):
         # Its feature radius is not a bound on what the learning protocols average (gradients,
         # encoded labels), so it is not offered as their ``radius`` (fill_from_population).
@@ -328,6 +332,7 @@ def build_population(
         kind = "categorical" if law.categorical else "scalar" if law.dimension is None else "vector"
         truth = law.mean()
         radius = None if law.dimension is None else law.l2_radius()
+        value_range = None if kind == "categorical" else law.support()
     return Population(
         n=n,
         epsilon=eps,
@@ -347,6 +352,7 @@ def build_population(
         labeled=labeled,
         imbalance=spec.imbalance if "imbalance" in description["samples"] else None,
         occurrence=occurrence,
+        value_range=value_range,
     )
 
 
@@ -420,4 +426,7 @@ def _from_table(spec: PopulationSpec, seed: int, population_seed: int) -> Popula
         _description=description,
         dimension=int(table.values.shape[1]) if kind == "vector" else None,
         items=spec.items,
+        value_range=None
+        if kind == "categorical" or table.values.size == 0
+        else (float(table.values.min()), float(table.values.max())),
     )

@@ -54,6 +54,9 @@ class Resampled(Distribution):
     rows: FloatArray = field(repr=False)
     dimension: int | None = None
 
+    def support(self) -> tuple[float, float]:
+        return (float(self.rows.min()), float(self.rows.max()))
+
     def sample(self, streams: UserStreams, m: int) -> FloatArray:
         u = streams.random(self._shape(streams, m))
         index = np.minimum((u * self.rows.size).astype(np.int64), self.rows.size - 1)

@@ -80,6 +80,12 @@ class Distribution(ABC):
         not a vector law). Public: it follows from the law's support, not from the data."""
         return None
 
+    def support(self) -> tuple[float, float]:
+        """The smallest interval [lo, hi] holding every coordinate of every sample (±inf:
+        unbounded), public like ``l2_radius``. A protocol that declares a data range
+        (``Protocol.data_range``) refuses a law whose support leaves it."""
+        return (-math.inf, math.inf)
+
     @abstractmethod
     def sample(self, streams: UserStreams, m: int) -> FloatArray | IntArray:
         """``m`` samples of every user of the block: shape ``(streams.n, m, *item_shape)``."""
@@ -141,6 +147,9 @@ class Uniform(_ByInversion):
     high: float = 1.0
     dimension: int | None = None
 
+    def support(self) -> tuple[float, float]:
+        return (self.low, self.high)
+
     def __post_init__(self) -> None:
         if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low < self.high):
             raise ValueError(f"uniform needs finite low < high, got [{self.low}, {self.high}]")
@@ -170,6 +179,9 @@ class UniformL2Ball(Distribution):
 
     radius: float = 1.0
     dimension: int | None = 2
+
+    def support(self) -> tuple[float, float]:
+        return (-self.radius, self.radius)
 
     def __post_init__(self) -> None:
         if self.dimension is None or self.dimension < 1:
@@ -251,6 +263,12 @@ class TwoPoint(_ByInversion):
     mu: float = 0.0
     dimension: int | None = None
 
+    def support(self) -> tuple[float, float]:
+        """{−D, +D}, less a point of probability 0 (μ = ±D)."""
+        lo = -self.bound if self.mu < self.bound else self.bound
+        hi = self.bound if self.mu > -self.bound else -self.bound
+        return (lo, hi)
+
     def __post_init__(self) -> None:
         if not (math.isfinite(self.bound) and self.bound > 0):
             raise ValueError(f"the two-point bound D must be finite and > 0, got {self.bound}")
@@ -287,6 +305,9 @@ class Lomax(_ByInversion):
     shape: float = 4.0
     dimension: int | None = None
 
+    def support(self) -> tuple[float, float]:
+        return (0.0, math.inf)
+
     def __post_init__(self) -> None:
         if not (math.isfinite(self.shape) and self.shape > 1):
             raise ValueError(f"lomax needs shape a > 1 (else it has no mean), got {self.shape}")
@@ -314,6 +335,9 @@ class Exponential(_ByInversion):
     rate: float = 1.0
     dimension: int | None = None
 
+    def support(self) -> tuple[float, float]:
+        return (0.0, math.inf)
+
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rate) and self.rate > 0):
             raise ValueError(f"exponential needs a finite rate λ > 0, got {self.rate}")
@@ -336,6 +360,9 @@ class Bernoulli(Distribution):
 
     p: float = 0.5
     dimension: int | None = None
+
+    def support(self) -> tuple[float, float]:
+        return (0.0 if self.p < 1.0 else 1.0, 1.0 if self.p > 0.0 else 0.0)
 
     def __post_init__(self) -> None:
         if not (0.0 <= self.p <= 1.0):

@@ -43,6 +43,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+from pydantic import ValidationError
 
 from fedldp.client.api.client import ApiClient, PhaseError, RetryPolicy
 from fedldp.client.behaviour import Behaviour, Roles
@@ -55,6 +56,7 @@ from fedldp.client.population.build import (
 )
 from fedldp.client.population.features import SemiFeaturePopulation
 from fedldp.client.population.learning import evaluate_summary
+from fedldp.client.population.ranges import check_data_range
 from fedldp.client.results import plain, result_summary
 from fedldp.client.seeds import noise_seed, occurrence_study_seed, population_digest
 from fedldp.client.swarm.agents import DriveStats, Roster, SwarmError, WaitPolicy, drive
@@ -230,13 +232,19 @@ def _central(protocol_name: str) -> bool:
     return protocol is not None and protocol.trust == "central"
 
 
-def _check_data(protocol: Protocol[Any], population: AnyPopulation) -> None:
+def _check_data(protocol: Protocol[Any], raw: Mapping[str, Any], population: AnyPopulation) -> None:
     if protocol.data_kind != population.data_kind:
         raise SwarmError(
             "invalid_population",
             f"{protocol.name} needs {protocol.data_kind} data; the population holds "
             f"{population.data_kind} data",
         )
+    try:
+        check_data_range(protocol, protocol.parse_params(raw), population)
+    except ValidationError:
+        return  # the server refuses such parameters with its own message
+    except ValueError as exc:
+        raise SwarmError("invalid_population", str(exc)) from None
 
 
 async def final_result(
@@ -422,6 +430,8 @@ async def run_swarm(
             if create is not None:
                 protocol_name, params = create
                 await check_served(api, protocol_name)  # nothing created with other code
+                if protocol_name in CATALOGUE:  # refused before a study is created for it
+                    _check_data(CATALOGUE[protocol_name], params, pop)
                 spec = StudyCreate(
                     protocol=protocol_name,
                     params=dict(params),
@@ -450,7 +460,7 @@ async def run_swarm(
                 assert study_id is not None
                 study = await api.study(study_id)
             protocol = study_protocol(study)  # the same code as the study's, or refused
-            _check_data(protocol, pop)
+            _check_data(protocol, study.params, pop)
             prefetch = _prefetch(pop, batch, processes, lease, members)
             if prefetch is not None:  # while the server enrolls them (cancelled at the start)
                 ahead = asyncio.create_task(prefetch.draw_ahead())

@@ -140,6 +140,11 @@ class MemoOneBitMean(MemoProtocol[OneBitMeanParams]):
     def payload_shape(self, params: OneBitMeanParams) -> tuple[int, ...]:
         return ()
 
+    def data_range(self, params: OneBitMeanParams) -> tuple[float, float]:
+        """[0, m]: a value outside is clipped into it, so on a law reaching outside (the default
+        two-point law on ±1) the estimate is not the law's mean."""
+        return (0.0, params.bound)
+
     def public(self, params: OneBitMeanParams) -> JSON:
         return {
             "m": params.bound,

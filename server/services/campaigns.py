@@ -24,6 +24,7 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -33,10 +34,12 @@ from fedldp.protocol.core.wire import (
     ENDED_PHASES,
     BudgetSpend,
     CampaignCreate,
+    CampaignSpend,
     CampaignView,
     DeviceAdmission,
     DeviceBatch,
     DeviceBudgetView,
+    OccurrenceTruth,
     OccurrenceView,
     StudyCreate,
     budget_window,
@@ -60,7 +63,18 @@ from fedldp.server.services import studies
 from fedldp.server.store import campaign_rows as rows
 from fedldp.server.store.tables import CampaignRow, OccurrenceRow, StudyRow, utcnow
 
-__all__ = ["admit", "create", "device_budget", "get", "list_all", "next_occurrence"]
+__all__ = [
+    "admit",
+    "create",
+    "declare_truth",
+    "device_budget",
+    "get",
+    "list_all",
+    "next_occurrence",
+]
+
+SPEND_BINS = 12
+"""Bins of the histogram of the devices' cumulative ε in a campaign's view."""
 
 
 def _require(session: Session, campaign_id: str, *, lock: bool = False) -> CampaignRow:
@@ -70,19 +84,42 @@ def _require(session: Session, campaign_id: str, *, lock: bool = False) -> Campa
     return found
 
 
-def _occurrence_view(occurrence: OccurrenceRow, study: StudyRow) -> OccurrenceView:
-    result: dict[str, Any] = study.result or {}
+def _occurrence_view(
+    occurrence: OccurrenceRow, study: StudyRow, charges: tuple[int, float] = (0, 0.0)
+) -> OccurrenceView:
+    result: dict[str, Any] = (study.result or {}) if study.phase == "finished" else {}
     return OccurrenceView(
         index=occurrence.index,
         day=occurrence.day,
         study_id=study.id,
         phase=study.phase,
         n_participants=study.n_participants,
-        estimate=result.get("estimate") if study.phase == "finished" else None,
+        estimate=result.get("estimate"),
+        error_bar=result.get("error_bar"),
+        truth=occurrence.truth,
+        devices_charged=charges[0],
+        epsilon_charged=charges[1],
+    )
+
+
+def _spent(session: Session, campaign_id: str) -> CampaignSpend | None:
+    totals = np.asarray(rows.device_totals(session, campaign_id), dtype=np.float64)
+    if totals.size == 0:
+        return None
+    top = float(totals.max())
+    counts, edges = np.histogram(totals, bins=SPEND_BINS, range=(0.0, top if top > 0 else 1.0))
+    return CampaignSpend(
+        devices=int(totals.size),
+        total=float(totals.sum()),
+        mean=float(totals.mean()),
+        max=top,
+        edges=[float(e) for e in edges],
+        counts=[int(n) for n in counts],
     )
 
 
 def _view(session: Session, c: CampaignRow) -> CampaignView:
+    charges = rows.occurrence_charges(session, c.id)
     return CampaignView(
         id=c.id,
         name=c.name,
@@ -96,7 +133,11 @@ def _view(session: Session, c: CampaignRow) -> CampaignView:
         budget_period=c.budget_period,
         clock=c.clock,
         created_at=c.created_at,
-        occurrences=[_occurrence_view(o, s) for o, s in rows.occurrences(session, c.id)],
+        occurrences=[
+            _occurrence_view(o, s, charges.get(o.index, (0, 0.0)))
+            for o, s in rows.occurrences(session, c.id)
+        ],
+        spent=_spent(session, c.id),
     )
 
 
@@ -197,6 +238,25 @@ def next_occurrence(ctx: Context, campaign_id: str) -> OccurrenceView:
     if loser is not None:
         studies.cancel(ctx, loser)
     return view
+
+
+def declare_truth(
+    ctx: Context, campaign_id: str, index: int, body: OccurrenceTruth
+) -> OccurrenceView:
+    """Record the truth of occurrence ``index`` as its driver declares it (UnknownOccurrence
+    before the occurrence is opened); declaring it again replaces it."""
+    with ctx.transaction() as session:
+        _require(session, campaign_id)
+        if rows.occurrence(session, campaign_id, index) is None:
+            raise UnknownOccurrence(f"campaign {campaign_id} has not opened occurrence {index}")
+        rows.set_truth(session, campaign_id, index, body.truth)
+        found = rows.occurrences(session, campaign_id)
+        charges = rows.occurrence_charges(session, campaign_id)
+        return next(
+            _occurrence_view(o, s, charges.get(o.index, (0, 0.0)))
+            for o, s in found
+            if o.index == index
+        )
 
 
 def admit(ctx: Context, campaign_id: str, index: int, body: DeviceBatch) -> DeviceAdmission:

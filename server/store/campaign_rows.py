@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from fedldp.server.store.tables import CampaignRow, DeviceSpendRow, OccurrenceRow, StudyRow
@@ -18,11 +18,14 @@ __all__ = [
     "campaign",
     "campaign_named",
     "device_spends",
+    "device_totals",
     "locked_campaign",
     "occurrence",
+    "occurrence_charges",
     "occurrences",
     "set_clock",
     "set_occurrence_study",
+    "set_truth",
     "spends_of",
 ]
 
@@ -82,6 +85,35 @@ def set_occurrence_study(session: Session, campaign_id: str, index: int, study_i
         .where(OccurrenceRow.campaign_id == campaign_id, OccurrenceRow.index == index)
         .values(study_id=study_id)
     )
+
+
+def set_truth(session: Session, campaign_id: str, index: int, truth: object) -> None:
+    """Record the declared truth of occurrence ``index``."""
+    session.execute(
+        update(OccurrenceRow)
+        .where(OccurrenceRow.campaign_id == campaign_id, OccurrenceRow.index == index)
+        .values(truth=truth)
+    )
+
+
+def occurrence_charges(session: Session, campaign_id: str) -> dict[int, tuple[int, float]]:
+    """Per occurrence: how many devices were charged and the sum of their ε."""
+    stmt = (
+        select(DeviceSpendRow.occurrence, func.count(), func.sum(DeviceSpendRow.epsilon))
+        .where(DeviceSpendRow.campaign_id == campaign_id)
+        .group_by(DeviceSpendRow.occurrence)
+    )
+    return {int(k): (int(n), float(total or 0.0)) for k, n, total in session.execute(stmt)}
+
+
+def device_totals(session: Session, campaign_id: str) -> list[float]:
+    """Each charged device's cumulative ε over the campaign (in no particular order)."""
+    stmt = (
+        select(func.sum(DeviceSpendRow.epsilon))
+        .where(DeviceSpendRow.campaign_id == campaign_id)
+        .group_by(DeviceSpendRow.device)
+    )
+    return [float(v) for v in session.scalars(stmt)]
 
 
 def set_clock(session: Session, campaign_id: str, day: float) -> None:

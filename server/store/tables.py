@@ -262,7 +262,8 @@ class CampaignRow(Base):
 
 
 class OccurrenceRow(Base):
-    """Occurrence ``index`` of a campaign: the study it runs as, on simulated day ``day``."""
+    """Occurrence ``index`` of a campaign: the study it runs as, on simulated day ``day``, and
+    the truth of that day's population as the driver declares it (None: not declared)."""
 
     __tablename__ = "campaign_occurrences"
 
@@ -270,6 +271,7 @@ class OccurrenceRow(Base):
     index: Mapped[int] = mapped_column(Integer, primary_key=True)
     study_id: Mapped[str] = mapped_column(ForeignKey("studies.id"), unique=True)
     day: Mapped[float] = mapped_column(Float)
+    truth: Mapped[Any | None] = mapped_column(JSON, nullable=True)
 
 
 class DeviceSpendRow(Base):

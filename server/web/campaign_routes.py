@@ -78,6 +78,25 @@ def next_occurrence(campaign_id: str, ctx: Ctx) -> wire.OccurrenceView:
     return campaigns.next_occurrence(ctx, campaign_id)
 
 
+@campaign_router.put(
+    "/v1/campaigns/{campaign_id}/occurrences/{index}/truth",
+    dependencies=Admin,
+    responses=_refusals(*_ADMIN, *_BODY, UnknownCampaign, UnknownOccurrence),
+    tags=["campaigns"],
+    openapi_extra=documented(wire.OccurrenceTruth),
+)
+def declare_truth(
+    campaign_id: str,
+    index: OccurrenceIndex,
+    body: Annotated[wire.OccurrenceTruth, Depends(json_body(wire.OccurrenceTruth))],
+    ctx: Ctx,
+) -> wire.OccurrenceView:
+    """Record the truth of an occurrence's population (the day's law's mean or item
+    frequencies) as the driver that simulates it declares it: the server cannot know it, and
+    shows it beside the estimate. Declaring it again replaces it."""
+    return campaigns.declare_truth(ctx, campaign_id, index, body)
+
+
 @campaign_router.post(
     "/v1/campaigns/{campaign_id}/occurrences/{index}/devices",
     dependencies=Admin,

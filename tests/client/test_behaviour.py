@@ -16,7 +16,7 @@ from fedldp.protocol.api import FloatArray, IntArray, Params, RandomSource, Roun
 from fedldp.protocol.catalogue import CATALOGUE, get_protocol
 from fedldp.protocol.classic.frequency_oracles import GeneralizedRR
 from fedldp.protocol.mechanisms.plausibility import LAPLACE_TAIL
-from tests.client.test_simulate import CATALOGUE_POPULATIONS, LABELED_POPULATIONS
+from tests.client.test_simulate import CATALOGUE_POPULATIONS, LABELED_POPULATIONS, population_for
 from tests.client.toy_protocol import ToyMean
 
 SCALAR = PopulationSpec(users=4000, samples=8, distribution="two-point", mean=0.3, epsilon=1.0)
@@ -269,7 +269,7 @@ def test_every_protocol_closes_rounds_on_a_quorum(name: str) -> None:
     """20% leave before the first round: each protocol aggregates its responders (a protocol
     that cannot fails the test with the server's reason), and the counts add up."""
     protocol = get_protocol(name)
-    spec = LABELED_POPULATIONS.get(name) or CATALOGUE_POPULATIONS[protocol.data_kind]
+    spec = population_for(protocol)
     try:
         r = run(name, Behaviour(dropout=(0.2, 0.0)), spec=spec, seed=3, quorum=0.5)
     except StudyFailed as exc:

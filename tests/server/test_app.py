@@ -265,6 +265,7 @@ async def test_openapi_document_lists_every_route(client: httpx.AsyncClient) -> 
         "/v1/campaigns/{campaign_id}",
         "/v1/campaigns/{campaign_id}/occurrences/next",
         "/v1/campaigns/{campaign_id}/occurrences/{index}/devices",
+        "/v1/campaigns/{campaign_id}/occurrences/{index}/truth",
         "/v1/campaigns/{campaign_id}/devices/{device}/budget",
     }
 

@@ -189,3 +189,48 @@ async def test_admissions_are_refused_with_stable_codes(client: httpx.AsyncClien
     expect_error(await _admit(client, campaign.id, 0, ("d", 0.5)), 409, "duplicate_conflict")
     await _run(client, occurrence.study_id)
     expect_error(await _admit(client, campaign.id, 0, ("e", 0.5)), 409, "study_not_enrolling")
+
+
+async def test_the_view_holds_declared_truths_and_the_charges_in_aggregate(
+    client: httpx.AsyncClient,
+) -> None:
+    """What the dashboard's campaign view draws: each occurrence's declared truth (None until
+    declared; declared again: replaced), the devices charged and their ε per occurrence, and the
+    devices' cumulative spends as a histogram."""
+    campaign = await _campaign(client, name="truths")
+    first = await _next(client, campaign.id)
+    assert (first.truth, first.devices_charged, first.error_bar) == (None, 0, None)
+    put = f"/v1/campaigns/{campaign.id}/occurrences/0/truth"
+    assert (await client.put(put, json={"truth": 0.25})).status_code == 200
+    declared = await client.put(put, json={"truth": [0.5, 0.5]})
+    assert OccurrenceView.model_validate_json(declared.content).truth == [0.5, 0.5]
+    assert (await _admit(client, campaign.id, 0, ("a", 1.0), ("b", 0.5))).status_code == 200
+    await _run(client, first.study_id)
+    assert (await _next(client, campaign.id)).index == 0  # cancelled with participants: again
+    second = await _next(client, campaign.id)
+    assert (second.index, second.truth) == (0, [0.5, 0.5])  # kept by the reopened occurrence
+    view = CampaignView.model_validate_json(
+        (await client.get(f"/v1/campaigns/{campaign.id}")).content
+    )
+    (only,) = view.occurrences
+    assert (only.devices_charged, only.epsilon_charged) == (2, 1.5)
+    assert view.spent is not None
+    assert (view.spent.devices, view.spent.total, view.spent.max) == (2, 1.5, 1.0)
+    assert view.spent.mean == 0.75
+    assert (sum(view.spent.counts), view.spent.edges[0]) == (2, 0.0)
+    assert (view.spent.edges[-1], view.spent.counts[-1]) == (1.0, 1)  # the last bin: closed
+    listed = (await client.get("/v1/campaigns")).json()["campaigns"]
+    assert listed[0]["occurrences"][0]["truth"] == [0.5, 0.5]
+
+
+async def test_a_truth_is_refused_when_it_cannot_be_one(client: httpx.AsyncClient) -> None:
+    campaign = await _campaign(client, name="refused-truths")
+    put = f"/v1/campaigns/{campaign.id}/occurrences/0/truth"
+    expect_error(await client.put(put, json={"truth": 0.1}), 404, "unknown_occurrence")
+    await _next(client, campaign.id)
+    bad: dict[str, Any]
+    for bad in ({"truth": "0.1"}, {"truth": []}, {"truth": None}, {}, {"truth": 0.1, "x": 1}):
+        expect_error(await client.put(put, json=bad), 422, "invalid_request")
+    expect_error(await client.put(put, content=b'{"truth": NaN}'), 422, "invalid_request")
+    missing = f"/v1/campaigns/{'0' * 32}/occurrences/0/truth"
+    expect_error(await client.put(missing, json={"truth": 0.1}), 404, "unknown_campaign")

@@ -180,7 +180,8 @@ async def ask(world: World, parameter: Parameter, value: int) -> httpx.Response:
         headers[parameter.name] = str(value)
     headers |= world.token(study_id, path_values["participant_id"])
     url = parameter.path.format(**path_values)
-    body = BASES.get(parameter.path)  # a route with a body gets a valid one
+    # a route with a body gets a valid one
+    body = BASES.get(parameter.path, NO_INTEGER_BODIES.get(parameter.path))
     return await world.http.request(parameter.method, url, params=query, headers=headers, json=body)
 
 
@@ -255,6 +256,11 @@ BASES: dict[str, dict[str, Any]] = {
     },
 }
 """A valid body of each route whose body holds integers (a field under test is put in)."""
+NO_INTEGER_BODIES: dict[str, dict[str, Any]] = {
+    "/v1/campaigns/{campaign_id}/occurrences/{index}/truth": {"truth": 0.5},
+}
+"""A valid body of each route with an integer path parameter and a body without integers (PUT:
+not sent to the ``BASES`` routes' POST)."""
 
 
 def _put(node: Any, at: Location, value: int) -> Any:

@@ -201,6 +201,15 @@ class Protocol(ABC, Generic[ParamsT]):
             if info.is_required() and name not in self.population_probe
         )
 
+    def data_range(self, params: ParamsT) -> tuple[float, float] | None:
+        """The interval [lo, hi] every data value must lie in for the estimate to be the data's
+        mean (each coordinate, for vector data), when the protocol clips or maps values outside
+        it without telling (None, the default: any value). A simulation, swarm, experiment or
+        campaign refuses a population whose law can produce a value outside it, naming the
+        range and the law (``fedldp.client.simulate.check_data_range``); the server never sees
+        the data and does not check it."""
+        return None
+
     def population_metadata(self, params: ParamsT, n: int) -> Mapping[str, NDArray[Any]]:
         """Enrollment metadata for ``n`` participants with which ``min_participants`` probes
         the plan: none by default; protocols whose plan needs metadata give the most favourable

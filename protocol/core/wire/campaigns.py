@@ -19,20 +19,23 @@ from fedldp.protocol.core.wire.common import (
     Request,
     Seed,
 )
-from fedldp.protocol.core.wire.studies import StudyPhase
+from fedldp.protocol.core.wire.studies import ErrorBarView, StudyPhase
 
 __all__ = [
     "BUDGET_SLACK",
     "CAMPAIGN_PURPOSE",
     "MAX_DEVICE",
+    "MAX_TRUTH",
     "BudgetSpend",
     "CampaignCreate",
     "CampaignList",
+    "CampaignSpend",
     "CampaignView",
     "DeviceAdmission",
     "DeviceBatch",
     "DeviceBudgetView",
     "DeviceCharge",
+    "OccurrenceTruth",
     "OccurrenceView",
     "budget_window",
     "occurrence_seed",
@@ -91,6 +94,18 @@ class CampaignCreate(Request):
     population_digest: str | None = Field(default=None, max_length=128, pattern=r"^[0-9a-f]*$")
 
 
+MAX_TRUTH = 4096
+"""Most components of a declared truth (a categorical law's item frequencies)."""
+
+
+class OccurrenceTruth(Request):
+    """The truth of an occurrence's population (the day's law's mean, or item frequencies), as
+    the driver that simulates the population declares it: the server cannot know it, and shows
+    it beside the estimate (``fedldp campaign run`` declares it for every occurrence it runs)."""
+
+    truth: float | Annotated[list[float], Field(min_length=1, max_length=MAX_TRUTH)]
+
+
 class OccurrenceView(Model):
     index: int
     day: float
@@ -98,6 +113,25 @@ class OccurrenceView(Model):
     phase: StudyPhase
     n_participants: int
     estimate: Any = Field(None, description="the occurrence's result estimate once finished")
+    error_bar: ErrorBarView | None = Field(None, description="the estimate's error bar")
+    truth: float | list[float] | None = Field(
+        None, description="the day's truth as the driver declared it (None: not declared)"
+    )
+    devices_charged: int = Field(0, description="devices charged ε for this occurrence")
+    epsilon_charged: float = Field(0.0, description="the sum of their charges")
+
+
+class CampaignSpend(Model):
+    """The devices' cumulative ε over the campaign in aggregate: how many were charged, the mean
+    and largest spend, and a histogram of the spends over ``edges`` (``counts[i]`` devices in
+    [edges[i], edges[i+1]), the last bin closed)."""
+
+    devices: int
+    total: float
+    mean: float
+    max: float
+    edges: list[float]
+    counts: list[int]
 
 
 class CampaignView(Model):
@@ -114,6 +148,9 @@ class CampaignView(Model):
     clock: float | None = Field(description="the simulated day of the last opened occurrence")
     created_at: datetime
     occurrences: list[OccurrenceView]
+    spent: CampaignSpend | None = Field(
+        None, description="the devices' cumulative ε in aggregate (None before any charge)"
+    )
 
 
 class CampaignList(Model):

@@ -211,8 +211,9 @@ function listPage() {
   fill(app, el("div", { class: "card" }, el("h2", {}, "Studies"), el("p", { class: "muted" }, "Loading…")));
   async function refresh() {
     try {
-      const { studies } = await api("/v1/studies");
+      const [{ studies }, { campaigns }] = await Promise.all([api("/v1/studies"), api("/v1/campaigns")]);
       studies.sort((a, b) => (a.created_at < b.created_at ? 1 : -1));
+      campaigns.sort((a, b) => (a.created_at < b.created_at ? 1 : -1));
       const rows = studies.map((v) => {
         const closed = v.rounds.filter((r) => r.status === "closed").length;
         const open = v.rounds.find((r) => r.status === "open");
@@ -228,7 +229,8 @@ function listPage() {
           el("td", { class: "muted" }, detail),
           el("td", { class: "muted" }, new Date(v.created_at).toLocaleString()));
       });
-      fill(app, el("div", { class: "card" },
+      fill(app, campaigns.length ? el("div", { class: "card" }, el("h2", {}, el("a", { href: "#/campaigns" }, `Campaigns (${campaigns.length})`)), campaignTable(campaigns)) : null,
+        el("div", { class: "card" },
         el("h2", {}, `Studies (${studies.length})`),
         studies.length
           ? el("table", {}, el("thead", {}, el("tr", {}, ["study", "protocol", "phase", "participants", "progress", "", "created"].map((h) => el("th", { class: h === "participants" ? "num" : null }, h)))), el("tbody", {}, rows))
@@ -505,13 +507,296 @@ function drawAnyOutput(o) {
   return out;
 }
 
+// ------------------------------------------------------------------ campaigns (docs/campaigns.md)
+
+function isEnded(phase) { return ENDED.includes(phase); }
+
+// the error of an estimate against the truth, in the norm of the error bar ("abs", "l2", "linf")
+function errorOf(est, truth, norm) {
+  if (isNum(est) && isNum(truth)) return Math.abs(est - truth);
+  if (!isNumArray(est) || !isNumArray(truth) || est.length !== truth.length) return null;
+  const d = est.map((x, i) => Math.abs(x - truth[i]));
+  return norm === "l2" ? Math.sqrt(d.reduce((a, x) => a + x * x, 0)) : Math.max(...d);
+}
+
+// where a campaign stands on its schedule: opened, ended, the open occurrence, the next one due
+function schedule_(c) {
+  const occ = c.occurrences, last = occ[occ.length - 1];
+  const ended = occ.filter((o) => isEnded(o.phase)).length;
+  const open = last && !isEnded(last.phase) ? last : null;
+  const complete = occ.length >= c.times && !open;
+  const nextIndex = open ? null : occ.length < c.times ? occ.length : null;
+  return { ended, open, complete, nextIndex, nextDay: nextIndex === null ? null : c.start + nextIndex * c.every };
+}
+
+// a float's rounding residue shown as 0 (−0.3 + 3·0.1 is 5.6e-17, not a value a person means)
+function clean(x) { return isNum(x) && Math.abs(x) < 1e-12 ? 0 : x; }
+function cleanAll(v) { return Array.isArray(v) ? v.map(clean) : clean(v); }
+
+// a campaign's own status: pending before its first occurrence, running until its last has ended
+function campaignStatus(c, s) { return s.complete ? "finished" : c.occurrences.length ? "running" : "pending"; }
+
+function days(x) { return `day ${fmt(x, 4)}`; }
+function every(c) { return c.every === 1 ? "daily" : `every ${fmt(c.every)} d`; }
+function budgetText(c) {
+  if (c.budget_epsilon === null || c.budget_epsilon === undefined) return "no budget (unlimited)";
+  return `ε ${fmt(c.budget_epsilon)} per device ${c.budget_period === null || c.budget_period === undefined ? "over its lifetime" : c.budget_period === 1 ? "per day" : `per ${fmt(c.budget_period)} d`}`;
+}
+
+function campaignRows(campaigns) {
+  return campaigns.map((c) => {
+    const s = schedule_(c);
+    const status = campaignStatus(c, s);
+    return el("tr", { class: "link", "data-campaign": c.id, onclick: () => { location.hash = `#/campaign/${c.id}`; } },
+      el("td", {}, el("a", { href: `#/campaign/${c.id}` }, c.name || c.id.slice(0, 12))),
+      el("td", {}, c.protocol),
+      el("td", {}, badge(status)),
+      el("td", { class: "num" }, `${s.ended} / ${c.times}`),
+      el("td", {}, bar(s.ended / c.times, s.complete)),
+      el("td", { class: "muted" }, `${every(c)} · clock ${c.clock === null ? "–" : days(c.clock)}`),
+      el("td", { class: "muted" }, budgetText(c)));
+  });
+}
+
+function campaignTable(campaigns) {
+  return el("table", { id: "campaign-list" }, el("thead", {}, el("tr", {}, ["campaign", "protocol", "status", "occurrences", "progress", "schedule", "budget"].map((h) => el("th", { class: h === "occurrences" ? "num" : null }, h)))),
+    el("tbody", {}, campaignRows(campaigns)));
+}
+
+function campaignListPage() {
+  let timer = null, stopped = false;
+  fill(app, el("div", { class: "card" }, el("h2", {}, "Campaigns"), el("p", { class: "muted" }, "Loading…")));
+  async function refresh() {
+    try {
+      const { campaigns } = await api("/v1/campaigns");
+      campaigns.sort((a, b) => (a.created_at < b.created_at ? 1 : -1));
+      fill(app, el("div", { class: "card" }, el("h2", {}, `Campaigns (${campaigns.length})`),
+        campaigns.length ? campaignTable(campaigns) : el("p", { class: "muted" }, "No campaigns yet: run one with `fedldp campaign run FILE --server URL`.")));
+    } catch (e) {
+      fill(app, el("div", { class: "card error" }, `Could not list the campaigns: ${e.message}`));
+    }
+    if (!stopped) timer = setTimeout(refresh, 2000);
+  }
+  refresh();
+  return () => { stopped = true; clearTimeout(timer); };
+}
+
+// ticks at round numbers (1, 2 or 5 times a power of ten apart) over [lo, hi]
+function dayTicks(lo, hi, count = 6) {
+  if (!(hi > lo)) return [lo];
+  const raw = (hi - lo) / count, mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => (hi - lo) / s <= count + 1) || raw;
+  const out = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + 1e-9 * step; t += step) out.push(Number(t.toPrecision(12)));
+  return out;
+}
+
+// points over simulated days: [{x, y, half, truth, status}]; the estimate with its error bar, the
+// truth (a dashed line with hollow markers), the days still to come shaded
+function overTimeChart({ title, points, xlo, xhi, ylabel, width = 1100, height = 300, now, showTruth = true, testid }) {
+  const svg = frame(title, width, height);
+  if (testid) svg.setAttribute("data-testid", testid);
+  const left = 64, right = width - 16, top = 28, bottom = height - 44;
+  const ys = [];
+  for (const p of points) {
+    if (isNum(p.y)) ys.push(p.y - (p.half || 0), p.y + (p.half || 0));
+    if (showTruth && isNum(p.truth)) ys.push(p.truth);
+  }
+  const lo = ys.length ? Math.min(...ys) : 0, hi = ys.length ? Math.max(...ys) : 1;
+  const pad = (hi - lo) * 0.06 || Math.abs(hi) * 0.1 || 1;
+  const yticks = dayTicks(lo - pad, hi + pad, 5);
+  const y = scale(Math.min(lo - pad, yticks[0]), Math.max(hi + pad, yticks[yticks.length - 1]), bottom, top);
+  const span = xhi - xlo || 1;
+  const x = scale(xlo - span * 0.02, xhi + span * 0.02, left, right);
+  for (const v of yticks) {
+    svg.append(sv("line", { x1: left, x2: right, y1: y(v), y2: y(v), class: "gridline" }));
+    svg.append(sv("text", { x: left - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(clean(v), 3)));
+  }
+  if (y.lo < 0 && y.hi > 0) svg.append(sv("line", { x1: left, x2: right, y1: y(0), y2: y(0), class: "axis" }));
+  if (isNum(now) && now < xhi) {
+    const from = Math.max(left, x(now) - 10);
+    svg.append(sv("rect", { x: from, y: top, width: Math.max(0, right - from), height: bottom - top, fill: "#f3f5f8" }));
+    svg.append(sv("text", { x: right - 4, y: top + 12, "text-anchor": "end" }, "still to come"));
+  }
+  svg.append(sv("line", { x1: left, x2: right, y1: bottom, y2: bottom, class: "axis" }));
+  for (const t of dayTicks(xlo, xhi)) {
+    svg.append(sv("line", { x1: x(t), x2: x(t), y1: bottom, y2: bottom + 4, class: "axis" }));
+    svg.append(sv("text", { x: x(t), y: bottom + 16, "text-anchor": "middle" }, fmt(t, 4)));
+  }
+  svg.append(sv("text", { x: (left + right) / 2, y: bottom + 34, "text-anchor": "middle" }, "simulated day"));
+  if (ylabel) svg.append(sv("text", { x: 14, y: (top + bottom) / 2, "text-anchor": "middle", transform: `rotate(-90 14 ${(top + bottom) / 2})` }, ylabel));
+  const truth = showTruth ? points.filter((p) => isNum(p.truth)) : [];
+  if (truth.length > 1) svg.append(sv("polyline", { points: truth.map((p) => `${x(p.x)},${y(p.truth)}`).join(" "), fill: "none", stroke: COLORS[1], "stroke-width": 1.6, "stroke-dasharray": "5 3" }));
+  const w = Math.max(3, Math.min(8, ((right - left) / Math.max(1, points.length)) * 0.25));
+  for (const p of points) {
+    if (isNum(p.y) && isNum(p.half)) {
+      svg.append(sv("line", { x1: x(p.x), x2: x(p.x), y1: y(p.y - p.half), y2: y(p.y + p.half), stroke: COLORS[0], "stroke-width": 1.4, opacity: 0.8 }));
+      for (const v of [p.y - p.half, p.y + p.half]) svg.append(sv("line", { x1: x(p.x) - w, x2: x(p.x) + w, y1: y(v), y2: y(v), stroke: COLORS[0], "stroke-width": 1.4, opacity: 0.8 }));
+    }
+  }
+  for (const p of truth) svg.append(sv("circle", { cx: x(p.x), cy: y(p.truth), r: 3, fill: "#fff", stroke: COLORS[1], "stroke-width": 1.5 }, sv("title", {}, `${days(p.x)} truth ${fmt(p.truth, 6)}`)));
+  for (const p of points) {
+    if (!isNum(p.y)) continue;
+    svg.append(sv("circle", { cx: x(p.x), cy: y(p.y), r: 3.6, fill: COLORS[0], "data-occurrence": p.index },
+      sv("title", {}, `occurrence ${p.index}, ${days(p.x)}: ${fmt(p.y, 6)}${isNum(p.half) ? " ± " + fmt(p.half, 4) : ""}${isNum(p.truth) ? ", truth " + fmt(p.truth, 6) : ""}`)));
+  }
+  // an occurrence still running (or failed) is marked on the axis
+  for (const p of points) {
+    if (isNum(p.y)) continue;
+    const color = p.status === "failed" || p.status === "cancelled" ? COLORS[4] : COLORS[7];
+    svg.append(sv("path", { d: `M${x(p.x)},${bottom - 2} l-4,-7 l8,0 z`, fill: color }, sv("title", {}, `occurrence ${p.index}, ${days(p.x)}: ${p.status}`)));
+  }
+  return svg;
+}
+
+function campaignPage(id) {
+  const st = { view: null, component: 0, stopped: false };
+  const parts = {
+    head: el("div", { class: "card" }), chart: el("div", { class: "card" }), error: el("div", { class: "card" }),
+    table: el("div", { class: "card" }), budget: el("div", { class: "card" }), facts: el("div", { class: "card" }),
+  };
+  fill(app, parts.head, parts.chart, el("div", { class: "grid" }, parts.error, parts.budget), parts.table, parts.facts);
+  let timer = null;
+
+  function dims() {
+    const o = st.view.occurrences.find((o) => isNumArray(o.estimate) || isNumArray(o.truth));
+    return o ? (isNumArray(o.estimate) ? o.estimate : o.truth).length : 0;
+  }
+  const pick = (v) => (isNumArray(v) ? v[st.component] : v);
+
+  function points(c) {
+    return c.occurrences.map((o) => ({ index: o.index, x: o.day, status: o.phase, y: pick(o.estimate), truth: pick(o.truth),
+      half: o.error_bar && (o.error_bar.norm === "abs" || o.error_bar.norm === "linf") ? o.error_bar.half_width : null }));
+  }
+
+  const render = {
+    head(c, s) {
+      const status = campaignStatus(c, s);
+      const where = s.complete
+        ? `complete: all ${c.times} occurrences ran`
+        : s.open
+          ? `occurrence ${s.open.index} (${days(s.open.day)}) is ${s.open.phase}`
+          : `next due: occurrence ${s.nextIndex} on ${days(s.nextDay)} (opened when the driver asks for it)`;
+      fill(parts.head,
+        el("div", { class: "headline" }, el("a", { href: "#/campaigns" }, "← campaigns"), el("h1", {}, c.name || "campaign"), el("span", { class: "id" }, c.id),
+          el("span", { id: "campaign-status" }, badge(status)), s.complete ? el("span", { class: "live", title: "the page asks the server every 5 s" }, "complete") : el("span", { class: "live on", title: "the page asks the server every second" }, "live")),
+        el("p", {}, el("b", {}, c.protocol), ` · ${every(c)}, ${c.times} times from ${days(c.start)} · clock: `,
+          el("b", { id: "campaign-clock" }, c.clock === null ? "not started" : days(c.clock)), " · ", el("span", { id: "campaign-next" }, where)),
+        el("p", {}, el("b", { id: "occurrences-ended", "data-value": s.ended }, String(s.ended)), ` of ${c.times} occurrences ended`), bar(s.ended / c.times, s.complete));
+    },
+    chart(c, s) {
+      const pts = points(c);
+      const known = pts.some((p) => isNum(p.truth));
+      const n = dims();
+      const xhi = c.start + (c.times - 1) * c.every;
+      const bars = c.occurrences.filter((o) => o.error_bar).map((o) => o.error_bar);
+      const barNote = bars.length ? `${bars[0].kind}, level ${fmt(bars[0].level)}${bars[0].norm === "l2" ? "; an l2 bar bounds the whole vector, drawn in the error chart only" : ""}` : "none yet";
+      const select = n > 1 ? el("label", { class: "small muted" }, "component ",
+        el("select", { id: "component", onchange: (e) => { st.component = Number(e.target.value); draw(); } },
+          [...Array(Math.min(n, 64)).keys()].map((k) => el("option", { value: k, selected: k === st.component }, String(k))))) : null;
+      const now = s.complete ? null : s.open ? s.open.day : s.nextDay;
+      fill(parts.chart, el("h2", {}, "Estimates over time"), select,
+        overTimeChart({ title: `Each occurrence's estimate${n > 1 ? ` (component ${st.component})` : ""} with its error bar${known ? ", against the day's truth" : ""}`,
+          points: pts, xlo: c.start, xhi: xhi > c.start ? xhi : c.start + c.every, ylabel: n > 1 ? `component ${st.component}` : "estimate", now, testid: "estimates-chart" }),
+        el("div", { class: "legend" },
+          el("span", {}, el("i", { style: `background:${COLORS[0]}` }), "estimate ± error bar"),
+          known ? el("span", {}, el("i", { style: `border:2px dashed ${COLORS[1]};background:#fff` }), "truth (declared by the driver)") : null,
+          el("span", {}, el("i", { style: `background:${COLORS[7]}` }), "running, no estimate yet"),
+          el("span", {}, el("i", { style: `background:${COLORS[4]}` }), "failed or cancelled")),
+        el("p", { class: "muted small", id: "truth-note" }, known
+          ? `Error bars: ${barNote}. The truth is the day's law's mean as the driver simulating the population declared it (PUT …/occurrences/{k}/truth); the server does not see the population.`
+          : `Error bars: ${barNote}. No truth declared: the server does not see the population, so it shows the estimates alone (\`fedldp campaign run\` declares each day's truth).`));
+    },
+    error(c) {
+      const rows = c.occurrences.map((o) => ({ o, err: errorOf(o.estimate, o.truth, o.error_bar ? o.error_bar.norm : "linf") })).filter((r) => isNum(r.err));
+      if (!rows.length) {
+        fill(parts.error, el("h2", {}, "Error against the truth"), el("p", { class: "muted" }, c.occurrences.some((o) => o.truth !== null)
+          ? "Drawn once an occurrence with a declared truth has finished."
+          : "Needs the truth of each day, which this campaign's driver has not declared."));
+        return;
+      }
+      const norm = rows.find((r) => r.o.error_bar)?.o.error_bar.norm || (isNumArray(rows[0].o.estimate) ? "linf" : "abs");
+      const series = [{ name: norm === "abs" ? "|estimate − truth|" : `‖estimate − truth‖ (${norm})`, values: rows.map((r) => r.err), color: COLORS[4] }];
+      if (rows.some((r) => r.o.error_bar)) series.push({ name: "error-bar half-width", values: rows.map((r) => (r.o.error_bar ? r.o.error_bar.half_width : null)), color: COLORS[0] });
+      const inside = rows.filter((r) => r.o.error_bar && r.err <= r.o.error_bar.half_width).length;
+      const withBar = rows.filter((r) => r.o.error_bar).length;
+      fill(parts.error, el("h2", {}, "Error against the truth"),
+        lineChart({ title: "Each occurrence's error", series, xs: rows.map((r) => r.o.day), xlabel: "simulated day", width: 540 }), legend(series),
+        withBar ? el("p", { class: "muted", id: "covered" }, `${inside} of ${withBar} error bars cover the truth`) : null);
+    },
+    table(c, s) {
+      const body = c.occurrences.map((o) => {
+        const half = o.error_bar ? o.error_bar.half_width : null;
+        const err = errorOf(o.estimate, o.truth, o.error_bar ? o.error_bar.norm : "linf");
+        // a vector: its first 4 components, wrapped, so the row keeps its error and study
+        const value = (v) => (isNumArray(v) ? `[${cleanAll(v).slice(0, 4).map((x) => fmt(x, 3)).join(", ")}${v.length > 4 ? ", …" : ""}]` : fmt(clean(v), 6));
+        const wide = isNumArray(o.estimate) || isNumArray(o.truth) ? "white-space:normal;min-width:140px" : null;
+        return el("tr", { "data-occurrence": o.index, class: "link", onclick: () => { location.hash = `#/study/${o.study_id}`; } },
+          el("td", { class: "num" }, String(o.index)), el("td", { class: "num" }, fmt(o.day, 6)), el("td", {}, badge(o.phase)),
+          el("td", { class: "num" }, String(o.devices_charged)), el("td", { class: "num" }, fmt(o.epsilon_charged)),
+          el("td", { class: "num", style: wide, title: o.estimate === null ? null : JSON.stringify(o.estimate), "data-testid": "estimate", "data-value": o.estimate === null ? "" : JSON.stringify(o.estimate) }, o.estimate === null ? "–" : value(o.estimate)),
+          el("td", { class: "num" }, half === null ? "–" : `± ${fmt(half)}`),
+          el("td", { class: "num", style: wide, title: o.truth === null ? null : JSON.stringify(o.truth) }, o.truth === null ? "–" : value(o.truth)),
+          el("td", { class: "num" }, isNum(err) ? fmt(err) : "–"),
+          el("td", {}, el("a", { href: `#/study/${o.study_id}` }, o.study_id.slice(0, 8))));
+      });
+      const todo = s.nextIndex === null ? [] : [...Array(Math.min(3, c.times - s.nextIndex)).keys()].map((k) => s.nextIndex + k);
+      for (const k of todo) body.push(el("tr", { class: "muted", "data-scheduled": k }, el("td", { class: "num" }, String(k)), el("td", { class: "num" }, fmt(c.start + k * c.every, 6)),
+        el("td", {}, badge("pending")), el("td", { colspan: 7, class: "muted" }, k === s.nextIndex ? "next due" : "scheduled")));
+      const more = s.nextIndex === null ? 0 : c.times - s.nextIndex - todo.length;
+      fill(parts.table, el("h2", {}, "Occurrences"),
+        el("div", { style: "max-height:520px;overflow:auto" }, el("table", { id: "occurrences" },
+          el("thead", {}, el("tr", {}, ["#", "day", "status", "devices", ["ε", " charged"], "estimate", "error bar", "truth", "error", "study"].map((h, i) => el("th", { class: i === 2 || i === 9 ? null : "num" },
+            Array.isArray(h) ? [el("span", { style: "text-transform:none" }, h[0]), h[1]] : h)))),
+          el("tbody", {}, body))),
+        more > 0 ? el("p", { class: "muted small" }, `… ${more} more scheduled, the last on ${days(c.start + (c.times - 1) * c.every)}`) : null);
+    },
+    budget(c) {
+      const sp = c.spent;
+      const charged = c.occurrences.map((o) => o.devices_charged);
+      const body = [el("h2", {}, "Device budgets"), el("p", {}, `Budget: ${budgetText(c)}.`)];
+      if (!sp) { body.push(el("p", { class: "muted" }, "No device charged yet.")); fill(parts.budget, ...body); return; }
+      body.push(el("p", { id: "spent-summary" }, `${sp.devices} devices charged · cumulative ε per device: mean ${fmt(sp.mean)}, largest ${fmt(sp.max)} · ε charged in all ${fmt(sp.total)}`));
+      const labels = sp.edges.slice(0, -1).map((e, i) => `${fmt(e, 2)}–${fmt(sp.edges[i + 1], 2)}`);
+      body.push(barChart({ title: "Devices by cumulative ε spent over the campaign", values: sp.counts, labels, color: COLORS[2], note: "cumulative ε", width: 540 }));
+      if (charged.length > 1) body.push(lineChart({ title: "Devices charged per occurrence (admitted by their budget)", series: [{ name: "devices", values: charged, color: COLORS[2] }], xs: c.occurrences.map((o) => o.day), xlabel: "simulated day", width: 540 }));
+      fill(parts.budget, ...body);
+    },
+    facts(c) {
+      const rows = [["id", c.id], ["protocol", c.protocol], ["parameters", JSON.stringify(c.params)], ["seed (occurrence 0)", c.seed],
+        ["schedule", `${every(c)}, ${c.times} times from ${days(c.start)}`], ["budget", budgetText(c)], ["created", new Date(c.created_at).toLocaleString()]];
+      fill(parts.facts, el("h2", {}, "Campaign"), el("dl", { class: "facts" }, rows.map(([k, v]) => [el("dt", {}, k), el("dd", {}, String(v))])));
+    },
+  };
+
+  function draw() {
+    const c = st.view, s = schedule_(c);
+    for (const n of Object.keys(render)) render[n](c, s);
+  }
+
+  async function refresh() {
+    try {
+      const view = await api(`/v1/campaigns/${id}`);
+      const changed = !st.view || JSON.stringify(view) !== JSON.stringify(st.view);
+      st.view = view;
+      if (changed) draw();
+    } catch (e) {
+      if (!st.view) { fill(app, el("div", { class: "card error" }, `Campaign ${id}: ${e.message}`), el("a", { href: "#/campaigns" }, "← campaigns")); return; }
+    }
+    if (!st.stopped) timer = setTimeout(refresh, st.view && schedule_(st.view).complete ? 5000 : 1000);
+  }
+  refresh();
+  return () => { st.stopped = true; clearTimeout(timer); };
+}
+
 // ------------------------------------------------------------------ routing
 
 let leave = null;
 function route() {
   if (leave) leave();
   const m = location.hash.match(/^#\/study\/([0-9a-zA-Z]+)/);
-  leave = m ? studyPage(m[1]) : listPage();
+  const c = location.hash.match(/^#\/campaign\/([0-9a-zA-Z]+)/);
+  leave = m ? studyPage(m[1]) : c ? campaignPage(c[1]) : location.hash.startsWith("#/campaigns") ? campaignListPage() : listPage();
 }
 window.addEventListener("hashchange", route);
 route();

@@ -77,6 +77,10 @@ def test_campaign_run_show_and_budget_against_a_server(
         shown = capsys.readouterr().out.splitlines()
         assert "3 of 3 occurrences opened, clock 1, budget ε 1.5 per 1 d" in shown[0]
         assert [line.split()[2] for line in shown[2:]] == ["finished"] * 3
+        # each occurrence's truth, as the driver declared it (the day's law's mean)
+        assert [float(line.split()[5]) for line in shown[2:]] == [
+            float(f"{o.truth:.6g}") for o in expected.occurrences if isinstance(o.truth, float)
+        ]
         assert main(["campaign", "budget", campaign["id"], "d0", "--server", server.url]) == 0
         budget = capsys.readouterr().out
         assert budget.startswith("device d0: spent ε ")

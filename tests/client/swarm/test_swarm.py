@@ -438,3 +438,29 @@ async def test_a_swarm_with_other_round_rules_cannot_join(app: FastAPI) -> None:
             await swarm(app, "user-mean", spec, 3, **kw, **other)
         assert caught.value.code == "study_mismatch"
         assert next(iter(other)) in str(caught.value)
+
+
+async def test_a_population_outside_the_protocol_s_data_range_is_refused_before_a_study(
+    app: FastAPI,
+) -> None:
+    """memo-1bitmean clips to [0, m]: a swarm of the ±1 two-point law is refused with
+    ``invalid_population`` (naming the range and the law) before it creates a study, and a
+    swarm joining an existing study of it by id is refused before it enrolls anyone."""
+    spec = PopulationSpec(users=200, distribution="two-point", mean=0.2)
+    with pytest.raises(SwarmError) as caught:
+        await swarm(app, "memo-1bitmean", spec, 1)
+    assert caught.value.code == "invalid_population"
+    assert "[0, 1]" in str(caught.value)
+    assert "two-point(bound=1, mu=0.2)" in str(caught.value)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=URL) as http:
+        assert (await http.get("/v1/studies")).json()["studies"] == []
+        body = {"protocol": "memo-1bitmean", "params": {}, "seed": 1}
+        study = (await http.post("/v1/studies", json=body)).json()
+    with pytest.raises(SwarmError) as caught:
+        await run_swarm(
+            URL, population=spec, seed=1, study_id=study["id"], progress=False, transport=transport
+        )
+    assert caught.value.code == "invalid_population"
+    async with httpx.AsyncClient(transport=transport, base_url=URL) as http:
+        assert (await http.get(f"/v1/studies/{study['id']}")).json()["n_participants"] == 0
