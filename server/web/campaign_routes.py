@@ -89,6 +89,7 @@ def next_occurrence(campaign_id: str, ctx: Ctx) -> wire.OccurrenceView:
         StudyNotEnrolling,
         DuplicateConflict,
         BudgetExceeded,
+        InvalidRequest,
     ),
     tags=["campaigns"],
     openapi_extra=documented(wire.DeviceBatch),
