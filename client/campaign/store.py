@@ -171,6 +171,15 @@ class DeviceStore:
                 ],
             )
 
+    def charges_of(self, slot: int) -> dict[int, tuple[float, int]]:
+        """Device ``slot``'s own charges: occurrence → (ε charged, memoized state, −1 for
+        none)."""
+        rows = self._db.execute(
+            "SELECT occurrence, epsilon, state FROM spends WHERE slot = ? ORDER BY occurrence",
+            (slot,),
+        ).fetchall()
+        return {int(o): (float(e), NO_STATE if st is None else int(st)) for o, e, st in rows}
+
     def finish(self, occurrence: StoredOccurrence) -> None:
         """Record a finished occurrence."""
         index, day, study, enrolled, refused, estimate, truth = occurrence

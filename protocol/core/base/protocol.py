@@ -399,10 +399,11 @@ class Protocol(ABC, Generic[ParamsT]):
         only; ``None`` (the server, which sees no value) asks for a bound that holds for every
         sequence of states. Default: basic composition, Σ_t ε_t, whatever the states.
 
-        A protocol that memoizes overrides it with its longitudinal guarantee. Contract (the
-        testing kit checks it): non-decreasing as collections are appended (no charge is
-        negative); with ``states=None`` at least its value for any states (the server's charge
-        is sound); with one collection, ε_0 (a one-shot report costs its declared ε).
+        A protocol that memoizes overrides it with its longitudinal guarantee. Contract
+        (tests/protocol/longitudinal/test_charges.py checks the built-in ones): non-decreasing
+        as collections are appended (no charge is negative); with ``states=None`` at least its
+        value for any states (the server's charge is sound); with one collection, at most ε_0
+        (a one-shot report's ε).
         ``ValueError`` for a sequence the guarantee does not cover (e.g. a memoized response
         asked again at another ε), which the device and the server refuse."""
         return float(math.fsum(float(e) for e in epsilon))
