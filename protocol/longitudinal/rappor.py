@@ -26,6 +26,7 @@ is the plain average over participants, its variance the average of those over n
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -115,9 +116,16 @@ def _bit_loss(t: float, f: float) -> float:
     a, b = math.log1p(-f / 2.0), math.log(f / 2.0)
     if math.isinf(t):
         return a - b
-    return float(np.logaddexp(a + t, b) - np.logaddexp(b + t, a))
+    return _logaddexp(a + t, b) - _logaddexp(b + t, a)
 
 
+def _logaddexp(x: float, y: float) -> float:
+    """ln(e^x + e^y) without overflow."""
+    top = max(x, y)
+    return top + math.log1p(math.exp(-abs(x - y)))
+
+
+@functools.lru_cache(maxsize=1024)
 def _irr_log_odds(epsilon: float, f: float) -> float:
     """ln(q/(1 − q)) of the IRR calibrated to ε (∞ when q = 1: ε ≥ ε_∞)."""
     _, q = report_probabilities(np.array([epsilon]), f)
