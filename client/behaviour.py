@@ -24,18 +24,21 @@ them is refused and counted, in process as over HTTP):
 * ``input``: the honest randomizer on the worst-case input: every sample far above the domain
   (``INPUT_EXTREME``, which the protocol's own clipping brings to the domain's upper end), or, for
   categorical data, the first target item;
-* ``output``: the plausible report that shifts the estimate most: the upper end of the
-  protocol's report bounds (``Protocol.report_bounds``: the largest plausible Laplace value, the
-  +1 bit of randomized response, ...). It lies within the plausibility bounds, but a protocol
-  whose own ``check`` constrains reports further refuses it (``hetero-mean-duchi``'s reports lie
-  on a sphere, ``krr-tree``'s coordinates are bin centres): the round counts it as refused;
+* ``output``: the plausible report that shifts the estimate most: the protocol's own when it
+  defines ``Protocol.output_attack_reports`` (the admissible reports that shift its estimate
+  most upwards: ``classic-ss``'s top d items, a sampled vector mean's k coordinates at their
+  bound, ...), else the upper end of the protocol's report bounds (``Protocol.report_bounds``:
+  the largest plausible Laplace value, the +1 bit of randomized response, ...). That lies within
+  the plausibility bounds, but a protocol whose own ``check`` constrains reports further refuses
+  it (``hetero-mean-duchi``'s reports lie on a sphere, ``krr-tree``'s coordinates are bin
+  centres): the round counts it as refused;
 * ``max-gain`` (the frequency oracles): the report that raises the target items' estimates most
   (Cao et al., USENIX Security 2021, maximal gain attack): the protocol's own when it defines
-  ``Protocol.max_gain_reports`` (a plugin's hook), else ``hetero-frequency`` (JL oracle): the
-  attacker's row j with the sign that the targets' column entries agree on. ``user-frequency``
-  (Hadamard coefficients): in stage two every component at the end of its plausible range
-  (``report_bounds``) on the targets' side, in stage one the honest randomizer on the first
-  target (``_max_gain_hadamard``).
+  ``Protocol.max_gain_reports`` (the classic oracles do, a plugin may), else
+  ``hetero-frequency`` (JL oracle): the attacker's row j with the sign that the targets' column
+  entries agree on. ``user-frequency`` (Hadamard coefficients): in stage two every component at
+  the end of its plausible range (``report_bounds``) on the targets' side, in stage one the
+  honest randomizer on the first target (``_max_gain_hadamard``).
 """
 
 from __future__ import annotations
@@ -211,7 +214,11 @@ def attack_payloads(
     """The attackers' payloads for ``task`` (shape ``(n, *task.payload_shape)``); ValueError
     when the attack is not defined for the protocol."""
     attack = behaviour.attack
+    shape = (epsilon.shape[0], *task.payload_shape)
     if attack == "output":
+        crafted = protocol.output_attack_reports(params, task, epsilon, group, rng)
+        if crafted is not None:  # the protocol's own
+            return np.asarray(crafted, dtype=np.float64).reshape(shape)
         bounds = protocol.report_bounds(params, task, epsilon, group)
         if bounds is None:
             raise ValueError(
@@ -221,15 +228,13 @@ def attack_payloads(
                 "(e.g. (0, k - 1) for an item, (-1, 1) for a sign; Laplace: "
                 "fedldp.protocol.api.laplace_reach)"
             )
-        shape = (epsilon.shape[0], *task.payload_shape)
         return np.broadcast_to(np.asarray(bounds[1], dtype=np.float64), shape).copy()
     if attack == "input":
         worst = _worst_case(protocol, data, behaviour.targets)
         return protocol.privatize(params, task, worst, epsilon, group, rng)
     if attack == "max-gain":
         crafted = protocol.max_gain_reports(params, task, behaviour.targets, epsilon, group, rng)
-        if crafted is not None:  # the protocol's own (a plugin's hook)
-            shape = (epsilon.shape[0], *task.payload_shape)
+        if crafted is not None:  # the protocol's own (the classic oracles', a plugin's)
             return np.asarray(crafted, dtype=np.float64).reshape(shape)
         if task.payload_kind == "index-sign":
             return _max_gain_jl(

@@ -8,9 +8,16 @@ The package's three parts live in ``fedldp.protocol`` (pure math and the wire sc
   (``fedldp protocols`` lists them; a plugin is written against ``fedldp.protocol.api``);
 * ``PopulationSpec`` and ``build_population(spec, seed)``: who the simulated users are;
 * ``simulate(protocol, params, population, seed)``: one run in process, vectorised;
+  ``fill_from_population(protocol, params, population)``: the parameters a protocol takes from
+  the population (samples per user, ranges, dimension) added to ``params``;
+* ``Behaviour``: users who drop out, answer late, join late or attack (``simulate`` and
+  ``run_swarm`` take ``behaviour=``);
 * ``run_swarm`` (a coroutine) and ``run_swarm_sync``: the same population against a server over
   HTTP, each user privatizing on its side;
-* ``ApiClient``: the typed async client of every endpoint;
+* ``ApiClient``: the typed async client of every endpoint; ``StudyCreate``: the body of
+  ``ApiClient.create_study``; ``derive_seeds(seed)``: the ``(study_seed, population_seed)`` a
+  swarm and ``simulate`` derive from one run seed (a study created with the first is the one
+  ``simulate`` with the same seed reproduces);
 * ``local_server()``: a server on this machine for a notebook, stopped when the kernel exits;
 * ``fedldp.experiments``: ``run`` an experiment file and ``load`` its trials.
 
@@ -38,20 +45,27 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fedldp.client.api.client import ApiClient
+    from fedldp.client.behaviour import Behaviour
     from fedldp.client.population.build import build_population
     from fedldp.client.population.spec import PopulationSpec
-    from fedldp.client.simulate import simulate
+    from fedldp.client.seeds import derive_seeds
+    from fedldp.client.simulate import fill_from_population, simulate
     from fedldp.client.swarm.local import LocalServer, local_server
     from fedldp.client.swarm.run import run_swarm, run_swarm_sync
     from fedldp.protocol.catalogue import CATALOGUE, get_protocol
+    from fedldp.protocol.core.wire import StudyCreate
 
 __all__ = [
     "CATALOGUE",
     "ApiClient",
+    "Behaviour",
     "LocalServer",
     "PopulationSpec",
+    "StudyCreate",
     "build_population",
+    "derive_seeds",
     "experiments",
+    "fill_from_population",
     "get_protocol",
     "local_server",
     "run_swarm",
@@ -61,6 +75,10 @@ __all__ = [
 
 _HOMES = {
     "ApiClient": "fedldp.client.api.client",
+    "Behaviour": "fedldp.client.behaviour",
+    "StudyCreate": "fedldp.protocol.core.wire",
+    "derive_seeds": "fedldp.client.seeds",
+    "fill_from_population": "fedldp.client.simulate",
     "LocalServer": "fedldp.client.swarm.local",
     "local_server": "fedldp.client.swarm.local",
     "run_swarm": "fedldp.client.swarm.run",

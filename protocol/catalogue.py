@@ -44,6 +44,7 @@ from fedldp.protocol.heterogeneous import frequency as hetero_frequency
 from fedldp.protocol.heterogeneous import means as hetero_means
 from fedldp.protocol.longitudinal import audit as longitudinal_audit
 from fedldp.protocol.longitudinal import rappor, telemetry
+from fedldp.protocol.longitudinal import repeated as longitudinal_repeated
 from fedldp.protocol.mechanisms.audit import AuditCase, ClientAudit
 from fedldp.protocol.semi_feature import audit as semi_feature_audit
 from fedldp.protocol.semi_feature import hist_ldp, histoftree, tree_baselines
@@ -203,9 +204,13 @@ def origin_mismatch(name: str, package: str | None, version: str | None, here: s
     )
 
 
-AUDITS: dict[str, AuditCase] = {c.name: c for c in (*user_level_audit.AUDITS, *hetero_audit.AUDITS)}
+AUDITS: dict[str, AuditCase] = {
+    c.name: c
+    for c in (*user_level_audit.AUDITS, *hetero_audit.AUDITS, *longitudinal_repeated.AUDITS)
+}
 """Every randomizer with an empirical privacy audit (``fedldp.protocol.mechanisms.audit``), by
-name: a family adds its cases (a module's ``AUDITS`` tuple) here."""
+name: a family adds its cases (a module's ``AUDITS`` tuple) here. The longitudinal family's
+audit the transcript of T repeated collections (``AuditCase.repeated``)."""
 
 
 def get_audit(name: str) -> AuditCase:

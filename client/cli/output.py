@@ -63,6 +63,15 @@ def render_table(summary: Mapping[str, Any], *, width: int = 120) -> str:
         table.add_row(
             "users served", _number(summary["users_served"]), "by this swarm (leases split them)"
         )
+    stats = summary.get("stats")
+    if stats:
+        table.add_row(
+            "reports sent",
+            _number(stats.get("reports")),
+            f"late {_number(stats.get('late'))}, dropped {_number(stats.get('dropped'))}, "
+            f"refused {_number(stats.get('refused'))}, joined late "
+            f"{_number(stats.get('joined_late'))}",
+        )
     table.add_row("seed", _number(summary.get("seed")))
     table.add_row("estimate", _value(summary.get("estimate")))
     table.add_row("truth", _value(summary.get("truth")))

@@ -7,10 +7,16 @@ seed seeds the draws. Its row holds the audit (``epsilon``, ``loss``, ``lower``,
 ``bins``, ``draws``, ``confidence``), ``tight`` (1 when the case's loss reaches ε) and the two
 ratios the claims read: ``lower_ratio`` = lower/ε (≤ 1 for an ε-LDP randomizer, > 1 when the
 audit catches too little noise) and ``upper_ratio`` = upper/ε (≥ 1 for a tight randomizer).
+
+``collections`` = T > 1 audits the transcript of T reports of one device (a case of a repeated
+collection, ``AuditCase.repeated``: docs/longitudinal.md); such a row also holds
+``collections`` and, when the case knows it, ``exact``, the exact privacy loss of the audited
+statistic's law at (ε, T) (empty when infinite: a value one input never produces).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,6 +45,13 @@ class AuditParams(BaseModel):
     )
     bins: int = Field(40, ge=2, le=1000, description="bins of equal probability per input")
     confidence: float = Field(0.999, gt=0, lt=1, description="the audit's joint confidence")
+    collections: int = Field(
+        1,
+        ge=1,
+        le=4096,
+        description="T: audit the transcript of T reports of one device (a case of a repeated "
+        "collection only)",
+    )
 
 
 def audit_row(case: str, params: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -54,9 +67,18 @@ def audit_row(case: str, params: Mapping[str, Any], seed: int) -> dict[str, Any]
         noise=p.noise,
         bins=p.bins,
         confidence=p.confidence,
+        collections=p.collections,
     )
+    repeated: dict[str, Any] = {}
+    if audit_case.repeated is not None:
+        repeated["collections"] = p.collections
+        if audit_case.exact is not None:
+            exact = audit_case.exact(p.epsilon, p.collections)
+            if math.isfinite(exact):  # an infinite loss leaves the cell empty
+                repeated["exact"] = exact
     return {
         **audit.as_json(),
+        **repeated,
         "noise": p.noise,
         "tight": int(audit_case.tight),
         "lower_ratio": audit.lower / audit.epsilon,

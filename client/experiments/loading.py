@@ -165,13 +165,20 @@ def _validate_audit(trial: Trial, source: str, lines: Lines, where: Any) -> None
             "an audit takes no population or behaviour: its settings are params",
         )
     try:
-        AuditParams.model_validate(trial.params)
+        params = AuditParams.model_validate(trial.params)
     except ValidationError as e:
         loc, msg = validation_message(e)[0]
         key = str(loc[0]) if loc else None
         raise MarkedError(
             source, where("params", key), f"params of an audit: {key}: {msg}"
         ) from None
+    if params.collections > 1 and get_audit(trial.protocol).repeated is None:
+        raise MarkedError(
+            source,
+            where("params", "collections"),
+            f"params of an audit: collections: audit case {trial.protocol!r} audits one "
+            "report (collections must be 1)",
+        )
 
 
 def _check_references(experiment: Experiment, source: str, lines: Lines) -> None:

@@ -5,12 +5,14 @@ of the papers as the specs' reproduction plans lay them out (names start with ``
 ``heterogeneous-``, ``huber-``, ``semi-feature-``), the robustness experiments of issue 13
 (``robustness-``: error against dropout and attackers) and the classic baselines' of issue 26
 (``classic-``: Wang et al. 2017's frequency oracles, Wang et al. 2019's mean mechanisms;
-docs/classic.md). The wheel ships them as package data (``fedldp/experiment_files/``, built from
-``experiments/`` by pyproject.toml's package-dir); an editable install (``scripts/bootstrap``'s)
-reads the checkout's ``experiments/`` itself; ``--experiments DIR`` (or ``FEDLDP_EXPERIMENTS``)
-names another folder. Each experiment runs into ``OUT/NAME/`` (resumable, like ``fedldp
-experiment run``), its figures are drawn there, and ``OUT/REPORT.md`` shows every figure with a
-table claim → paper's value → measured → verdict.
+docs/classic.md) and the repeated-collection reproductions of issue 29 (``longitudinal-``:
+RAPPOR's longitudinal bound, Ding et al. 2017's accuracy and privacy over time;
+docs/longitudinal.md). The wheel ships them as package data (``fedldp/experiment_files/``, built
+from ``experiments/`` by pyproject.toml's package-dir); an editable install
+(``scripts/bootstrap``'s) reads the checkout's ``experiments/`` itself; ``--experiments DIR``
+(or ``FEDLDP_EXPERIMENTS``) names another folder. Each experiment runs into ``OUT/NAME/``
+(resumable, like ``fedldp experiment run``), its figures are drawn there, and ``OUT/REPORT.md``
+shows every figure with a table claim → paper's value → measured → verdict.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ _PREFIXES = (
     "semi-feature-",
     "robustness-",
     "classic-",
+    "longitudinal-",
 )
 
 

@@ -47,10 +47,11 @@ __all__ = [
 
 ENROLL_CHUNK = 10_000
 ENROLL_IN_FLIGHT = 2
-# A leasing swarm takes 1/LEASE_SHARES of the population per lease (at most ENROLL_CHUNK ids):
-# 20,000 users enroll in 100 leases in 1.0 s (in 2 leases: 0.8 s), time enough for swarms that
-# start 1.3 s after the first (compose re-creating one) to get a share. Below MAX_BLOCKS, so that
-# a batch of users always spans few enough blocks for one request's credentials.
+# A leasing swarm takes 1/LEASE_SHARES of the population per lease (at most ENROLL_CHUNK ids),
+# so that swarms leasing at the same time each get a share (first come, first served: a swarm
+# that asks after the others have leased every block serves 0 users; with enrollment blocks one
+# swarm enrolls 20,000 users in well under a second). Below MAX_BLOCKS, so that a batch of users
+# always spans few enough blocks for one request's credentials.
 LEASE_SHARES = 100
 
 

@@ -131,7 +131,9 @@ class SwarmResult:
 
     def to_dict(self) -> JSON:
         """The object ``fedldp simulate --json`` prints for the same run (its ``to_dict()``),
-        with ε spent as the server counted it, plus ``study_id`` and ``users_served``."""
+        with ε spent as the server counted it, plus ``study_id``, ``users_served`` and
+        ``stats``: what this swarm's users did (``DriveStats``: reports sent, late, dropped,
+        refused, joined late, and the task, report and wait requests it made)."""
         pop = self.population
         out = view_summary(
             self.study,
@@ -144,6 +146,7 @@ class SwarmResult:
         )
         out["population"] = pop.describe()
         out["users_served"] = pop.n if self.users_served is None else self.users_served
+        out["stats"] = dict(vars(self.stats))
         return evaluate_summary(out, pop, self.predictions)
 
     def to_frame(self) -> Any:

@@ -271,9 +271,10 @@ def _check_round(subject: Subject, r: Replayed) -> str:
     plausible = subject.protocol.plausible(subject.params, r.task, r.epsilon, r.groups, attacker)
     ensure(
         bool(np.all(plausible)),
-        f"{where}: the output attacker's report (the upper report bound itself, "
-        f"fedldp.client.behaviour) fails the plausibility bounds for slot "
-        f"{int(r.slots[np.argmin(plausible)])}: the bounds must include their ends",
+        f"{where}: the output attacker's report (the upper report bound itself, or the "
+        f"protocol's output_attack_reports; fedldp.client.behaviour) fails the plausibility "
+        f"bounds for slot {int(r.slots[np.argmin(plausible)])}: the bounds must include their "
+        "ends",
     )
     crafted = refused(subject, r, attacker)
     attack = (
@@ -305,10 +306,12 @@ def _check_round(subject: Subject, r: Replayed) -> str:
 def check_reports(subject: Subject) -> str:
     """Every round: honest reports pass the server's checks; non-finite and misshapen ones are
     refused; where the protocol declares report bounds, the output attacker's crafted report
-    (the upper bound itself) lies within them, and a report just past either bound is refused.
-    Whether the protocol's own checks accept the crafted report is reported, not required: a
-    protocol whose valid reports are a strict part of the box of its bounds (Duchi's sphere,
-    bin centres) refuses it, as the server then does (``fedldp.client.behaviour``)."""
+    (the upper bound itself, or the protocol's ``output_attack_reports`` when it defines them)
+    lies within them, and a report just past either bound is refused. Whether the protocol's
+    own checks accept the crafted report is reported, not required: a protocol whose valid
+    reports are a strict part of the box of its bounds (Duchi's sphere, bin centres) refuses the
+    upper bound, as the server then does (``fedldp.client.behaviour``), unless its hook sends
+    reports it admits."""
     return "; ".join(_check_round(subject, r) for r in replay(subject))
 
 

@@ -19,7 +19,7 @@ Var[z_i[x]] ≤ 1/(4(p_i − q_i)²) (a Bernoulli indicator's variance is at mos
 for a fixed population and for one drawn from a law alike.
 
 The reports (payloads) and what the server accepts (``check``; ``report_bounds`` is the range of
-every entry, the ``output`` attacker's report is its upper end):
+every entry):
 
 * GRR: the reported item, an integer in 0..k−1;
 * SUE, OUE: the k perturbed bits of the one-hot vector, each 0 or 1;
@@ -27,6 +27,28 @@ every entry, the ``output`` attacker's report is its upper end):
 * BLH, OLH: (a_0, …, a_{L−1}, b, y): the user's hash function of ``hashing`` and the perturbed
   hash value, integers in 0..g_i − 1;
 * HR: a column y of the Hadamard matrix of order K, an integer in 0..K − 1.
+
+**Attacks** (``fedldp.client.behaviour``; every attacker's report passes ``check``). A report Y
+of a sender at (p, q) adds z[x] = (1[x ∈ S(Y)] − q)/(p − q) to the estimate of each item x
+(times its weight), whatever it supports besides: how much a report raises item x depends only
+on whether it supports x.
+
+* ``output`` (``output_attack_reports``): the admissible report whose support is largest from
+  the top of the domain, i.e. that maximizes the estimated frequency of the top item k − 1,
+  then of k − 2, and so on down (lexicographically: it compares the supports' indicator vectors
+  from item k − 1 down). When some admissible report supports every item it is that one, which
+  raises every f̂_x by its most at once, (1 − q)/(p − q), and so the total Σ_x f̂_x: unary
+  encoding's all-ones vector (the generic upper end of ``report_bounds``, no hook), local
+  hashing's constant hash a = 0 with y = b = 0 (the generic all-(g − 1) report supports only the
+  items of popcount ≡ 0 mod g), HR's column 0, all +1 (the generic column K − 1 supports only
+  about half the items). Otherwise: GRR's item k − 1 (the generic report, no hook) and SS's d_i
+  items k − d_i..k − 1 (the generic all-ones vector is not a d_i-subset, ``check`` refuses it).
+* ``max-gain`` (``max_gain_reports``; Cao, Jia, Gong, USENIX Security 2021, maximal gain
+  attack): the admissible report that maximizes the targets' total estimated frequency
+  Σ_{t ∈ T} f̂_t over the r distinct targets T, i.e. G = (|S(Y) ∩ T| − r·q)/(p − q) per attacker:
+  its support holds as many targets as the oracle allows (``oracles.max_gain_support``: one for
+  GRR, min(r, d_i) for SS, all r for the others). ``promote`` builds it per oracle; among the
+  reports of that gain it draws one from the attacker's stream as each docstring says.
 """
 
 from __future__ import annotations
@@ -175,6 +197,32 @@ class ClassicFrequency(Protocol[FrequencyParams]):
     def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
         """Which finite payloads of the right shape an honest user can send."""
         raise NotImplementedError
+
+    def promote(
+        self, k: int, targets: IntArray, epsilon: FloatArray, rng: RandomSource
+    ) -> FloatArray:
+        """The max-gain reports of attackers at ``epsilon`` (one row each) for the distinct
+        ``targets`` (module docstring, "Attacks"), random numbers from ``rng``."""
+        raise NotImplementedError
+
+    def max_gain_reports(
+        self,
+        params: FrequencyParams,
+        task: RoundTask,
+        targets: tuple[int, ...],
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        """Cao et al.'s maximal gain attack: the admissible reports that maximize the targets'
+        total estimated frequency Σ_{t ∈ T} f̂_t, (|S(Y) ∩ T| − r·q_i)/(p_i − q_i) per attacker
+        (module docstring, "Attacks"; ``promote`` per oracle). ValueError for a target outside
+        0..k − 1; repeated targets count once."""
+        k = int(task.broadcast["k"])
+        t = np.unique(np.asarray(targets, dtype=np.int64))
+        if t.size == 0 or t[0] < 0 or t[-1] >= k:
+            raise ValueError(f"target items must lie in [0, {k})")
+        return self.promote(k, t, np.asarray(epsilon, dtype=np.float64), rng)
 
     def support(
         self, k: int, epsilon: FloatArray, payloads: FloatArray, c: FloatArray

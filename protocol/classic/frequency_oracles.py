@@ -20,11 +20,15 @@ from fedldp.protocol.api import (
     PayloadKind,
     Plan,
     Protocol,
+    RandomSource,
     RoundTask,
 )
 from fedldp.protocol.classic import hashing
 from fedldp.protocol.classic import oracles as th
 from fedldp.protocol.classic.frequency import ClassicFrequency, FrequencyParams, integral_in
+
+# The attacks' reports (``output_attack_reports``, ``promote``) are stated in the "Attacks"
+# section of ``fedldp.protocol.classic.frequency``; each method's docstring says its choice.
 
 __all__ = [
     "PROTOCOLS",
@@ -44,6 +48,42 @@ def _other(u: FloatArray, size: IntArray | int, avoid: IntArray) -> IntArray:
     """Uniform over 0..size − 1 but ``avoid``, from one uniform u per user."""
     other = np.minimum(np.floor(u * (np.asarray(size) - 1)).astype(np.int64), np.asarray(size) - 2)
     return np.asarray(other + (other >= avoid), dtype=np.int64)
+
+
+def _smallest(keys: FloatArray, size: IntArray) -> FloatArray:
+    """Bits of the ``size[i]`` smallest keys of each row (distinct keys), by a partition per
+    size."""
+    bits = np.zeros(keys.shape)
+    for d in np.unique(size):
+        at = np.flatnonzero(size == d)
+        chosen = np.argpartition(keys[at], d - 1, axis=1)[:, :d]
+        bits[at[:, None], chosen] = 1.0
+    return bits
+
+
+def _null_space(rows: list[int], width: int) -> list[int]:
+    """A basis of {y ∈ GF(2)^width : popcount(r & y) even for every r of ``rows``}: the rows in
+    reduced echelon form, then one basis vector per free bit f, e_f plus the pivots of the rows
+    holding bit f (so each row meets it twice or never)."""
+    echelon: list[tuple[int, int]] = []  # (pivot bit, row): no other row holds a pivot bit
+    for r in rows:
+        for pivot, row in echelon:
+            if r >> pivot & 1:
+                r ^= row
+        if r:
+            top = r.bit_length() - 1
+            echelon = [(q, v ^ r if v >> top & 1 else v) for q, v in echelon]
+            echelon.append((top, r))
+    pivots = {q for q, _ in echelon}
+    basis = []
+    for f in range(width):
+        if f not in pivots:
+            y = 1 << f
+            for pivot, row in echelon:
+                if row >> f & 1:
+                    y |= 1 << pivot
+            basis.append(y)
+    return basis
 
 
 def _bounds(task: RoundTask, epsilon: FloatArray, high: Any) -> tuple[FloatArray, FloatArray]:
@@ -75,7 +115,17 @@ class GeneralizedRR(ClassicFrequency):
     def report_bounds(
         self, params: FrequencyParams, task: RoundTask, epsilon: FloatArray, group: IntArray
     ) -> tuple[FloatArray, FloatArray]:
+        """Items 0..k − 1: the generic output attack's report, item k − 1, is the best one (it
+        supports the top item; every report supports one item), so GRR has no hook."""
         return _bounds(task, epsilon, params.domain_size - 1)
+
+    def promote(
+        self, k: int, targets: IntArray, epsilon: FloatArray, rng: RandomSource
+    ) -> FloatArray:
+        """A target drawn uniformly (Cao et al.): each gives the same gain, (1 − r·q)/(p − q)."""
+        u = np.asarray(rng.random((epsilon.shape[0], 1)), dtype=np.float64)[:, 0]
+        pick = np.minimum(np.floor(u * targets.size).astype(np.int64), targets.size - 1)
+        return targets[pick].astype(np.float64)
 
 
 class VectorParams(FrequencyParams):
@@ -125,6 +175,25 @@ class SymmetricUnaryEncoding(_BitVector):
         bits[rows, items] = u[rows, 1 + items] < p
         return bits.astype(np.float64)
 
+    def promote(
+        self, k: int, targets: IntArray, epsilon: FloatArray, rng: RandomSource
+    ) -> FloatArray:
+        """Every target's bit set (gain r(1 − q)/(p − q)), plus l − r other bits drawn
+        uniformly, l = max(r, ⌊p + (k − 1)q⌋) the expected number of ones of an honest report
+        rounded down, as Cao et al. do: the other bits change no target's estimate, they make
+        the report's count of ones look honest. (The generic output report, every bit set, is
+        the best one for ``output``: it supports every item, so unary encoding has no output
+        hook.)"""
+        n = epsilon.shape[0]
+        p, q = th.support_probabilities(self.oracle, epsilon, k)
+        ones = np.clip(np.floor(p + (k - 1) * q), targets.size, k).astype(np.int64)
+        keys = np.asarray(rng.random((n, k)), dtype=np.float64)
+        keys[:, targets] = 2.0  # never among the others
+        rank = np.argsort(np.argsort(keys, axis=1), axis=1)
+        bits = rank < np.broadcast_to(ones - targets.size, (n,))[:, None]
+        bits[:, targets] = True
+        return bits.astype(np.float64)
+
 
 class OptimizedUnaryEncoding(SymmetricUnaryEncoding):
     """The 1 of the one-hot vector kept with probability 1/2, each 0 flipped with 1/(e^ε + 1)
@@ -155,18 +224,37 @@ class SubsetSelection(_BitVector):
         keys = u[:, 1 : 1 + k].copy()
         rows = np.arange(items.size)
         keys[rows, items] = np.where(u[:, 0] < p, -1.0, 2.0)  # first in, or never chosen
-        # the d smallest keys (distinct: 52-bit draws), by a partition per subset size
-        bits = np.zeros((items.size, k))
-        for size in np.unique(d):
-            at = np.flatnonzero(d == size)
-            chosen = np.argpartition(keys[at], size - 1, axis=1)[:, :size]
-            bits[at[:, None], chosen] = 1.0
-        return bits
+        return _smallest(keys, d)  # the d smallest keys (distinct: 52-bit draws)
 
     def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
         sizes = np.sum(payloads, axis=1)
         right_size = sizes == th.ss_size(epsilon, k)
         return np.asarray(super().admissible(k, epsilon, payloads) & right_size, dtype=np.bool_)
+
+    def output_attack_reports(
+        self,
+        params: FrequencyParams,
+        task: RoundTask,
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        """The top d_i items k − d_i..k − 1 (d_i = ``oracles.ss_size`` of the attacker's ε):
+        of the d_i-subsets, the one that raises f̂_{k−1}, then f̂_{k−2}, ... most (module
+        ``frequency``, "Attacks"); the generic all-ones vector is not a d_i-subset."""
+        k = int(task.broadcast["k"])
+        d = th.ss_size(np.asarray(epsilon, dtype=np.float64), k)
+        return np.asarray(np.arange(k)[None, :] >= (k - d)[:, None], dtype=np.float64)
+
+    def promote(
+        self, k: int, targets: IntArray, epsilon: FloatArray, rng: RandomSource
+    ) -> FloatArray:
+        """A d_i-subset holding min(r, d_i) targets: the targets drawn uniformly when r > d_i,
+        else every target and d_i − r other items drawn uniformly (the targets' keys are
+        shifted below every other key; the d_i smallest keys are the subset)."""
+        keys = np.asarray(rng.random((epsilon.shape[0], k)), dtype=np.float64)
+        keys[:, targets] -= 2.0
+        return _smallest(keys, th.ss_size(epsilon, k))
 
 
 class LocalHashing(ClassicFrequency):
@@ -222,6 +310,40 @@ class LocalHashing(ClassicFrequency):
     ) -> tuple[FloatArray, FloatArray]:
         high = (self.ranges(epsilon) - 1).astype(np.float64)
         return _bounds(task, epsilon, high[:, None])
+
+    def output_attack_reports(
+        self,
+        params: FrequencyParams,
+        task: RoundTask,
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        """The constant hash a = 0, b = 0 and y = 0: H(x) = 0 = y for every item, so the report
+        supports all k (module ``frequency``, "Attacks"), where the generic all-(g − 1) report
+        supports only the items whose bits number a multiple of g. An honest user draws it
+        too, with probability g^−(L+1)·p."""
+        return np.zeros((epsilon.shape[0], *task.payload_shape))
+
+    def promote(
+        self, k: int, targets: IntArray, epsilon: FloatArray, rng: RandomSource
+    ) -> FloatArray:
+        """A hash that maps every target to one value, and that value: the coefficients a_j of
+        the bits where the targets differ are 0, the others and b drawn uniformly as an honest
+        user draws them, y = H(target) (Cao et al. search for such a hash among random seeds;
+        this family has one by construction). It supports all r targets, and an item beyond
+        them when it agrees with the targets on the bits they share, or else with probability
+        1/g, as with an honest report of a target."""
+        n = epsilon.shape[0]
+        bits = hashing.hash_bits(k)
+        g = self.ranges(epsilon)
+        u = np.asarray(rng.random((n, bits + 1)), dtype=np.float64)
+        seeds = np.minimum(np.floor(u * g[:, None]).astype(np.int64), g[:, None] - 1)
+        differ = int(np.bitwise_or.reduce(targets ^ targets[0]))
+        seeds[:, [j for j in range(bits) if differ >> j & 1]] = 0
+        first = np.full(n, targets[0], dtype=np.int64)
+        y = hashing.hash_values(seeds[:, :bits], seeds[:, bits], g, first)
+        return np.column_stack([seeds, y]).astype(np.float64)
 
 
 class BinaryLocalHashing(LocalHashing):
@@ -294,6 +416,38 @@ class HadamardResponse(ClassicFrequency):
         self, params: FrequencyParams, task: RoundTask, epsilon: FloatArray, group: IntArray
     ) -> tuple[FloatArray, FloatArray]:
         return _bounds(task, epsilon, th.hadamard_order(params.domain_size) - 1)
+
+    def output_attack_reports(
+        self,
+        params: FrequencyParams,
+        task: RoundTask,
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        """Column 0, where every row is +1: it supports all k items (module ``frequency``,
+        "Attacks"), where the generic column K − 1 supports the items x whose row x + 1 has an
+        even number of bits, about half of them."""
+        return np.zeros(epsilon.shape[0])
+
+    def promote(
+        self, k: int, targets: IntArray, epsilon: FloatArray, rng: RandomSource
+    ) -> FloatArray:
+        """A column drawn uniformly among those where every target's row t + 1 is +1: the y
+        with popcount((t + 1) & y) even for every target, a linear subspace of GF(2)^log2(K)
+        (``_null_space``; column 0 is in it), so y is the sum of a uniform subset of its basis.
+        It supports all r targets, every item whose row is a sum of the targets' rows, and
+        each other item with probability 1/2, as with an honest report of a target."""
+        order = th.hadamard_order(k)
+        basis = np.array(
+            _null_space([int(t) + 1 for t in targets], order.bit_length() - 1), dtype=np.int64
+        )
+        n = epsilon.shape[0]
+        if basis.size == 0:
+            return np.zeros(n)
+        pick = np.asarray(rng.random((n, basis.size)), dtype=np.float64) < 0.5
+        y = np.bitwise_xor.reduce(np.where(pick, basis[None, :], 0), axis=1)
+        return np.asarray(y, dtype=np.float64)
 
 
 PROTOCOLS: tuple[Protocol[Any], ...] = (

@@ -260,6 +260,30 @@ class ClassicMean(Protocol[Any]):
             ok &= np.count_nonzero(y, axis=1) <= k
         return np.asarray(ok, dtype=np.bool_)
 
+    def output_attack_reports(
+        self, params: Any, task: RoundTask, epsilon: FloatArray, group: IntArray, rng: RandomSource
+    ) -> FloatArray | None:
+        """The sampled vector means (PM, HM, Laplace through Alg. 4): k_i coordinates drawn
+        uniformly (the honest sampling, from the attacker's stream) at their bound +(d/k_i)·M_i,
+        M_i the scalar mechanism's largest report at ε_i/k_i (``report_bounds``), the others 0.
+        A report enters the estimate as it is (it is already de-biased), and ``check`` admits at
+        most k_i non-zero coordinates of at most that size, so Σ_j Y_j ≤ k_i·(d/k_i)·M_i: these
+        reports reach it, and, the coordinates being uniform, they raise every coordinate of the
+        estimate by the same expected amount, M_i per attacker (times its weight), the largest
+        that the smallest coordinate's expected shift can be (their sum is at most d·M_i).
+        The generic report, every coordinate at its bound, has d > k_i non-zero entries and is
+        refused. None for the others: the generic report is the best there (the scalar
+        mechanisms' largest value; Duchi's multidimensional reports are ±B in every coordinate,
+        so +B everywhere is one)."""
+        if not self.sampled:
+            return None
+        eps = check_epsilons(epsilon)
+        d = self._d(params)
+        k = th.sampled_coordinates(eps, d)
+        pick = np.asarray(rng.random((eps.shape[0], d)), dtype=np.float64)
+        chosen = np.argsort(np.argsort(pick, axis=1), axis=1) < k[:, None]
+        return np.asarray(np.where(chosen, self._reach(params, eps)[:, None], 0.0))
+
     def report_bounds(
         self, params: Any, task: RoundTask, epsilon: FloatArray, group: IntArray
     ) -> tuple[FloatArray, FloatArray]:

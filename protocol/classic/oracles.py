@@ -62,6 +62,8 @@ __all__ = [
     "Oracle",
     "Weighting",
     "hadamard_order",
+    "max_gain",
+    "max_gain_support",
     "olh_range",
     "report_variance",
     "ss_size",
@@ -147,6 +149,31 @@ def support_probabilities(
     if oracle == "ss":
         return _ss_pq(ss_size(epsilon, k).astype(np.float64), k, shrink)
     raise ValueError(f"unknown oracle {oracle!r}")
+
+
+def max_gain_support(oracle: Oracle, epsilon: ArrayLike, k: int, r: int) -> IntArray:
+    """|S(Y) ∩ T| of the max-gain report per user (``frequency``'s "Attacks"; Cao, Jia, Gong,
+    USENIX Security 2021): how many of r distinct targets an admissible report supports at
+    most. GRR's report is one item: 1. SS's is a d-subset: min(r, d). Unary encoding sets every
+    target bit, local hashing sends a hash that maps every target to one value y, HR a column
+    where every target's row is +1 (column 0 is one): all r."""
+    e = np.asarray(epsilon, dtype=np.float64)
+    if oracle == "grr":
+        return np.ones(e.shape, dtype=np.int64)
+    if oracle == "ss":
+        return np.asarray(np.minimum(ss_size(e, k), r), dtype=np.int64)
+    if oracle in ORACLES:
+        return np.full(e.shape, r, dtype=np.int64)
+    raise ValueError(f"unknown oracle {oracle!r}")
+
+
+def max_gain(oracle: Oracle, epsilon: ArrayLike, k: int, r: int) -> FloatArray:
+    """G = Σ_{t ∈ T} z[t] = (``max_gain_support`` − r·q)/(p − q): what one max-gain report adds
+    to the r targets' total de-biased frequency (an honest user holding item v adds
+    1[v ∈ T] in expectation)."""
+    p, q = support_probabilities(oracle, epsilon, k)
+    s = max_gain_support(oracle, epsilon, k, r)
+    return np.asarray((s - r * q) / (p - q), dtype=np.float64)
 
 
 def report_variance(p: FloatArray, q: FloatArray) -> FloatArray:

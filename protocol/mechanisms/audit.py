@@ -67,6 +67,7 @@ __all__ = [
     "Distinguishing",
     "Draw",
     "PrivacyAudit",
+    "RepeatedDraw",
     "Statistic",
     "audit_samples",
     "client_step",
@@ -232,6 +233,12 @@ Draw = Callable[[float, int, np.random.Generator], tuple[FloatArray, FloatArray]
 """``draw(epsilon, draws, rng)``: ``draws`` samples of a scalar statistic of a randomizer's
 output at ``epsilon`` on input A, and ``draws`` on input B (``AuditCase``)."""
 
+RepeatedDraw = Callable[[float, int, int, np.random.Generator], tuple[FloatArray, FloatArray]]
+"""``repeated(epsilon, draws, collections, rng)``: as ``Draw``, but each sample is a statistic
+of the ``collections`` reports one device sends when the same question is asked of it that many
+times (each report at ``epsilon``): the transcript a repeated collection leaves with the
+server, whose privacy loss is what memoization bounds (docs/longitudinal.md)."""
+
 
 @dataclass(frozen=True)
 class AuditCase:
@@ -241,12 +248,20 @@ class AuditCase:
     ``epsilon``, ``draws`` times on input A and ``draws`` times on input B, and returns the two
     samples of a scalar statistic of the outputs. ``tight``: the randomizer's loss reaches ε on
     some event (so the audit's ``upper`` must reach ε too).
+
+    A case of a repeated collection also has ``repeated`` (``RepeatedDraw``: the statistic of
+    T reports of one device, ``run_audit``'s ``collections`` = T) and may give ``exact(epsilon,
+    collections)``, the exact privacy loss of its statistic's law (the largest log-ratio over
+    its values; ``math.inf`` when some value is possible on one input only), the theory an
+    audit of T collections is drawn against.
     """
 
     name: str
     summary: str
     draw: Draw
     tight: bool = True
+    repeated: RepeatedDraw | None = None
+    exact: Callable[[float, int], float] | None = None
 
 
 def run_audit(
@@ -258,13 +273,24 @@ def run_audit(
     noise: float = 1.0,
     bins: int = 40,
     confidence: float = 0.999,
+    collections: int = 1,
 ) -> PrivacyAudit:
     """Audit ``case`` for ``epsilon``-LDP. ``noise`` < 1 runs the randomizer with that fraction
     of its noise scale (it is given ε/noise) while the audit still claims ε: the negative
-    control (``noise`` = 0.5 is TP3's halved noise scale, a 2ε randomizer)."""
+    control (``noise`` = 0.5 is TP3's halved noise scale, a 2ε randomizer). ``collections`` = T
+    > 1 audits the transcript of T reports of one device (a case with ``repeated`` only): its
+    loss is bounded by T·ε (composition) and, under memoization, by the permanent response's
+    ε whatever T."""
     if not (math.isfinite(noise) and noise > 0):
         raise ValueError(f"noise must be finite and > 0, got {noise}")
-    a, b = case.draw(epsilon / noise, draws, rng)
+    if collections < 1:
+        raise ValueError(f"collections must be >= 1, got {collections}")
+    if case.repeated is not None:
+        a, b = case.repeated(epsilon / noise, draws, collections, rng)
+    elif collections == 1:
+        a, b = case.draw(epsilon / noise, draws, rng)
+    else:
+        raise ValueError(f"audit case {case.name!r} audits one report: collections must be 1")
     return audit_samples(a, b, epsilon, bins=bins, confidence=confidence)
 
 

@@ -171,7 +171,7 @@ def start_study(
         warnings=[*study.warnings, *splan.plan.warnings],
     ):
         return None  # someone else started (or cancelled) it first
-    eventlog.phase_changed(session, study.id, "running")
+    eventlog.phase_changed(session, study.id, "running", at=now)
     repo.add_rounds(session, study.id, splan.plan.rounds)
     try:
         _open_round(session, study, splan, 0, [], now)

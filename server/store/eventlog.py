@@ -73,11 +73,19 @@ def record(session: Session, event: EventBase) -> int:
     return seq
 
 
-def phase_changed(session: Session, study_id: str, phase: str, reason: str | None = None) -> int:
+def phase_changed(
+    session: Session,
+    study_id: str,
+    phase: str,
+    reason: str | None = None,
+    at: datetime | None = None,
+) -> int:
+    """The study entered ``phase``, at ``at`` (default now): a transition that also opens a
+    round passes the round's time, so that the events' times follow their numbers."""
     return record(
         session,
         PhaseEvent.model_validate(
-            {"study_id": study_id, "at": utcnow(), "phase": phase, "reason": reason}
+            {"study_id": study_id, "at": at or utcnow(), "phase": phase, "reason": reason}
         ),
     )
 

@@ -166,6 +166,8 @@ def test_every_name_is_documented(name: str) -> None:
         ("check", ["never", "raises", "NaN"]),
         ("aggregate", ["ValueError", "Deterministic", "increasing participant slot", "chunks"]),
         ("finalize", ["ValueError", "Deterministic"]),
+        ("max_gain_reports", ["Optional", "None", "rng", "ValueError", "server's checks"]),
+        ("output_attack_reports", ["Optional", "None", "rng", "check", "report_bounds"]),
     ],
 )
 def test_each_step_states_its_contract(step: str, states: list[str]) -> None:

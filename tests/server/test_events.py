@@ -96,6 +96,8 @@ async def test_replicas_serve_one_sequence_and_resume_exactly(
     two = stored(await read_stream(replica, study_id))
     assert one == two
     assert [e.id for e in one] == list(range(1, len(one) + 1))
+    times = [e.at for e in one]
+    assert times == sorted(times), "events numbered in one order are timed in another"
     assert [(e.kind, getattr(e, "index", getattr(e, "phase", None))) for e in one] == [
         ("phase", "enrolling"),
         ("phase", "running"),

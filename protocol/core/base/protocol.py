@@ -284,9 +284,30 @@ class Protocol(ABC, Generic[ParamsT]):
         randomizer lands with probability below 10^-12 per entry
         (``fedldp.protocol.mechanisms.plausibility``), or None when it declares none. Protocols
         with unbounded (Laplace) reports declare them; the server refuses reports outside them
-        (``implausible_report``) and an ``output`` attacker sends the bound itself (which the
-        protocol's own ``check`` may still refuse when it constrains reports further, as a
-        sphere or a grid of bin centres does)."""
+        (``implausible_report``) and an ``output`` attacker sends the bound itself, unless the
+        protocol defines ``output_attack_reports`` (without it, the protocol's own ``check`` may
+        still refuse the bound when it constrains reports further, as a sphere, a grid of bin
+        centres or a fixed number of set bits does)."""
+        return None
+
+    def output_attack_reports(
+        self,
+        params: ParamsT,
+        task: RoundTask,
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray | None:
+        """Optional: the reports that fake users charged ``epsilon`` in ``group`` send in round
+        ``task`` under the ``output`` attack (``--attack output``): among the reports the
+        protocol's own ``check`` (and ``report_bounds``) admits for them, those that shift the
+        estimate the most upwards, shape ``(n, *task.payload_shape)``, random numbers from
+        ``rng`` as in ``privatize``. None (the default) sends the generic report, the upper end
+        of ``report_bounds`` in every entry: define the hook when ``check`` refuses that report
+        (a fixed number of set bits, at most k non-zero coordinates, a sphere) or when another
+        admissible report shifts the estimate more; the docstring of a protocol's hook says in
+        which sense its reports are the largest. The reports still go through the server's
+        checks, like every attacker's."""
         return None
 
     def max_gain_reports(

@@ -117,3 +117,12 @@ def test_table_explains_diagnostics_evaluation_and_unequal_epsilons() -> None:
     assert "users served │ 0 │" in text
     rule = CATALOGUE["hetero-mean-rr"].heterogeneity.split()
     assert f"unequal ε │ {' '.join(rule[:8])}" in text  # its start: the rule folds over lines
+
+
+def test_table_shows_what_the_swarm_users_did() -> None:
+    """A swarm's summary carries its users' counts (``SwarmResult.to_dict()["stats"]``)."""
+    s = summary()
+    s["stats"] = {"reports": 1180, "late": 3, "dropped": 17, "refused": 40, "joined_late": 2}
+    text = " ".join(render_table(s, width=400).split())
+    assert "reports sent │ 1180 │ late 3, dropped 17, refused 40, joined late 2" in text
+    assert "reports sent" not in " ".join(render_table(summary(), width=400).split())

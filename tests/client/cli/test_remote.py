@@ -73,6 +73,9 @@ def test_swarm_json_matches_simulate_and_studies_show_it(
     assert remote["truth"] == local["truth"]
     assert remote["epsilon_spent"] == local["epsilon_spent"]
     assert remote["users_served"] == 600  # it ran every user itself
+    rounds = remote["diagnostics"]["participation"]["rounds"]
+    assert remote["stats"]["reports"] == sum(r["received"] for r in rounds)
+    assert (remote["stats"]["dropped"], remote["stats"]["refused"]) == (0, 0)
     study_id = remote["study_id"]
 
     code, out, _ = run_cli(capsys, "studies", "list", "--server", server, "--json")

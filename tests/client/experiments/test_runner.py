@@ -80,6 +80,27 @@ def test_an_audit_trial_is_a_row_of_the_audit(tmp_path: Path) -> None:
     assert float(honest["draws"]) == 20000
 
 
+def test_an_audit_of_repeated_collections_records_t_and_the_exact_loss(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(
+        "name: audit\nkind: audit\n"
+        "protocols: [memo-1bitmean-memoized, memo-1bitmean-change-memoized]\n"
+        "params: {draws: 20000, epsilon: 1}\ngrid:\n  params.collections: [1, 4]\nseeds: 1\n"
+    )
+    run_experiment(load_experiment(tmp_path / "a.yaml"), tmp_path / "out", progress=False)
+    rows = {
+        (r["protocol"], r["collections"]): r for r in read_rows(tmp_path / "out" / "trials.csv")
+    }
+    # memoized, one value: the same bit T times, ε whatever T (exact); the change: infinite
+    for t in ("1", "4"):
+        memo = rows[("memo-1bitmean-memoized", t)]
+        assert float(memo["exact"]) == pytest.approx(1.0)
+        assert float(memo["lower"]) <= 1.0 <= float(memo["upper"])  # joint confidence 0.999
+    assert float(rows[("memo-1bitmean-change-memoized", "1")]["exact"]) == pytest.approx(1.0)
+    changed = rows[("memo-1bitmean-change-memoized", "4")]
+    assert changed["exact"] == ""  # infinite: the change shows with certainty
+    assert float(changed["lower"]) > 3.0  # ln(0.6·20000/≈13): the change is caught
+
+
 def test_a_directory_of_another_experiment_is_refused(tmp_path: Path) -> None:
     (tmp_path / "e.yaml").write_text(TINY)
     run_experiment(load_experiment(tmp_path / "e.yaml"), tmp_path / "out", progress=False)

@@ -166,3 +166,10 @@ def test_an_audit_file_takes_audit_cases_and_audit_params() -> None:
     assert "unknown audit case" in _error(AUDIT.replace("baseline-one-sample", "nope"))
     assert "params of an audit: draws" in _error(AUDIT.replace("draws: 2000", "draws: 3"))
     assert "no population" in _error(AUDIT + "population: {users: 10}\n")
+    # T repeated collections: only a case of a repeated collection takes collections > 1
+    one_shot = AUDIT.replace("draws: 2000", "draws: 2000, collections: 4")
+    assert "audits one report (collections must be 1)" in _error(one_shot)
+    repeated = one_shot.replace(
+        "[alg1-stage-two, baseline-one-sample]", "[memo-rappor-f0.5-memoized]"
+    )
+    assert parse_experiment(repeated, "exp.yaml").trials()[0].params["collections"] == 4
