@@ -20,10 +20,14 @@ over a block of users (``UserData``), drawing every random number from the given
 (``UserStreams``); ``check`` / ``check_members`` / ``report_bounds`` say which reports the
 server accepts; ``aggregate`` folds a round's reports (``ReportChunk``, ascending participant
 slot, in chunks of any size) into the round's public output; ``finalize`` turns the outputs into
-a ``Result`` (estimate and ``ErrorBar``). Every step but ``privatize`` is a deterministic function
-of its arguments; ``privatize`` is one of its arguments and the stream's key. Steps raise only
-``ValueError`` (and ``TypeError``) on bad input: the server fails the study with the message;
-anything else is a bug, which the server isolates to the study.
+a ``Result`` (estimate and ``ErrorBar``). Optional, for repeated collection (a campaign):
+``memo_state`` (the device's memoized state) and ``repeated_epsilon`` (the charge rule: what a
+device has spent over a campaign's collections, by the device's rule or, without states, the
+server's bound; basic composition by default; docs/longitudinal.md §5). Every step but
+``privatize`` is a deterministic function of its arguments; ``privatize`` is one of its
+arguments and the stream's key. Steps raise only ``ValueError`` (and ``TypeError``) on bad
+input: the server fails the study with the message; anything else is a bug, which the server
+isolates to the study.
 
 **The records** a plan is made of (``Plan``, ``RoundPlan``; ``cohort_plan`` builds the plan in
 which everyone reports once, in one round or in disjoint cohorts) and that the steps exchange

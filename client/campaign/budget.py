@@ -14,6 +14,7 @@ budget (``DeviceLedger.admits``), and the server's ledger keyed by device refuse
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,10 +22,20 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from fedldp.protocol.core.base.protocol import Params, Protocol
 from fedldp.protocol.core.base.records import BoolArray, FloatArray, IntArray
 from fedldp.protocol.core.wire import BUDGET_SLACK, budget_window, within_budget
 
-__all__ = ["SLACK", "DeviceBudget", "DeviceLedger", "Spend", "parse_every"]
+__all__ = [
+    "NO_STATE",
+    "SLACK",
+    "ChargeRule",
+    "DeviceBudget",
+    "DeviceLedger",
+    "Spend",
+    "basic_rule",
+    "parse_every",
+]
 
 SLACK = BUDGET_SLACK
 
@@ -73,52 +84,154 @@ class DeviceBudget(BaseModel):
 
 
 @dataclass(frozen=True)
+class ChargeRule:
+    """How a campaign's protocol charges a device for a collection, given its earlier ones
+    (``Protocol.repeated_epsilon``, docs/longitudinal.md §5): ``device`` is the device's own
+    charge, which knows its memoized states; ``server`` the server's, from the declared ε's
+    alone (a bound over every state sequence, public: the device computes it too)."""
+
+    protocol: Protocol[Any] | None
+    params: Params | None
+
+    def device(
+        self, before: list[float], states_before: list[int], epsilon: float, state: int
+    ) -> float:
+        """The cumulative ε after the new collection by the device's rule."""
+        if self.protocol is None or self.params is None:
+            return math.fsum([*before, epsilon])
+        return self.protocol.repeated_epsilon(
+            self.params, [*before, epsilon], [*states_before, state]
+        )
+
+    def server(self, before: list[float], epsilon: float) -> float:
+        """The cumulative ε after the new collection by the server's rule."""
+        if self.protocol is None or self.params is None:
+            return math.fsum([*before, epsilon])
+        return self.protocol.repeated_epsilon(self.params, [*before, epsilon])
+
+
+def basic_rule() -> ChargeRule:
+    """Basic composition (Σ ε, whatever the states): the rule of a ledger without protocol."""
+    return ChargeRule(None, None)
+
+
+NO_STATE = -1
+"""The state recorded for a collection of a protocol that memoizes nothing (or fresh mode)."""
+
+
+@dataclass(frozen=True)
 class Spend:
-    """What one occurrence charged: its index, day and the ε of each charged device slot."""
+    """What one occurrence charged each device slot it admitted: ``epsilon`` by the device's own
+    rule, ``bound`` by the server's, for reports at the ``declared`` ε in memoized ``states``."""
 
     occurrence: int
     day: float
     slots: IntArray
     epsilon: FloatArray
+    declared: FloatArray
+    states: IntArray
+    bound: FloatArray
 
 
 @dataclass
 class DeviceLedger:
     """The charges of ``n`` devices over a campaign's occurrences (in memory; the swarm driver
-    keeps them in its device store, ``fedldp.client.campaign.store``)."""
+    keeps them in its device store, ``fedldp.client.campaign.store``), by ``rule`` (basic
+    composition by default)."""
 
     n: int
     budget: DeviceBudget | None
+    rule: ChargeRule = field(default_factory=basic_rule)
     spends: list[Spend] = field(default_factory=list)
+    _declared: list[list[float]] = field(init=False, repr=False)
+    _states: list[list[int]] = field(init=False, repr=False)
+    _own: FloatArray = field(init=False, repr=False)
+    _server: FloatArray = field(init=False, repr=False)
 
-    def spent_in_window(self, day: float) -> FloatArray:
-        """Each device's spend in the budget window holding ``day`` (its lifetime spend for a
-        lifetime budget or no budget)."""
+    def __post_init__(self) -> None:
+        self._declared = [[] for _ in range(self.n)]
+        self._states = [[] for _ in range(self.n)]
+        self._own = np.zeros(self.n, dtype=np.float64)
+        self._server = np.zeros(self.n, dtype=np.float64)
+        spends, self.spends = sorted(self.spends, key=lambda s: s.occurrence), []
+        for s in spends:
+            self._append(s)
+
+    def _append(self, spend: Spend) -> None:
+        for i, slot in enumerate(spend.slots.tolist()):
+            self._declared[slot].append(float(spend.declared[i]))
+            self._states[slot].append(int(spend.states[i]))
+        np.add.at(self._own, spend.slots, spend.epsilon)
+        np.add.at(self._server, spend.slots, spend.bound)
+        self.spends.append(spend)
+
+    def _in_window(self, day: float, which: str) -> FloatArray:
         out = np.zeros(self.n, dtype=np.float64)
         window = None if self.budget is None else self.budget.window(day)
         for s in self.spends:
             if window is None or self.budget is None or self.budget.window(s.day) == window:
-                np.add.at(out, s.slots, s.epsilon)
+                np.add.at(out, s.slots, getattr(s, which))
         return out
+
+    def spent_in_window(self, day: float) -> FloatArray:
+        """Each device's own spend in the budget window holding ``day`` (its lifetime spend for
+        a lifetime budget or no budget)."""
+        return self._in_window(day, "epsilon")
 
     def total(self) -> FloatArray:
-        """Each device's cumulative spend over every occurrence."""
-        out = np.zeros(self.n, dtype=np.float64)
-        for s in self.spends:
-            np.add.at(out, s.slots, s.epsilon)
-        return out
+        """Each device's cumulative spend over every occurrence, by its own rule."""
+        return self._own.copy()
 
-    def admits(self, day: float, charge: FloatArray) -> BoolArray:
-        """Which devices accept an occurrence on ``day`` charging them ``charge``."""
+    def server_total(self) -> FloatArray:
+        """Each device's cumulative spend by the server's rule (its ledger keyed by device)."""
+        return self._server.copy()
+
+    def charges(
+        self, epsilon: FloatArray, states: IntArray, slots: IntArray | None = None
+    ) -> tuple[FloatArray, FloatArray]:
+        """What a new collection at ``epsilon`` in ``states`` (one per device of ``slots``, all
+        by default) would charge each: (by the device's rule, by the server's). ValueError for a
+        collection the rule does not cover."""
+        chosen = np.arange(self.n) if slots is None else np.asarray(slots, dtype=np.int64)
+        own = np.zeros(chosen.size, dtype=np.float64)
+        server = np.zeros(chosen.size, dtype=np.float64)
+        for i, slot in enumerate(chosen.tolist()):
+            e, state = float(epsilon[i]), int(states[i])
+            before, seen = self._declared[slot], self._states[slot]
+            own[i] = max(self.rule.device(before, seen, e, state) - self._own[slot], 0.0)
+            server[i] = max(self.rule.server(before, e) - self._server[slot], 0.0)
+        return own, server
+
+    def admits(self, day: float, epsilon: FloatArray, states: IntArray | None = None) -> BoolArray:
+        """Which devices accept an occurrence on ``day`` at ``epsilon`` in ``states`` (NO_STATE
+        when omitted): those whose charge fits their budget by their own rule and by the
+        server's (which would refuse it otherwise)."""
         if self.budget is None:
             return np.ones(self.n, dtype=np.bool_)
-        return self.budget.fits(self.spent_in_window(day), charge)
+        st = np.full(self.n, NO_STATE, np.int64) if states is None else np.asarray(states)
+        own, server = self.charges(np.asarray(epsilon, dtype=np.float64), st)
+        return self.budget.fits(self.spent_in_window(day), own) & self.budget.fits(
+            self._in_window(day, "bound"), server
+        )
 
-    def record(self, occurrence: int, day: float, slots: IntArray, epsilon: FloatArray) -> None:
-        """Charge ``slots`` the ``epsilon`` of ``occurrence`` (once: a second record of the same
-        occurrence is refused with ValueError)."""
+    def record(
+        self,
+        occurrence: int,
+        day: float,
+        slots: IntArray,
+        declared: FloatArray,
+        states: IntArray | None = None,
+    ) -> Spend:
+        """Charge ``slots`` for ``occurrence``, at the ``declared`` ε in ``states`` (once: a
+        second record of the same occurrence is refused with ValueError); the spend recorded."""
         if any(s.occurrence == occurrence for s in self.spends):
             raise ValueError(f"occurrence {occurrence} is already in the ledger")
-        self.spends.append(
-            Spend(occurrence, day, np.asarray(slots, np.int64), np.asarray(epsilon, np.float64))
-        )
+        if self.spends and occurrence < self.spends[-1].occurrence:
+            raise ValueError(f"occurrence {occurrence} comes after those in the ledger")
+        slot = np.asarray(slots, dtype=np.int64)
+        eps = np.asarray(declared, dtype=np.float64)
+        st = np.full(slot.size, NO_STATE, np.int64) if states is None else np.asarray(states)
+        own, server = self.charges(eps, st, slot)
+        spend = Spend(occurrence, day, slot, own, eps, st.astype(np.int64), server)
+        self._append(spend)
+        return spend

@@ -26,7 +26,9 @@ from fedldp.client.campaign.simulate import (
     CampaignResult,
     Occurrence,
     admitted,
+    charge_rule,
     check_campaign_data,
+    device_states,
     estimate_json,
     occurrence_population,
 )
@@ -116,12 +118,12 @@ async def run_campaign(
                 await run.occurrence(occurrence.index, occurrence.study_id, transport)
                 ran += 1
         population = occurrence_population(template, seed, 0)
-        spent = store.ledger(population.n, template.budget).total()
+        ledger = store.ledger(population.n, template.budget, charge_rule(template, population))
         finished = tuple(
             Occurrence(index, day, enrolled, refused, estimate, truth, study)
             for index, day, study, enrolled, refused, estimate, truth in store.finished()
         )
-    return CampaignResult(finished, spent)
+    return CampaignResult(finished, ledger.total(), ledger.server_total())
 
 
 async def _known(api: ApiClient, campaign_id: str, store: DeviceStore, server_url: str) -> None:
@@ -158,16 +160,18 @@ class _Run:
         population = occurrence_population(template, seed, index)
         day = template.day(index)
         # the devices' own check, against their ledger without this occurrence (a rerun of it)
-        members = admitted(
-            store.ledger(population.n, template.budget, without=index), population, day
-        )
+        rule = charge_rule(template, population)
+        ledger = store.ledger(population.n, template.budget, rule, without=index)
+        states = device_states(rule, population)
+        members = admitted(ledger, population, day, states)
         epsilon = np.asarray(population.epsilon, dtype=np.float64)[members]
         truth = estimate_json(population.truth)
         # the simulator knows the day's truth; the server shows it beside the estimate
         await api.declare_truth(run.campaign_id, index, OccurrenceTruth(truth=truth))
         estimate = None
         if members.size:
-            store.charge(index, day, members, epsilon)  # write-ahead: never under-counted
+            # write-ahead: never under-counted
+            store.charge(ledger.record(index, day, members, epsilon, states[members]))
             for start in range(0, int(members.size), MAX_BATCH):
                 devices = [
                     DeviceCharge(device=device_id(int(s)), epsilon=float(e))

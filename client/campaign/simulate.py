@@ -16,19 +16,23 @@ from typing import Any
 
 import numpy as np
 
-from fedldp.client.campaign.budget import DeviceLedger
+from fedldp.client.campaign.budget import NO_STATE, ChargeRule, DeviceLedger
 from fedldp.client.campaign.template import CampaignTemplate
 from fedldp.client.population.build import AnyPopulation, build_population
 from fedldp.client.population.ranges import check_data_range
+from fedldp.client.seeds import round_key
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.protocol.catalogue import get_protocol
 from fedldp.protocol.core.base.records import JSON, FloatArray, IntArray
+from fedldp.protocol.core.streams import UserStreams
 
 __all__ = [
     "CampaignResult",
     "Occurrence",
     "admitted",
+    "charge_rule",
     "check_campaign_data",
+    "device_states",
     "estimate_json",
     "occurrence_population",
     "simulate_campaign",
@@ -61,20 +65,23 @@ class Occurrence:
 
 @dataclass(frozen=True)
 class CampaignResult:
-    """Each occurrence's outcome and each device's cumulative ε spend (by slot)."""
+    """Each occurrence's outcome and each device's cumulative ε spend (by slot): ``spent`` by
+    its own charge rule, ``bound`` by the server's (docs/longitudinal.md §5)."""
 
     occurrences: tuple[Occurrence, ...]
     spent: FloatArray
+    bound: FloatArray
 
     def as_json(self) -> JSON:
         return {
             "occurrences": [o.as_json() for o in self.occurrences],
-            "spent": {
-                "min": float(self.spent.min()),
-                "max": float(self.spent.max()),
-                "mean": float(self.spent.mean()),
-            },
+            "spent": _summary(self.spent),
+            "server_spent": _summary(self.bound),
         }
+
+
+def _summary(spent: FloatArray) -> JSON:
+    return {"min": float(spent.min()), "max": float(spent.max()), "mean": float(spent.mean())}
 
 
 def estimate_json(value: Any) -> float | list[float]:
@@ -99,11 +106,39 @@ def check_campaign_data(template: CampaignTemplate, seed: int) -> None:
         check_data_range(protocol, params, population)
 
 
-def admitted(ledger: DeviceLedger, population: AnyPopulation, day: float) -> IntArray:
-    """The slots of the devices whose budget admits an occurrence on ``day`` charging each the ε
-    it declares."""
+def charge_rule(template: CampaignTemplate, population: AnyPopulation) -> ChargeRule:
+    """The campaign protocol's charge rule at its parameters (filled from the population)."""
+    protocol = get_protocol(template.protocol)
+    params = protocol.parse_params(fill_from_population(protocol, template.params, population))
+    return ChargeRule(protocol, params)
+
+
+def device_states(rule: ChargeRule, population: AnyPopulation) -> IntArray:
+    """Each device's memoized state for this occurrence (``Protocol.memo_state``: from its data
+    of the day and its persistent device streams, as its ``privatize`` will draw them), or
+    ``NO_STATE`` for a protocol, or mode, that memoizes nothing."""
+    n = population.n
+    if rule.protocol is None or rule.params is None:
+        return np.full(n, NO_STATE, dtype=np.int64)
+    slots = np.arange(n, dtype=np.int64)
+    key = round_key(population.population_seed, 0, population.occurrence)
     epsilon = np.asarray(population.epsilon, dtype=np.float64)
-    return np.flatnonzero(ledger.admits(day, epsilon)).astype(np.int64)
+    states = rule.protocol.memo_state(
+        rule.params, population.data(slots), epsilon, UserStreams(key, slots)
+    )
+    if states is None:
+        return np.full(n, NO_STATE, dtype=np.int64)
+    return np.asarray(states, dtype=np.int64)
+
+
+def admitted(
+    ledger: DeviceLedger, population: AnyPopulation, day: float, states: IntArray
+) -> IntArray:
+    """The slots of the devices whose budget admits an occurrence on ``day`` at the ε each
+    declares, in its memoized state: by its own charge and by the server's
+    (``DeviceLedger.admits``)."""
+    epsilon = np.asarray(population.epsilon, dtype=np.float64)
+    return np.flatnonzero(ledger.admits(day, epsilon, states)).astype(np.int64)
 
 
 def simulate_campaign(
@@ -117,18 +152,19 @@ def simulate_campaign(
     out: list[Occurrence] = []
     for k in occurrences if occurrences is not None else range(template.times):
         population = occurrence_population(template, seed, k)
+        rule = charge_rule(template, population)
         if ledger is None:
-            ledger = DeviceLedger(population.n, template.budget)
+            ledger = DeviceLedger(population.n, template.budget, rule)
         day = template.day(k)
-        members = admitted(ledger, population, day)
+        states = device_states(rule, population)
+        members = admitted(ledger, population, day, states)
         estimate: float | list[float] | None = None
         if members.size:
-            params = protocol.parse_params(
-                fill_from_population(protocol, template.params, population)
-            )
-            run = simulate(protocol, params, population, seed, members=members)
+            assert rule.params is not None
+            run = simulate(protocol, rule.params, population, seed, members=members)
             estimate = estimate_json(run.result.estimate)
-            ledger.record(k, day, members, np.asarray(population.epsilon)[members])
+            eps = np.asarray(population.epsilon, dtype=np.float64)
+            ledger.record(k, day, members, eps[members], states[members])
         out.append(
             Occurrence(
                 k,
@@ -140,4 +176,4 @@ def simulate_campaign(
             )
         )
     assert ledger is not None
-    return CampaignResult(tuple(out), ledger.total())
+    return CampaignResult(tuple(out), ledger.total(), ledger.server_total())

@@ -3,15 +3,18 @@ given, holding what the devices must remember between occurrences and across run
 
 * ``meta``: the campaign's server id and the fingerprint of the run (template and population
   digest): a store is refused for another campaign.
-* ``spends``: each device's ledger, one row per (occurrence, slot) with the day and the ε charged.
-  A device is charged before it is admitted on the server (write-ahead), once per occurrence.
+* ``spends``: each device's ledger, one row per (occurrence, slot) with the day, the ε charged by
+  the device's own rule (``epsilon``), the ε it declared for its reports, its memoized state
+  (−1 for none) and the server's charge (``bound``): docs/longitudinal.md §5. A device is
+  charged before it is admitted on the server (write-ahead), once per occurrence.
 * ``occurrences``: each finished occurrence's study, counts, estimate and truth.
 
 Every write is one transaction (WAL, ``synchronous=FULL``), so a SIGKILL of the driver loses at
 most the occurrence in flight, which the next run runs again: it re-derives the same reports
 (same device secret, same occurrence seed) and its devices, already charged, are not charged
 twice. Memoized responses (protocols that memoize, issue 29 item 4) are a deterministic function
-of the device secret, so they need no row: the same device recomputes the same response.
+of the device secret, so they need no row: the same device recomputes the same response; which
+memoized states it has revealed is in ``spends`` (its charge depends on them).
 """
 
 from __future__ import annotations
@@ -25,8 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from fedldp.client.campaign.budget import DeviceBudget, DeviceLedger, Spend
-from fedldp.protocol.core.base.records import FloatArray, IntArray
+from fedldp.client.campaign.budget import (
+    NO_STATE,
+    ChargeRule,
+    DeviceBudget,
+    DeviceLedger,
+    Spend,
+    basic_rule,
+)
 
 __all__ = ["STORE_FILE", "DeviceStore", "StoredOccurrence"]
 
@@ -34,7 +43,8 @@ STORE_FILE = "devices.sqlite"
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS spends (occurrence INTEGER NOT NULL, slot INTEGER NOT NULL, "
-    "day REAL NOT NULL, epsilon REAL NOT NULL, PRIMARY KEY (occurrence, slot))",
+    "day REAL NOT NULL, epsilon REAL NOT NULL, declared REAL, state INTEGER, bound REAL, "
+    "PRIMARY KEY (occurrence, slot))",
     "CREATE TABLE IF NOT EXISTS occurrences (idx INTEGER PRIMARY KEY, day REAL NOT NULL, "
     "study TEXT, enrolled INTEGER NOT NULL, refused INTEGER NOT NULL, estimate TEXT NOT NULL, "
     "truth TEXT NOT NULL)",
@@ -56,6 +66,10 @@ class DeviceStore:
         with self._tx() as db:
             for statement in _SCHEMA:
                 db.execute(statement)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(spends)")}
+            for column, kind in (("declared", "REAL"), ("state", "INTEGER"), ("bound", "REAL")):
+                if column not in columns:  # a store written before charge rules
+                    db.execute(f"ALTER TABLE spends ADD COLUMN {column} {kind}")
 
     def __enter__(self) -> DeviceStore:
         return self
@@ -96,35 +110,75 @@ class DeviceStore:
             db.execute("INSERT OR REPLACE INTO meta VALUES ('campaign', ?)", (campaign_id,))
 
     def ledger(
-        self, n: int, budget: DeviceBudget | None, *, without: int | None = None
+        self,
+        n: int,
+        budget: DeviceBudget | None,
+        rule: ChargeRule | None = None,
+        *,
+        without: int | None = None,
     ) -> DeviceLedger:
-        """The devices' ledger from the stored charges (all but occurrence ``without``'s)."""
-        ledger = DeviceLedger(n, budget)
+        """The devices' ledger from the stored charges (all but occurrence ``without``'s), by
+        ``rule`` (basic composition by default). A row written before charge rules (no declared
+        ε) was charged its declared ε, by both rules."""
         rows = self._db.execute(
-            "SELECT occurrence, day, slot, epsilon FROM spends ORDER BY occurrence, slot"
+            "SELECT occurrence, day, slot, epsilon, declared, state, bound FROM spends "
+            "ORDER BY occurrence, slot"
         ).fetchall()
-        by: dict[int, list[tuple[float, int, float]]] = {}
-        for occurrence, day, slot, eps in rows:
+        by: dict[int, list[tuple[float, int, float, float, int, float]]] = {}
+        for occurrence, day, slot, eps, declared, state, bound in rows:
             if occurrence != without:
-                by.setdefault(int(occurrence), []).append((float(day), int(slot), float(eps)))
-        for occurrence, charges in sorted(by.items()):
-            ledger.spends.append(
-                Spend(
-                    occurrence,
-                    charges[0][0],
-                    np.array([c[1] for c in charges], dtype=np.int64),
-                    np.array([c[2] for c in charges], dtype=np.float64),
+                by.setdefault(int(occurrence), []).append(
+                    (
+                        float(day),
+                        int(slot),
+                        float(eps),
+                        float(eps if declared is None else declared),
+                        NO_STATE if state is None else int(state),
+                        float(eps if bound is None else bound),
+                    )
                 )
+        spends = [
+            Spend(
+                occurrence,
+                charges[0][0],
+                np.array([c[1] for c in charges], dtype=np.int64),
+                np.array([c[2] for c in charges], dtype=np.float64),
+                np.array([c[3] for c in charges], dtype=np.float64),
+                np.array([c[4] for c in charges], dtype=np.int64),
+                np.array([c[5] for c in charges], dtype=np.float64),
             )
-        return ledger
+            for occurrence, charges in sorted(by.items())
+        ]
+        return DeviceLedger(n, budget, rule or basic_rule(), spends)
 
-    def charge(self, occurrence: int, day: float, slots: IntArray, epsilon: FloatArray) -> None:
-        """Record the devices' charges for ``occurrence`` (once: charges already stored stay)."""
+    def charge(self, spend: Spend) -> None:
+        """Record the devices' charges of one occurrence (``DeviceLedger.record``'s spend): each
+        device's own charge, the ε it declared, its memoized state and the server's charge
+        (once: charges already stored stay)."""
         with self._tx() as db:
             db.executemany(
-                "INSERT OR IGNORE INTO spends VALUES (?, ?, ?, ?)",
-                [(occurrence, int(s), day, float(e)) for s, e in zip(slots, epsilon, strict=True)],
+                "INSERT OR IGNORE INTO spends VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (spend.occurrence, int(s), spend.day, float(e), float(d), int(st), float(b))
+                    for s, e, d, st, b in zip(
+                        spend.slots,
+                        spend.epsilon,
+                        spend.declared,
+                        spend.states,
+                        spend.bound,
+                        strict=True,
+                    )
+                ],
             )
+
+    def charges_of(self, slot: int) -> dict[int, tuple[float, int]]:
+        """Device ``slot``'s own charges: occurrence → (ε charged, memoized state, −1 for
+        none)."""
+        rows = self._db.execute(
+            "SELECT occurrence, epsilon, state FROM spends WHERE slot = ? ORDER BY occurrence",
+            (slot,),
+        ).fetchall()
+        return {int(o): (float(e), NO_STATE if st is None else int(st)) for o, e, st in rows}
 
     def finish(self, occurrence: StoredOccurrence) -> None:
         """Record a finished occurrence."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 from fedldp.client.api.client import ApiClient
 from fedldp.client.campaign.drive import run_campaign
 from fedldp.client.campaign.simulate import CampaignResult, simulate_campaign
+from fedldp.client.campaign.store import STORE_FILE, DeviceStore
 from fedldp.client.campaign.template import load_template
 from fedldp.client.cli.studies import DEFAULT_SERVER, remote
 from fedldp.protocol.core.wire import MAX_BATCH
@@ -37,9 +39,10 @@ def render_campaign(result: CampaignResult) -> str:
             f"{o.index:>10} {o.day:>7.3g} {o.enrolled:>8} {o.refused:>7} {estimate:>24} "
             f"{_short(o.truth)}"
         )
-    s = result.spent
+    s, b = result.spent, result.bound
     lines.append(
-        f"cumulative ε per device: min {s.min():.6g}, mean {s.mean():.6g}, max {s.max():.6g}"
+        f"cumulative ε per device: min {s.min():.6g}, mean {s.mean():.6g}, max {s.max():.6g} "
+        f"(the server's charge: min {b.min():.6g}, mean {b.mean():.6g}, max {b.max():.6g})"
     )
     return "\n".join(lines) + "\n"
 
@@ -125,17 +128,37 @@ def _run_budget(args: argparse.Namespace) -> int:
         print(text)
         return 0
     view = json.loads(text)
+    own = None if args.store is None else _own_charges(args.store, args.device)
     remaining = "unlimited" if view["remaining"] is None else format(view["remaining"], "g")
     lines = [
-        f"device {view['device']}: spent ε {view['spent_total']:g} in all, "
+        f"device {view['device']}: spent ε {view['spent_total']:g} in all by the server's charges, "
         f"{view['spent_window']:g} in the clock's window, {remaining} left there"
     ]
-    lines += [
-        f"  occurrence {s['occurrence']} (day {s['day']:g}): ε {s['epsilon']:g}"
-        for s in view["spends"]
-    ]
+    if own is not None:
+        total = math.fsum(charge for charge, _ in own.values())
+        lines.append(f"  its own ledger ({args.store}): ε {total:g} in all")
+    for s in view["spends"]:
+        line = (
+            f"  occurrence {s['occurrence']} (day {s['day']:g}): ε {s['epsilon']:g} "
+            f"(declared {s['declared']:g})"
+        )
+        if own is not None and s["occurrence"] in own:
+            charge, state = own[s["occurrence"]]
+            line += f", its own charge {charge:g}" + ("" if state < 0 else f" (state {state})")
+        lines.append(line)
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def _own_charges(folder: Path, device: str) -> dict[int, tuple[float, int]]:
+    """A swarm device's own charges (occurrence → (ε, memoized state)) from the device store
+    in ``folder`` (its id is d<slot>); ValueError for another id or a folder with no store."""
+    if not device.startswith("d") or not device[1:].isdigit():
+        raise ValueError(f"a swarm's device ids are d<slot>, not {device!r}")
+    if not (folder / STORE_FILE).is_file():
+        raise ValueError(f"no device store in {folder}")
+    with DeviceStore(folder) as store:
+        return store.charges_of(int(device[1:]))
 
 
 def add_campaign_parser(subparsers: Any) -> None:
@@ -216,11 +239,20 @@ def add_campaign_parser(subparsers: Any) -> None:
     budget = commands.add_parser(
         "budget",
         help="a device's ε spend over a server's campaign",
-        description="Show what a device was charged in each occurrence of a campaign, its "
-        "total, and what is left of its budget in the window of the campaign's clock.",
+        description="Show what the server charged a device in each occurrence of a campaign "
+        "(the protocol's server-side charge rule, docs/longitudinal.md §5) and the ε it "
+        "declared, its total, and what is left of its budget in the window of the campaign's "
+        "clock; with --store, the device's own charges too (its own rule, which knows its "
+        "memoized states).",
     )
     budget.add_argument("id", metavar="ID", help="the campaign's id")
     budget.add_argument("device", metavar="DEVICE", help="the device's id (d<slot> for a swarm's)")
+    budget.add_argument(
+        "--store",
+        type=Path,
+        metavar="DIR",
+        help="also the device's own charges, from the device store of fedldp campaign run",
+    )
     for command, handler in ((show, _run_show), (budget, _run_budget)):
         command.add_argument(
             "--server", default=DEFAULT_SERVER, metavar="URL", help=f"default {DEFAULT_SERVER}"

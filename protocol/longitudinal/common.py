@@ -49,6 +49,7 @@ __all__ = [
     "MemoProtocol",
     "device_uniforms",
     "first_values",
+    "per_state_epsilon",
     "streams_of",
 ]
 
@@ -85,6 +86,38 @@ def device_uniforms(
     if memoize:
         return streams.device(purpose).labelled(labels, width)
     return streams.random((streams.n, width))
+
+
+def per_state_epsilon(
+    name: str, epsilon: Sequence[float], states: Sequence[int] | None, n_states: int
+) -> float:
+    """The longitudinal ε of a protocol whose whole report is memoized per state (1BitMean,
+    dBitFlip; docs/longitudinal.md §5): the device, knowing its states, has spent each distinct
+    state's ε once; the server's bound, the states unknown, is min(T, n_states)·ε. One state's
+    response drawn at two ε's is not covered (its bits are coupled through one uniform, so a
+    collection at another ε can reveal the state with certainty): ValueError, as is a server
+    asked for a bound over unequal ε's (any two collections may share a state)."""
+    eps = [float(e) for e in epsilon]
+    if not eps:
+        return 0.0
+    if states is None:
+        if max(eps) != min(eps):
+            raise ValueError(
+                f"{name} memoizes its response at one ε: a device declared ε = {min(eps):g} "
+                f"and {max(eps):g} in one campaign"
+            )
+        return min(len(eps), n_states) * eps[0]
+    if len(states) != len(eps):
+        raise ValueError(f"one state per collection: {len(eps)} ε's, {len(states)} states")
+    first: dict[int, float] = {}
+    for e, state in zip(eps, states, strict=True):
+        seen = first.setdefault(int(state), e)
+        if seen != e:
+            raise ValueError(
+                f"{name} memoizes its response at one ε: state {state} was revealed at "
+                f"ε = {seen:g}, asked again at {e:g}"
+            )
+    return math.fsum(first.values())
 
 
 def first_values(data: UserData) -> IntArray:

@@ -26,8 +26,9 @@ is the plain average over participants, its variance the average of those over n
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -61,6 +62,7 @@ __all__ = [
     "longitudinal_epsilon",
     "one_shot_epsilon",
     "permanent_response",
+    "repeated_rappor_epsilon",
     "report_gap",
     "report_probabilities",
 ]
@@ -105,6 +107,60 @@ def report_gap(epsilon: FloatArray, f: float) -> FloatArray:
     gap is 1.1e-16: the de-biasing divides by it)."""
     eps = np.asarray(epsilon, dtype=np.float64)
     return np.minimum(np.tanh(eps / 4.0), 1.0 - f)
+
+
+def _bit_loss(t: float, f: float) -> float:
+    """ln g(e^t), g(y) = ((1 − f/2)y + f/2)/((f/2)y + 1 − f/2): the largest log-ratio, between
+    B_j = 1 and B_j = 0, of one report bit's reports over collections whose IRR log-odds
+    ln(q/(1 − q)) sum to t (docs/longitudinal.md §5); ε_∞/2 at t = ∞."""
+    a, b = math.log1p(-f / 2.0), math.log(f / 2.0)
+    if math.isinf(t):
+        return a - b
+    return _logaddexp(a + t, b) - _logaddexp(b + t, a)
+
+
+def _logaddexp(x: float, y: float) -> float:
+    """ln(e^x + e^y) without overflow."""
+    top = max(x, y)
+    return top + math.log1p(math.exp(-abs(x - y)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _irr_log_odds(epsilon: float, f: float) -> float:
+    """ln(q/(1 − q)) of the IRR calibrated to ε (∞ when q = 1: ε ≥ ε_∞)."""
+    _, q = report_probabilities(np.array([epsilon]), f)
+    qq = float(q[0])
+    return math.inf if qq >= 1.0 else math.log(qq / (1.0 - qq))
+
+
+def repeated_rappor_epsilon(
+    epsilon: Sequence[float], states: Sequence[int] | None, f: float, k: int
+) -> float:
+    """The longitudinal ε of memoized RAPPOR (docs/longitudinal.md §5). The device: per distinct
+    value v, 2·ln g(e^{t_v}) with t_v the sum of the IRR log-odds of v's collections (at most
+    min(c·ε_1, ε_∞) for c collections at one ε), summed over values. The server, values
+    unknown: at one ε, the collections split as evenly as possible over min(T, k) values (the
+    largest sum, the per-value loss being concave in the count); at unequal ε's, the smaller of
+    Σ_t ε_t-sums of one-collection values and min(T, k)·ε_∞."""
+    eps = [float(e) for e in epsilon]
+    if not eps:
+        return 0.0
+    t = [_irr_log_odds(e, f) for e in eps]
+    if states is not None:
+        if len(states) != len(eps):
+            raise ValueError(f"one state per collection: {len(eps)} ε's, {len(states)} states")
+        by: dict[int, float] = {}
+        for odds, state in zip(t, states, strict=True):
+            by[int(state)] = by.get(int(state), 0.0) + odds
+        return math.fsum(2.0 * _bit_loss(v, f) for v in by.values())
+    parts = min(len(eps), k)
+    if max(eps) == min(eps):
+        count, extra = divmod(len(eps), parts)
+        return extra * 2.0 * _bit_loss((count + 1) * t[0], f) + (parts - extra) * 2.0 * _bit_loss(
+            count * t[0], f
+        )
+    singles = math.fsum(2.0 * _bit_loss(odds, f) for odds in t)
+    return min(singles, parts * longitudinal_epsilon(f))
 
 
 def permanent_response(values: IntArray, k: int, f: float, u: FloatArray) -> FloatArray:
@@ -164,6 +220,25 @@ class MemoRappor(MemoProtocol[RapporParams]):
         keep = np.where(b_prime > 0, q[:, None], 1.0 - q[:, None])
         w = rng.random((data.n_users, k))
         return np.asarray(w < keep, dtype=np.float64)
+
+    def memo_state(
+        self, params: RapporParams, data: UserData, epsilon: FloatArray, rng: RandomSource
+    ) -> IntArray | None:
+        """The value: its PRR is memoized under it."""
+        if not params.memoize:
+            return None
+        v = first_values(data)
+        if v.size and (v.min() < 0 or v.max() >= params.domain_size):
+            raise ValueError(f"items must lie in 0..{params.domain_size - 1}")
+        return v
+
+    def repeated_epsilon(
+        self, params: RapporParams, epsilon: Sequence[float], states: Sequence[int] | None = None
+    ) -> float:
+        """Memoized: ``repeated_rappor_epsilon``; fresh: T·ε (docs/longitudinal.md §5)."""
+        if not params.memoize:
+            return super().repeated_epsilon(params, epsilon, states)
+        return repeated_rappor_epsilon(epsilon, states, params.f, params.domain_size)
 
     def check(
         self, params: RapporParams, task: RoundTask, epsilon: FloatArray, payloads: FloatArray

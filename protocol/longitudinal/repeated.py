@@ -1,4 +1,4 @@
-"""Audits of repeated collection (docs/longitudinal.md §6): the privacy loss of the transcript
+"""Audits of repeated collection (docs/longitudinal.md §7): the privacy loss of the transcript
 of T reports one device sends when the same question is asked of it T times, memoized or not.
 
 Each case runs the protocol's own client step (``privatize``, with the broadcast of its one

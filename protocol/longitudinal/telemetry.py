@@ -27,7 +27,7 @@ the estimated count into the second term, and the total MSE Σ_j is exact.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -52,6 +52,7 @@ from fedldp.protocol.longitudinal.common import (
     MemoProtocol,
     device_uniforms,
     first_values,
+    per_state_epsilon,
 )
 
 __all__ = [
@@ -97,6 +98,22 @@ def alpha_round(x: FloatArray, bound: float, levels: int, alpha: FloatArray) -> 
     t = np.clip(np.asarray(x, dtype=np.float64), 0.0, bound) / bound * levels
     low = np.minimum(np.floor(t), levels)
     return np.asarray(low + ((t - low) > alpha), dtype=np.int64)
+
+
+def _scalar_values(data: UserData) -> FloatArray:
+    """Each participant's value: the mean of its samples (ValueError unless finite)."""
+    x = np.asarray(data.user_means(), dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(x)):
+        raise ValueError("1BitMean needs finite values")
+    return x
+
+
+def _rounded(x: FloatArray, m: float, s: int, memoize: bool, rng: RandomSource) -> IntArray:
+    """The grid points of α-point rounding of ``x``, with the device's persistent α when
+    ``memoize`` (else a fresh α from the round's stream)."""
+    none = np.zeros(x.shape[0], dtype=np.int64)
+    alpha = device_uniforms(rng, memoize, ALPHA_PURPOSE, none, 1)[:, 0]
+    return alpha_round(x, m, s, alpha)
 
 
 class OneBitMeanParams(MemoParams):
@@ -164,16 +181,33 @@ class MemoOneBitMean(MemoProtocol[OneBitMeanParams]):
     ) -> FloatArray:
         m, s = float(task.broadcast["m"]), int(task.broadcast["s"])
         memoize = bool(task.broadcast["memoize"])
-        x = np.asarray(data.user_means(), dtype=np.float64).reshape(-1)
-        if not np.all(np.isfinite(x)):
-            raise ValueError("1BitMean needs finite values")
-        none = np.zeros(data.n_users, dtype=np.int64)
-        alpha = device_uniforms(rng, memoize, ALPHA_PURPOSE, none, 1)[:, 0]
-        grid = alpha_round(x, m, s, alpha)
+        x = _scalar_values(data)
+        grid = _rounded(x, m, s, memoize, rng)
         u = device_uniforms(rng, memoize, BIT_PURPOSE, grid, 1)[:, 0]
         bit = u < one_bit_probability(grid, s, epsilon)
         flipped = rng.random((data.n_users, 1))[:, 0] < float(task.broadcast["flip"])
         return np.where(bit != flipped, 1.0, -1.0)
+
+    def memo_state(
+        self, params: OneBitMeanParams, data: UserData, epsilon: FloatArray, rng: RandomSource
+    ) -> IntArray | None:
+        """The grid point of α-point rounding (0..s), under the device's own α."""
+        if not params.memoize:
+            return None
+        return _rounded(_scalar_values(data), params.bound, params.levels, True, rng)
+
+    def repeated_epsilon(
+        self,
+        params: OneBitMeanParams,
+        epsilon: Sequence[float],
+        states: Sequence[int] | None = None,
+    ) -> float:
+        """Memoized: ε per distinct grid point revealed (with or without output perturbation,
+        whose flips are post-processing of the memoized bit); the server's bound
+        min(T, s + 1)·ε. Fresh: T·ε (docs/longitudinal.md §5)."""
+        if not params.memoize:
+            return super().repeated_epsilon(params, epsilon, states)
+        return per_state_epsilon(self.name, epsilon, states, params.levels + 1)
 
     def check(
         self, params: OneBitMeanParams, task: RoundTask, epsilon: FloatArray, payloads: FloatArray
@@ -201,6 +235,28 @@ def bitflip_variance(epsilon: FloatArray, k: int, d: int) -> FloatArray:
     half = np.asarray(epsilon, dtype=np.float64) / 2.0
     # e^{ε/2}/(e^{ε/2} − 1)² = 1/(4 sinh²(ε/4))
     return np.asarray((k / d) / (4.0 * np.sinh(half / 2.0) ** 2), dtype=np.float64)
+
+
+def _buckets(data: UserData, k: int) -> IntArray:
+    """Each participant's bucket, its first sample (ValueError outside 0..k−1)."""
+    v = first_values(data)
+    if v.size and (v.min() < 0 or v.max() >= k):
+        raise ValueError(f"buckets must lie in 0..{k - 1}")
+    return v
+
+
+def _bitflip_state(
+    v: IntArray, k: int, d: int, memoize: bool, rng: RandomSource
+) -> tuple[IntArray, BoolArray, IntArray]:
+    """The d sampled buckets (sorted), which of them is v, and the state (v's position among
+    them, d for none): persistent when ``memoize``, else fresh from the round's stream."""
+    none = np.zeros(v.shape[0], dtype=np.int64)
+    # d distinct buckets, uniformly: the d smallest of k uniforms (ties have probability 0)
+    order = np.argsort(device_uniforms(rng, memoize, BUCKETS_PURPOSE, none, k), axis=1)
+    sampled = np.sort(order[:, :d], axis=1)
+    hit = sampled == v[:, None]
+    state = np.where(hit.any(axis=1), np.argmax(hit, axis=1), d).astype(np.int64)
+    return sampled, np.asarray(hit, dtype=np.bool_), state
 
 
 class BitFlipParams(MemoParams):
@@ -256,20 +312,33 @@ class MemoDBitFlip(MemoProtocol[BitFlipParams]):
     ) -> FloatArray:
         k, d = int(task.broadcast["k"]), int(task.broadcast["d"])
         memoize = bool(task.broadcast["memoize"])
-        v = first_values(data)
-        if v.size and (v.min() < 0 or v.max() >= k):
-            raise ValueError(f"buckets must lie in 0..{k - 1}")
-        none = np.zeros(data.n_users, dtype=np.int64)
-        # d distinct buckets, uniformly: the d smallest of k uniforms (ties have probability 0)
-        order = np.argsort(device_uniforms(rng, memoize, BUCKETS_PURPOSE, none, k), axis=1)
-        sampled = np.sort(order[:, :d], axis=1)
-        hit = sampled == v[:, None]
-        state = np.where(hit.any(axis=1), np.argmax(hit, axis=1), d)
+        v = _buckets(data, k)
+        sampled, hit, state = _bitflip_state(v, k, d, memoize, rng)
         u = device_uniforms(rng, memoize, FLIP_PURPOSE, state, d)
         e = np.exp(-np.asarray(epsilon, dtype=np.float64) / 2.0)[:, None]  # e^{−ε/2}
         p_one = np.where(hit, 1.0 / (1.0 + e), e / (1.0 + e))
         bits = np.asarray(u < p_one, dtype=np.float64)
         return np.concatenate([sampled.astype(np.float64), bits], axis=1)
+
+    def memo_state(
+        self, params: BitFlipParams, data: UserData, epsilon: FloatArray, rng: RandomSource
+    ) -> IntArray | None:
+        """The position of the value among the device's d sampled buckets, or d for none."""
+        if not params.memoize:
+            return None
+        k, d = params.domain_size, params.buckets
+        return _bitflip_state(_buckets(data, k), k, d, True, rng)[2]
+
+    def repeated_epsilon(
+        self, params: BitFlipParams, epsilon: Sequence[float], states: Sequence[int] | None = None
+    ) -> float:
+        """Memoized: ε per distinct state revealed; the server's bound min(T, S)·ε with S the
+        number of states (d + 1, or k when d = k and the value is always sampled). Fresh: T·ε
+        (docs/longitudinal.md §5)."""
+        if not params.memoize:
+            return super().repeated_epsilon(params, epsilon, states)
+        k, d = params.domain_size, params.buckets
+        return per_state_epsilon(self.name, epsilon, states, d + 1 if d < k else k)
 
     def check(
         self, params: BitFlipParams, task: RoundTask, epsilon: FloatArray, payloads: FloatArray

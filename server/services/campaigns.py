@@ -11,17 +11,26 @@ seed: the devices re-send the same randomized reports, so no new privacy loss. O
 nobody enrolled (no device's budget admitted it) counts as run, without estimate, and so does a
 failed one (its failure would repeat: the same seeds, the same reports).
 
-A device is charged the ε it declares for an occurrence when it is admitted (``admit``), once
-per occurrence: charging it again for the same occurrence answers the same. The charge is
-refused (``budget_exceeded``) when it would take the device's spend in the budget window holding
-the occurrence's day past the campaign's budget (basic composition of pure ε; campaigns refuse
-central-trust protocols, whose (ε, δ) releases this ledger does not compose).
+A device declares an ε for an occurrence when it is admitted (``admit``), once per occurrence:
+declaring it again for the same occurrence answers the same. The ledger keeps the declared ε's;
+what a device is *charged* for occurrence t is the protocol's server-side charge rule
+(``Protocol.repeated_epsilon`` with no states: a bound over every sequence of memoized states,
+as the server sees no value; docs/longitudinal.md §5): the increase, from its declared ε's
+before t to those up to t. Basic composition (the charge is the declared ε) for a protocol that
+memoizes nothing or runs fresh; less for a memoized one (memo-1bitmean: nothing after the first
+s + 1 collections). The admission is refused (``budget_exceeded``) when the charge would take the
+device's spend in the budget window holding the occurrence's day past the campaign's budget, and
+(``invalid_request``) when the rule does not cover the declared ε's (a memoized response asked at
+another ε). Campaigns refuse central-trust protocols, whose (ε, δ) releases this ledger does not
+compose.
 """
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,7 +70,13 @@ from fedldp.server.errors import (
 from fedldp.server.runtime.context import Context
 from fedldp.server.services import studies
 from fedldp.server.store import campaign_rows as rows
-from fedldp.server.store.tables import CampaignRow, OccurrenceRow, StudyRow, utcnow
+from fedldp.server.store.tables import (
+    CampaignRow,
+    DeviceSpendRow,
+    OccurrenceRow,
+    StudyRow,
+    utcnow,
+)
 
 __all__ = [
     "admit",
@@ -278,29 +293,37 @@ def admit(ctx: Context, campaign_id: str, index: int, body: DeviceBatch) -> Devi
         if len(set(asked)) != len(asked):
             raise DuplicateConflict("a device is listed twice")
         window = budget_window(occurrence.day, c.budget_period)
-        spent: dict[str, float] = defaultdict(float)
+        rule = _rule(c)
+        history: dict[str, list[DeviceSpendRow]] = defaultdict(list)
         charged: dict[str, float] = {}
         for s in rows.device_spends(session, campaign_id, asked):
             if s.occurrence == index:
                 charged[s.device] = s.epsilon
-            elif budget_window(s.day, c.budget_period) == window:
-                spent[s.device] += s.epsilon
+            else:
+                history[s.device].append(s)
         new: list[dict[str, object]] = []
         for d in body.devices:
             if d.device in charged:
                 if charged[d.device] != d.epsilon:
                     raise DuplicateConflict(
-                        f"device {d.device} was charged ε = {charged[d.device]:g} for occurrence "
+                        f"device {d.device} declared ε = {charged[d.device]:g} for occurrence "
                         f"{index}, not {d.epsilon:g}"
                     )
                 continue
-            if c.budget_epsilon is not None and not within_budget(
-                spent[d.device], d.epsilon, c.budget_epsilon
-            ):
+            past = sorted(history[d.device], key=lambda s: s.occurrence)
+            declared = [s.epsilon for s in past]
+            charges = _charges(rule, c.protocol, d.device, [*declared, d.epsilon])
+            charge = charges[-1]
+            spent = math.fsum(
+                ch
+                for s, ch in zip(past, charges, strict=False)
+                if budget_window(s.day, c.budget_period) == window
+            )
+            if c.budget_epsilon is not None and not within_budget(spent, charge, c.budget_epsilon):
                 raise BudgetExceeded(
-                    f"device {d.device} has spent ε = {spent[d.device]:g} of its budget "
+                    f"device {d.device} has spent ε = {spent:g} of its budget "
                     f"{c.budget_epsilon:g} in this window; occurrence {index} would charge "
-                    f"{d.epsilon:g} more"
+                    f"{charge:g} more"
                 )
             new.append(
                 {
@@ -320,19 +343,48 @@ def device_budget(ctx: Context, campaign_id: str, device: str) -> DeviceBudgetVi
     with ctx.transaction() as session:
         c = _require(session, campaign_id)
         spends = rows.spends_of(session, campaign_id, device)
+        charges = _charges(_rule(c), c.protocol, device, [s.epsilon for s in spends])
         clock = c.clock if c.clock is not None else c.start
         window = budget_window(clock, c.budget_period)
-        in_window = sum(
-            s.epsilon for s in spends if budget_window(s.day, c.budget_period) == window
+        in_window = math.fsum(
+            ch
+            for s, ch in zip(spends, charges, strict=True)
+            if budget_window(s.day, c.budget_period) == window
         )
         return DeviceBudgetView(
             device=device,
             budget_epsilon=c.budget_epsilon,
             budget_period=c.budget_period,
-            spent_total=sum(s.epsilon for s in spends),
+            spent_total=math.fsum(charges),
             spent_window=in_window,
             remaining=None if c.budget_epsilon is None else max(0.0, c.budget_epsilon - in_window),
             spends=[
-                BudgetSpend(occurrence=s.occurrence, day=s.day, epsilon=s.epsilon) for s in spends
+                BudgetSpend(occurrence=s.occurrence, day=s.day, epsilon=ch, declared=s.epsilon)
+                for s, ch in zip(spends, charges, strict=True)
             ],
         )
+
+
+def _rule(c: CampaignRow) -> Callable[[list[float]], float]:
+    """The server's charge rule of the campaign's protocol: a device's cumulative ε after
+    collections at the declared ε's, whatever its memoized states."""
+    protocol = CATALOGUE[c.protocol]
+    params = protocol.parse_params(c.params)
+    return lambda declared: protocol.repeated_epsilon(params, declared)
+
+
+def _charges(
+    rule: Callable[[list[float]], float], protocol: str, device: str, declared: list[float]
+) -> list[float]:
+    """Each collection's charge: the increase of the rule's cumulative ε (InvalidRequest for
+    declared ε's it does not cover)."""
+    out: list[float] = []
+    prior = 0.0
+    for t in range(len(declared)):
+        try:
+            total = rule(declared[: t + 1])
+        except ValueError as exc:
+            raise InvalidRequest(f"device {device}: {exc}") from None
+        out.append(max(total - prior, 0.0))
+        prior = total
+    return out

@@ -108,6 +108,7 @@ def declare_truth(
         StudyNotEnrolling,
         DuplicateConflict,
         BudgetExceeded,
+        InvalidRequest,
     ),
     tags=["campaigns"],
     openapi_extra=documented(wire.DeviceBatch),

@@ -234,3 +234,48 @@ async def test_a_truth_is_refused_when_it_cannot_be_one(client: httpx.AsyncClien
     expect_error(await client.put(put, content=b'{"truth": NaN}'), 422, "invalid_request")
     missing = f"/v1/campaigns/{'0' * 32}/occurrences/0/truth"
     expect_error(await client.put(missing, json={"truth": 0.1}), 404, "unknown_campaign")
+
+
+async def test_memoized_protocols_are_charged_by_their_rule(client: httpx.AsyncClient) -> None:
+    """memo-1bitmean's server rule (docs/longitudinal.md §5): min(T, s + 1)·ε in all, whatever
+    the values; fresh, T·ε. Lifetime budgets: refused at the occurrence that would pass them."""
+    common = {"protocol": "memo-1bitmean", "every": 1.0, "times": 5, "budget_period": None}
+    two = await _campaign(client, **common, params={"levels": 1}, budget_epsilon=2.5)
+    four = await _campaign(client, **common, params={"levels": 3}, budget_epsilon=3.5)
+    fresh = await _campaign(
+        client, **common, params={"levels": 1, "memoize": False}, budget_epsilon=2.5
+    )
+    refused_at = {two.id: None, four.id: 3, fresh.id: 2}
+    for k in range(5):
+        for campaign in (two, four, fresh):
+            occurrence = await _next(client, campaign.id)
+            answer = await _admit(client, campaign.id, k, ("m", 1.0))
+            first_refusal = refused_at[campaign.id]
+            if first_refusal is not None and k >= first_refusal:
+                expect_error(answer, 409, "budget_exceeded")
+            else:
+                assert answer.status_code == 200, answer.text
+            await client.post(f"/v1/studies/{occurrence.study_id}/cancel")
+    view = DeviceBudgetView.model_validate_json(
+        (await client.get(f"/v1/campaigns/{two.id}/devices/m/budget")).content
+    )
+    assert [s.epsilon for s in view.spends] == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert [s.declared for s in view.spends] == [1.0] * 5
+    assert (view.spent_total, view.remaining) == (2.0, 0.5)
+    view = DeviceBudgetView.model_validate_json(
+        (await client.get(f"/v1/campaigns/{fresh.id}/devices/m/budget")).content
+    )
+    assert [s.epsilon for s in view.spends] == [1.0, 1.0]
+
+
+async def test_a_memoized_response_at_another_epsilon_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    campaign = await _campaign(
+        client, protocol="memo-1bitmean", params={}, budget_epsilon=None, budget_period=None
+    )
+    occurrence = await _next(client, campaign.id)
+    assert (await _admit(client, campaign.id, 0, ("m", 1.0))).status_code == 200
+    await client.post(f"/v1/studies/{occurrence.study_id}/cancel")
+    await _next(client, campaign.id)
+    expect_error(await _admit(client, campaign.id, 1, ("m", 2.0)), 422, "invalid_request")

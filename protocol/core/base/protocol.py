@@ -38,6 +38,7 @@ study, with a stack trace's last line for a reason).
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
@@ -405,6 +406,56 @@ class Protocol(ABC, Generic[ParamsT]):
         release's smooth sensitivity, say). The in-process simulator shows them under the
         result's ``diagnostics["internal"]``; the server never calls this. Default: none."""
         return {}
+
+    # -- repeated collection: what a device is charged (docs/longitudinal.md §5) --------------
+
+    def memo_state(
+        self, params: ParamsT, data: UserData, epsilon: FloatArray, rng: RandomSource
+    ) -> IntArray | None:
+        """Device side: each user's *memoized state* for a collection, one non-negative int per
+        row of ``data`` (the label its memoized response is drawn under: RAPPOR's value, the
+        rounded value of α-point rounding, ...), computed as ``privatize`` would from the same
+        persistent device streams (``rng.device``), so only the device can know it; None (the
+        default) for a protocol that memoizes nothing, whose charge ignores states. Pure: draws
+        nothing from ``rng``'s own counters."""
+        return None
+
+    def repeated_epsilon(
+        self, params: ParamsT, epsilon: Sequence[float], states: Sequence[int] | None = None
+    ) -> float:
+        """The ε a device has spent over a sequence of collections of this protocol with the
+        same parameters (one campaign), in order: ``epsilon[t]`` is the ε it declared for
+        collection t, ``states[t]`` its ``memo_state`` then. ``states`` is known to the device
+        only; ``None`` (the server, which sees no value) asks for a bound that holds for every
+        sequence of states. Default: basic composition, Σ_t ε_t, whatever the states.
+
+        A protocol that memoizes overrides it with its longitudinal guarantee. Contract
+        (tests/protocol/longitudinal/test_charges.py checks the built-in ones): non-decreasing
+        as collections are appended (no charge is negative); with ``states=None`` at least its
+        value for any states (the server's charge is sound); with one collection, at most ε_0
+        (a one-shot report's ε).
+        ``ValueError`` for a sequence the guarantee does not cover (e.g. a memoized response
+        asked again at another ε), which the device and the server refuse."""
+        return float(math.fsum(float(e) for e in epsilon))
+
+    def charge(
+        self,
+        params: ParamsT,
+        before: Sequence[float],
+        epsilon: float,
+        states_before: Sequence[int] | None = None,
+        state: int | None = None,
+    ) -> float:
+        """The ε a device is charged for a new collection at ``epsilon`` (its state ``state``)
+        after collections at ``before`` (states ``states_before``): the increase of
+        ``repeated_epsilon``; with ``state=None`` the server's charge (states unknown)."""
+        if state is None or states_before is None:
+            prior = self.repeated_epsilon(params, before)
+            after = self.repeated_epsilon(params, [*before, epsilon])
+        else:
+            prior = self.repeated_epsilon(params, before, states_before)
+            after = self.repeated_epsilon(params, [*before, epsilon], [*states_before, state])
+        return max(after - prior, 0.0)  # rounding of the difference only
 
 
 class Predictor(ABC, Generic[ParamsT]):

@@ -176,7 +176,11 @@ class DeviceAdmission(Model):
 class BudgetSpend(Model):
     occurrence: Annotated[int, Field(ge=0, le=MAX_ID)]
     day: float
-    epsilon: float
+    epsilon: float = Field(
+        description="the ε charged: the protocol's server-side charge rule (docs/longitudinal.md "
+        "§5), the declared ε under basic composition"
+    )
+    declared: float = Field(description="the ε the device declared for its reports")
 
 
 class DeviceBudgetView(Model):

@@ -168,3 +168,50 @@ def test_admitted_charges_never_exceed_the_budget_in_any_window(
         w = ledger.budget.window(s.day)
         windows[w] = windows.get(w, 0.0) + float(s.epsilon[0])
     assert all(total <= budget * (1 + 1e-9) for total in windows.values())
+
+
+def _memo_template(memoize: bool, **over: Any) -> CampaignTemplate:
+    return _template(
+        protocol="memo-1bitmean",
+        params={"levels": 1, "memoize": memoize},
+        population={
+            "users": 2000,
+            "distribution": "bernoulli",
+            "p": 0.3,
+            "epsilon": 1.0,
+            "drift": {"mean_per_day": 0.03},
+        },
+        times=10,
+        **over,
+    )
+
+
+def test_a_memoized_device_pays_once_per_value_and_a_fresh_one_every_day() -> None:
+    """memo-1bitmean (s = 1) over a drifting Bernoulli law: each device's bit is its value, which
+    flips at most once (its uniform crossed by the rising p), so it has spent ε per distinct value,
+    1 or 2, and the server (values unknown) charged min(T, 2)·ε = 2; fresh, 10·ε on both sides."""
+    memo = simulate_campaign(_memo_template(True), 4)
+    pops = [occurrence_population(_memo_template(True), 4, k) for k in (0, 9)]
+    first, last = (np.asarray(p.data(np.arange(2000)).values) for p in pops)
+    changed = first != last
+    assert 0 < changed.sum() < 2000
+    np.testing.assert_array_equal(memo.spent, np.where(changed, 2.0, 1.0))
+    np.testing.assert_array_equal(memo.bound, np.full(2000, 2.0))
+    fresh = simulate_campaign(_memo_template(False), 4)
+    np.testing.assert_array_equal(fresh.spent, np.full(2000, 10.0))
+    np.testing.assert_array_equal(fresh.bound, fresh.spent)
+
+
+def test_budgets_refuse_where_the_charge_rules_say() -> None:
+    """A lifetime budget of 2.5: memoized devices take part every day (the server's bound stops
+    at 2), fresh ones from occurrence 2 on are refused; a budget of 1.5 stops memoized devices
+    at occurrence 1 too, where the server's charge (1: the value may have changed) would pass
+    it, even for devices whose own charge is 0."""
+    budget = {"epsilon": 2.5}
+    memo = simulate_campaign(_memo_template(True, budget=budget), 4)
+    assert [o.enrolled for o in memo.occurrences] == [2000] * 10
+    fresh = simulate_campaign(_memo_template(False, budget=budget), 4)
+    assert [o.enrolled for o in fresh.occurrences] == [2000, 2000] + [0] * 8
+    tight = simulate_campaign(_memo_template(True, budget={"epsilon": 1.5}), 4)
+    assert [o.enrolled for o in tight.occurrences] == [2000] + [0] * 9
+    np.testing.assert_array_equal(tight.spent, np.ones(2000))

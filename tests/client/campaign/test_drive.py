@@ -70,6 +70,7 @@ def assert_same(http: CampaignResult, local: CampaignResult) -> None:
             assert a.estimate is not None
             np.testing.assert_allclose(a.estimate, b.estimate, rtol=REL, atol=1e-12)
     np.testing.assert_array_equal(http.spent, local.spent)
+    np.testing.assert_array_equal(http.bound, local.bound)
 
 
 async def test_http_gives_the_in_process_numbers_and_resumes(app: FastAPI, tmp_path: Path) -> None:
@@ -189,3 +190,38 @@ async def test_the_server_refuses_what_its_ledger_cannot_fit(app: FastAPI, tmp_p
         with pytest.raises(ApiError) as complete:
             await api.next_occurrence(campaign.id)
         assert complete.value.code == "campaign_complete"
+
+
+async def test_a_memoized_campaign_over_http_charges_by_the_rules(
+    app: FastAPI, tmp_path: Path
+) -> None:
+    """memo-1bitmean over a drifting Bernoulli law: the devices' store holds their own charges
+    (ε per distinct value), the server's ledger its bound (min(T, 2)·ε), both as in process."""
+    population = {
+        "users": 300,
+        "distribution": "bernoulli",
+        "p": 0.2,
+        "epsilon": 1.0,
+        "drift": {"mean_per_day": 0.1},
+    }
+    template = _template(
+        protocol="memo-1bitmean",
+        params={"levels": 1},
+        population=population,
+        every="1d",
+        times=4,
+        budget={"epsilon": 2.5},
+    )
+    transport = httpx.ASGITransport(app=app)
+    done = await run_campaign(URL, template, 5, tmp_path / "memo", transport=transport)
+    local = simulate_campaign(template, 5)
+    assert [o.enrolled for o in local.occurrences] == [300] * 4
+    assert_same(done, local)
+    assert set(np.unique(local.spent).tolist()) == {1.0, 2.0}
+    async with ApiClient(URL, transport=transport) as api:
+        (campaign,) = (await api.list_campaigns()).campaigns
+        moved = int(np.flatnonzero(local.spent == 2.0)[0])
+        budget = await api.device_budget(campaign.id, device_id(moved))
+        assert [s.epsilon for s in budget.spends] == [1.0, 1.0, 0.0, 0.0]
+        assert [s.declared for s in budget.spends] == [1.0] * 4
+        assert budget.spent_total == local.bound[moved] == 2.0

@@ -85,6 +85,13 @@ def test_campaign_run_show_and_budget_against_a_server(
         budget = capsys.readouterr().out
         assert budget.startswith("device d0: spent ε ")
         assert budget.count("  occurrence ") in (2, 3)  # ε 1: days 0 and 1; ε 0.5: all three
+        store = ["--store", str(tmp_path / "devices")]
+        assert (
+            main(["campaign", "budget", campaign["id"], "d0", "--server", server.url, *store]) == 0
+        )
+        own = capsys.readouterr().out
+        assert f"its own ledger ({tmp_path / 'devices'}): ε {expected.spent[0]:g} in all" in own
+        assert own.count(", its own charge ") == budget.count("  occurrence ")
         assert main(["campaign", "show", "nope", "--server", server.url]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: unknown_campaign: ")
