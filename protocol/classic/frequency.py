@@ -83,7 +83,14 @@ from fedldp.protocol.api import (
 )
 from fedldp.protocol.classic import oracles as th
 
-__all__ = ["LEVEL", "ClassicFrequency", "FrequencyParams", "project_simplex", "sample_items"]
+__all__ = [
+    "LEVEL",
+    "ClassicFrequency",
+    "FrequencyParams",
+    "one_if_equal",
+    "project_simplex",
+    "sample_items",
+]
 
 LEVEL = 0.95
 """The error bar's confidence level."""
@@ -183,7 +190,7 @@ class ClassicFrequency(Protocol[FrequencyParams]):
         items = sample_items(data, u[:, 0], k)
         eps = np.asarray(epsilon, dtype=np.float64)
         if self.broadcasts_epsilon:
-            eps = _one_if_equal(eps)
+            eps = one_if_equal(eps)
         return self.report(k, items, eps, u[:, 1:])
 
     broadcasts_epsilon: ClassVar[bool] = True
@@ -255,7 +262,7 @@ class ClassicFrequency(Protocol[FrequencyParams]):
         for chunk in chunks:
             eps = np.asarray(chunk.epsilon, dtype=np.float64)
             n = int(eps.size)
-            one = _one_if_equal(eps)  # users of one ε: every constant computed once
+            one = one_if_equal(eps)  # users of one ε: every constant computed once
             times = n if one.size == 1 < n else 1
             p, q = th.support_probabilities(self.oracle, one, k)
             gap = p - q
@@ -295,7 +302,7 @@ class ClassicFrequency(Protocol[FrequencyParams]):
         return Result(estimate, bar, diagnostics)
 
 
-def _one_if_equal(epsilon: FloatArray) -> FloatArray:
+def one_if_equal(epsilon: FloatArray) -> FloatArray:
     """``epsilon[:1]`` when every entry equals it (one ε for the block), else ``epsilon``."""
     if epsilon.size > 1 and epsilon.min() == epsilon.max():
         return epsilon[:1]
