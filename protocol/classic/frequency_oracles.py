@@ -25,6 +25,9 @@ from fedldp.protocol.api import (
     RandomSource,
     RoundTask,
     UserData,
+    halves,
+    random_words,
+    unit,
 )
 from fedldp.protocol.classic import hashing
 from fedldp.protocol.classic import oracles as th
@@ -33,9 +36,9 @@ from fedldp.protocol.classic.frequency import (
     FrequencyParams,
     integral_in,
     one_if_equal,
+    pick_uniforms,
     sample_items,
 )
-from fedldp.protocol.core.streams import halves, random_words, unit
 
 # The attacks' reports (``output_attack_reports``, ``promote``) are stated in the "Attacks"
 # section of ``fedldp.protocol.classic.frequency``; each method's docstring says its choice.
@@ -152,9 +155,8 @@ class _BitVector(ClassicFrequency):
     """Reports that are k bits (unary encoding, subset selection): support = the set bits.
 
     Their randomness is raw 64-bit words of the user's stream (``random_words``), not uniforms:
-    the first word's uniform picks the user's sample (as for the other oracles), the mechanism
-    spends the next ``words`` (``encode``), a few bits per decision rather than one uniform per
-    item."""
+    the mechanism spends ``words`` of them (``encode``), a few bits per decision rather than one
+    uniform per item, and one more word's uniform picks the user's sample (``pick_first``)."""
 
     params_model = VectorParams
     payload_kind: ClassVar[PayloadKind] = "vector"
@@ -163,7 +165,7 @@ class _BitVector(ClassicFrequency):
         return (params.domain_size,)
 
     def words(self, k: int, epsilon: FloatArray) -> int:
-        """Words each user's report spends (``encode``), after the one that picks its sample."""
+        """Words each user's report spends (``encode``)."""
         raise NotImplementedError
 
     def encode(
@@ -183,8 +185,18 @@ class _BitVector(ClassicFrequency):
     ) -> FloatArray:
         k = int(task.broadcast["k"])
         eps = one_if_equal(np.asarray(epsilon, dtype=np.float64))
-        items = sample_items(data, unit(random_words(rng, (data.n_users, 1))[:, 0]), k)
-        return self.encode(k, items, eps, random_words(rng, (data.n_users, self.words(k, eps))))
+        n = data.n_users
+        if self.pick_first:
+            items = sample_items(data, unit(random_words(rng, (n, 1))[:, 0]), k)
+            return self.encode(k, items, eps, random_words(rng, (n, self.words(k, eps))))
+        words = random_words(rng, (n, self.words(k, eps)))
+        return self.encode(k, sample_items(data, pick_uniforms(data, rng), k), eps, words)
+
+    pick_first: ClassVar[bool] = False
+    """Whether the word that picks the sample comes first (always drawn): when the number of
+    the report's words depends on the block (SS: its largest d), a word after them would not be
+    a function of the user alone. Else it comes after them, drawn only when some user has
+    several samples (``pick_uniforms``)."""
 
     def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
         return np.asarray(np.all((payloads == 0.0) | (payloads == 1.0), axis=1), dtype=np.bool_)
@@ -208,7 +220,7 @@ class SymmetricUnaryEncoding(_BitVector):
     bit x ≠ v is set when its integer is below T = ⌈q·2^32⌉, the true bit v when its integer is
     not (SUE) or is below 2^31 (OUE, p = 1/2). The report is exactly the UE law at the realised
     (p', q') of ``oracles.unary_flip``, whose ε' ≤ ε (the proof is there); ⌈k/2⌉ words a
-    user after its sample's."""
+    user, then the sample's (``pick_uniforms``)."""
 
     name: ClassVar[str] = "classic-sue"
     oracle: ClassVar[th.Oracle] = "sue"
@@ -367,7 +379,7 @@ def insert_bit(mask: NDArray[np.uint64], at: IntArray, value: BoolArray) -> NDAr
 def mask_bits(mask: NDArray[np.uint64], k: int) -> FloatArray:
     """The k low bits of each row's mask as 0.0/1.0, bit x in column x."""
     octets = np.ascontiguousarray(mask.astype("<u8")).view(np.uint8).reshape(mask.size, 8)
-    bits = np.unpackbits(octets, axis=1, bitorder="little")[:, :k]
+    bits = np.unpackbits(octets, axis=1, count=k, bitorder="little")
     return np.asarray(bits, dtype=np.float64)
 
 
@@ -384,6 +396,7 @@ class SubsetSelection(_BitVector):
 
     name: ClassVar[str] = "classic-ss"
     oracle: ClassVar[th.Oracle] = "ss"
+    pick_first: ClassVar[bool] = True
     summary: ClassVar[str] = "item frequencies by subset selection (optimal subset size)"
     source: ClassVar[str] = (
         "Ye, Barg, IEEE Trans. Inf. Theory 2018; Wang, Wu, Li, Jha 2016 (k-subset mechanism)"

@@ -179,3 +179,43 @@ def test_stream_words_are_the_uniforms_bits_and_split_low_half_first() -> None:
     assert np.array_equal(split[:, 0], words[:, 0] & np.uint64(0xFFFFFFFF))
     assert np.array_equal(split[:, 1], words[:, 0] >> np.uint64(32))
     assert split.shape == (3, 4)
+
+
+@pytest.mark.parametrize("oracle", ["grr", "sue", "oue", "ss", "olh"])
+def test_a_users_report_is_its_own_whatever_the_block(oracle: str) -> None:
+    # convention 9: alone (an HTTP client) or in a block of users of other ε and sample counts
+    # (the simulator's chunk), a user's report is the same: SS's block draws its largest d
+    from fedldp.protocol.classic.frequency_oracles import PROTOCOLS
+
+    protocol = next(p for p in PROTOCOLS if p.name == f"classic-{oracle}")
+    k, n = 40, 60
+    rng = np.random.default_rng(9)
+    eps = rng.choice([0.2, 1.0, 3.0], n)
+    counts = rng.integers(1, 4, n)
+    values = rng.integers(0, k, int(counts.sum()))
+    params = protocol.parse_params({"domain_size": k})
+    plan = protocol.plan(params, eps, {}, 0)
+    task = RoundTask.of(plan.rounds[0], protocol.broadcast(params, plan, 0, []))
+    key, ids = stream_key(4, 2), np.arange(100, 100 + n)
+    group = np.zeros(n, dtype=np.int64)
+    block = protocol.privatize(
+        params, task, UserData(values, counts), eps, group, UserStreams(key, ids)
+    )
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    for i in (0, 7, 31, n - 1):
+        own = UserData(values[offsets[i] : offsets[i + 1]], counts[i : i + 1])
+        alone = protocol.privatize(
+            params, task, own, eps[i : i + 1], group[:1], UserStreams(key, ids[i : i + 1])
+        )
+        assert np.array_equal(alone[0], block[i])
+    one = UserData(values[:n], np.ones(n, dtype=np.int64))  # one sample each: no pick drawn
+    block = protocol.privatize(params, task, one, eps, group, UserStreams(key, ids))
+    alone = protocol.privatize(
+        params,
+        task,
+        UserData(values[5:6], np.ones(1, dtype=np.int64)),
+        eps[5:6],
+        group[:1],
+        UserStreams(key, ids[5:6]),
+    )
+    assert np.array_equal(alone[0], block[5])
