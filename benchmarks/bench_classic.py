@@ -14,11 +14,10 @@ every user from one ``numpy.random.Generator`` (the mechanism's own cost, which 
 The target, ours ≥ 10× the faster library for every mechanism, applies to the ``study``
 column; the table says MET or MISSED per mechanism, and the ``one rng`` ratio is shown beside
 it. Each rate is the best of three runs; multi-freq-ldpy's numba functions are compiled before
-timing. Then it times OLH's aggregation
-alone for 10^6 users at k = 1024 (target < 10 CPU-seconds): the server's O(n·k) support count runs as L
-doublings of each user's hash table in uint8 on cache-sized chunks
-(``fedldp.protocol.classic.hashing``), once at one ε (one integer count per chunk) and once with
-every user at its own ε (a weighted count).
+timing. Then it times OLH's aggregation alone for 10^6 users at k = 1024 (target < 10
+CPU-seconds): the server's O(n·k) support count runs as L doublings of each user's hash table
+in uint8 on cache-sized chunks (``fedldp.protocol.classic.hashing``), once at one ε (one integer
+count per chunk) and once with every user at its own ε (a weighted count).
 
 Rows are (family, mechanism, ours, theirs). Neither library has the mean mechanisms
 (protocol/classic/means.py): their table follows, ours alone, reports privatized per second (the
