@@ -1,18 +1,23 @@
 """Benchmark: the classic mechanisms (protocol/classic/) against the two public libraries,
 ``pure-ldp`` and ``multi-freq-ldpy`` (the ``test`` extra), in one process and one run.
 
-For each mechanism (a ``Row``) it times reports privatized and aggregated per second: ours
-through the protocol's own steps (``privatize``, then ``aggregate``), vectorised over the whole
-population; theirs through each library's client, one user at a time as the libraries are written,
-and its server. It prints the rates and the ratio of ours to the faster library (target ≥ 10 for
-every mechanism), ours with one numpy generator for every user (the mechanism's own cost) and, in
-the ``(streams)`` columns, with the per-user streams the simulator and the clients use
-(``UserStreams``: the same code, slower uniforms); each rate is the best of three runs.
-multi-freq-ldpy's numba functions are compiled before timing. Then it times OLH's aggregation
-alone for 10^6 users at k = 1024 (target < 10 s): the server's O(n·k) support count runs as L
-doublings of each user's hash table in uint8 on cache-sized chunks
-(``fedldp.protocol.classic.hashing``), once at one ε (one integer count per chunk) and once with
-every user at its own ε (a weighted count).
+For each mechanism (a ``Row``) it times reports privatized and aggregated per CPU-second (the
+process's CPU time, ``time.process_time``: the machine is shared, and every side runs on one
+core, so descheduled time is not charged to either): ours through the protocol's own steps
+(``privatize``, then ``aggregate``), vectorised over the whole population; theirs through each
+library's client, one user at a time as the libraries are written, and its server.
+
+Two columns of ours: ``study`` draws every user's randomness from its own counter-based stream
+(``UserStreams``), which is what ``fedldp simulate``, the server's studies and the HTTP clients
+run (reproducible per user, so a client's report equals the simulator's); ``one rng`` draws
+every user from one ``numpy.random.Generator`` (the mechanism's own cost, which no study runs).
+The target, ours ≥ 10× the faster library for every mechanism, applies to the ``study``
+column; the table says MET or MISSED per mechanism, and the ``one rng`` ratio is shown beside
+it. Each rate is the best of three runs; multi-freq-ldpy's numba functions are compiled before
+timing. Then it times OLH's aggregation alone for 10^6 users at k = 1024 (target < 10
+CPU-seconds): the server's O(n·k) support count runs as L doublings of each user's hash table
+in uint8 on cache-sized chunks (``fedldp.protocol.classic.hashing``), once at one ε (one integer
+count per chunk) and once with every user at its own ε (a weighted count).
 
 Rows are (family, mechanism, ours, theirs). Neither library has the mean mechanisms
 (protocol/classic/means.py): their table follows, ours alone, reports privatized per second (the
@@ -64,8 +69,8 @@ class Row:
 def ours(name: str, streams: bool = False) -> Runner:
     """A catalogue protocol's client step for every user and its server step; the users draw
     from one ``numpy.random.Generator`` (the mechanism's own cost), or with ``streams`` from
-    their per-user counter-based streams (``UserStreams``, as ``fedldp simulate`` runs them:
-    reproducible per user, and slower, about 50 ns a uniform under load)."""
+    their per-user counter-based streams (``UserStreams``, as a study runs them: reproducible
+    per user, about 10 ns a 64-bit word on one core)."""
     protocol = get_protocol(name)
 
     def run(items: np.ndarray, k: int, eps: float) -> None:
@@ -167,17 +172,18 @@ least disturbed)."""
 
 
 def rate(run: Runner, items: np.ndarray, k: int, eps: float) -> float:
-    """Reports privatized and aggregated per second (best of ``REPEATS``)."""
+    """Reports privatized and aggregated per CPU-second (best of ``REPEATS``)."""
     best = math.inf
     for _ in range(REPEATS):
-        started = time.perf_counter()
+        started = time.process_time()
         run(items, k, eps)
-        best = min(best, time.perf_counter() - started)
+        best = min(best, time.process_time() - started)
     return items.size / best
 
 
 def olh_aggregation(users: int, k: int, eps: float, mixed: bool) -> float:
-    """Seconds of OLH's support count for ``users`` reports (hash tables drawn directly)."""
+    """CPU-seconds of OLH's support count for ``users`` reports (hash tables drawn
+    directly)."""
     rng = np.random.default_rng(5)
     epsilon = rng.uniform(0.5, 4.0, users) if mixed else np.full(users, eps)
     g = th.olh_range(epsilon)
@@ -185,9 +191,9 @@ def olh_aggregation(users: int, k: int, eps: float, mixed: bool) -> float:
     seeds = np.floor(rng.random((users, bits + 2)) * g[:, None]).astype(np.int64)
     p, q = th.support_probabilities("olh", epsilon, k)
     c = th.user_weights(p, q, "inverse-variance") / (p - q)
-    started = time.perf_counter()
+    started = time.process_time()
     hashing.support_weights(seeds[:, :bits], seeds[:, bits], seeds[:, bits + 1], g, c, k)
-    return time.perf_counter() - started
+    return time.process_time() - started
 
 
 CHUNK = 8192
@@ -265,31 +271,36 @@ def main(argv: list[str] | None = None) -> int:
             random.seed(0)
             row.theirs["multi-freq-ldpy"](items[:2], k, eps)
     print(
-        f"reports privatized and aggregated per second (k = {k}, ε = {eps}; ours on "
-        f"{args.users} users, theirs on {args.their_users})"
+        f"reports privatized and aggregated per CPU-second (k = {k}, ε = {eps}; ours on "
+        f"{args.users} users, theirs on {args.their_users}); target: the study column "
+        f"≥ {RATIO_TARGET:.0f}× the faster library"
     )
     print(
-        f"{'family':<10} {'mechanism':<13} {'ours':>12} {'(streams)':>12} {'pure-ldp':>12} "
-        f"{'multi-freq':>12} {'ratio':>7} {'(streams)':>9}"
+        f"{'family':<10} {'mechanism':<13} {'study':>12} {'one rng':>12} {'pure-ldp':>12} "
+        f"{'multi-freq':>12} {'ratio':>7} {'(one rng)':>9}  target"
     )
-    worst = math.inf
+    missed = []
     for row in rows:
-        mine = rate(row.ours, items, k, eps)
-        mine_streams = rate(row.ours_streams, items, k, eps)
+        mine = rate(row.ours_streams, items, k, eps)
+        mine_one = rate(row.ours, items, k, eps)
         cells = {lib: rate(run, theirs_items, k, eps) for lib, run in row.theirs.items()}
         ratio = mine / max(cells.values())
-        worst = min(worst, ratio)
+        if ratio < RATIO_TARGET:
+            missed.append(row.mechanism)
 
         def cell(lib: str, cells: dict[str, float] = cells) -> str:
             return f"{cells[lib]:>12,.0f}" if lib in cells else f"{'—':>12}"
 
+        verdict = "MET" if ratio >= RATIO_TARGET else "MISSED"
         print(
-            f"{row.family:<10} {row.mechanism:<13} {mine:>12,.0f} {mine_streams:>12,.0f} "
+            f"{row.family:<10} {row.mechanism:<13} {mine:>12,.0f} {mine_one:>12,.0f} "
             f"{cell('pure-ldp')} {cell('multi-freq-ldpy')} {ratio:>6.1f}× "
-            f"{mine_streams / max(cells.values()):>8.1f}×"
+            f"{mine_one / max(cells.values()):>8.1f}×  {verdict}"
         )
-    ok = worst >= RATIO_TARGET
-    print(f"smallest ratio {worst:.1f}× (target ≥ {RATIO_TARGET:.0f}×): {'ok' if ok else 'MISSED'}")
+    ok = not missed
+    print(
+        f"study column ≥ {RATIO_TARGET:.0f}×: {'MET' if ok else 'MISSED by ' + ', '.join(missed)}"
+    )
     if not args.skip_olh:
         for mixed in (False, True):
             seconds = olh_aggregation(args.olh_users, args.olh_items, eps, mixed)
@@ -298,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             ok = ok and hit
             print(
                 f"OLH aggregation, {args.olh_users} users × k = {args.olh_items}, {what}: "
-                f"{seconds:.2f} s (target < {OLH_TARGET_S:.0f} s): {'ok' if hit else 'MISSED'}"
+                f"{seconds:.2f} CPU-s (target < {OLH_TARGET_S:.0f} s): {'ok' if hit else 'MISSED'}"
             )
     mean_table(args.mean_users, args.dimension, eps)
     return 0 if ok else 1

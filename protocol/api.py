@@ -48,7 +48,9 @@ the central noise calibrations (``gaussian_coefficient``, ``calibrated_alpha``, 
 …; ``ONE_D_EPSILON_CAP`` and ``MULTI_D_EPSILON_CAP`` cap their ε), the per-user random streams
 (``UserStreams``, ``stream_key``, ``StreamKey``, ``RandomSource``: participant i's randomness is
 a function of the key and i only; ``UserStreams.device`` and ``labelled`` are the persistent device
-streams a memoized response is drawn from, the same in every study: docs/longitudinal.md), the
+streams a memoized response is drawn from, the same in every study: docs/longitudinal.md;
+``random_words`` the raw 64-bit words of either kind of source, ``unit`` their uniforms and
+``halves`` their 32-bit halves, for samplers that spend bits rather than uniforms), the
 plausibility bounds of unbounded reports (``laplace_reach``, ``around``, …;
 ``IMPLAUSIBLE_PROBABILITY`` is the per-entry probability an honest report lands outside them,
 ``LAPLACE_TAIL`` the matching Laplace tail in scales), and the privacy audit of a protocol's own
@@ -93,8 +95,11 @@ from fedldp.protocol.core.streams import (
     RandomSource,
     StreamKey,
     UserStreams,
+    halves,
     ragged_random,
+    random_words,
     stream_key,
+    unit,
 )
 from fedldp.protocol.mechanisms.audit import (
     AuditCase,
@@ -214,6 +219,7 @@ __all__ = [
     "gaussian_coefficient",
     "gaussian_hockey_stick",
     "gaussian_reach",
+    "halves",
     "jl_dimension",
     "jl_estimate",
     "jl_items",
@@ -237,6 +243,7 @@ __all__ = [
     "one_user",
     "paper_alpha_beta",
     "ragged_random",
+    "random_words",
     "randomized_response",
     "rr_debias",
     "rr_keep_probability",
@@ -250,6 +257,7 @@ __all__ = [
     "split_sizes",
     "stream_key",
     "to_unit",
+    "unit",
     "valid_payloads",
     "z_quantile",
 ]

@@ -83,7 +83,15 @@ from fedldp.protocol.api import (
 )
 from fedldp.protocol.classic import oracles as th
 
-__all__ = ["LEVEL", "ClassicFrequency", "FrequencyParams", "project_simplex", "sample_items"]
+__all__ = [
+    "LEVEL",
+    "ClassicFrequency",
+    "FrequencyParams",
+    "one_if_equal",
+    "pick_uniforms",
+    "project_simplex",
+    "sample_items",
+]
 
 LEVEL = 0.95
 """The error bar's confidence level."""
@@ -112,6 +120,16 @@ def sample_items(data: UserData, u: FloatArray, k: int) -> IntArray:
     if items.size and (items.min() < 0 or items.max() >= k):
         raise ValueError(f"items must lie in 0..{k - 1}")
     return items
+
+
+def pick_uniforms(data: UserData, rng: RandomSource) -> FloatArray:
+    """The uniform of each user's stream that picks its sample (``sample_items``), drawn after
+    the report's: only when some user has several samples, as one sample needs none. A user's
+    report is thus a function of its own draws whatever the block (the report's draws come
+    first, their number fixed by the parameters)."""
+    if np.asarray(data.values).size == data.n_users:  # one sample each: nothing to pick
+        return np.zeros(data.n_users)
+    return np.asarray(rng.random((data.n_users, 1))[:, 0], dtype=np.float64)
 
 
 def project_simplex(v: FloatArray) -> FloatArray:
@@ -146,7 +164,8 @@ class ClassicFrequency(Protocol[FrequencyParams]):
         return ()
 
     def draws(self, params: FrequencyParams) -> int:
-        """Uniforms each user draws (the first picks its sample)."""
+        """Uniforms each user draws: the report's, then the one that picks its sample
+        (``pick_uniforms``)."""
         return 3
 
     def plan(
@@ -179,12 +198,12 @@ class ClassicFrequency(Protocol[FrequencyParams]):
         rng: RandomSource,
     ) -> FloatArray:
         k = int(task.broadcast["k"])
-        u = np.asarray(rng.random((data.n_users, self.draws(params))), dtype=np.float64)
-        items = sample_items(data, u[:, 0], k)
+        u = np.asarray(rng.random((data.n_users, self.draws(params) - 1)), dtype=np.float64)
+        items = sample_items(data, pick_uniforms(data, rng), k)
         eps = np.asarray(epsilon, dtype=np.float64)
         if self.broadcasts_epsilon:
-            eps = _one_if_equal(eps)
-        return self.report(k, items, eps, u[:, 1:])
+            eps = one_if_equal(eps)
+        return self.report(k, items, eps, u)
 
     broadcasts_epsilon: ClassVar[bool] = True
     """Whether ``report`` takes one ε for a block whose users share it (shape (1,), broadcast
@@ -255,7 +274,7 @@ class ClassicFrequency(Protocol[FrequencyParams]):
         for chunk in chunks:
             eps = np.asarray(chunk.epsilon, dtype=np.float64)
             n = int(eps.size)
-            one = _one_if_equal(eps)  # users of one ε: every constant computed once
+            one = one_if_equal(eps)  # users of one ε: every constant computed once
             times = n if one.size == 1 < n else 1
             p, q = th.support_probabilities(self.oracle, one, k)
             gap = p - q
@@ -295,7 +314,7 @@ class ClassicFrequency(Protocol[FrequencyParams]):
         return Result(estimate, bar, diagnostics)
 
 
-def _one_if_equal(epsilon: FloatArray) -> FloatArray:
+def one_if_equal(epsilon: FloatArray) -> FloatArray:
     """``epsilon[:1]`` when every entry equals it (one ε for the block), else ``epsilon``."""
     if epsilon.size > 1 and epsilon.min() == epsilon.max():
         return epsilon[:1]

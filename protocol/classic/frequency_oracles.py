@@ -1,7 +1,8 @@
 """The seven classic frequency oracles: each one's report, its admissible payloads and its
 support counts, on the shared round of ``fedldp.protocol.classic.frequency`` (which states the
 payloads; the theory is ``fedldp.protocol.classic.oracles``). Every step is vectorised over the
-users of a block; a user's uniforms come from its own stream (its row of ``u``).
+users of a block; a user's randomness comes from its own stream (its row of ``u``, or of the
+raw words for the bit-vector reports).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 from pydantic import Field
 
 from fedldp.protocol.api import (
@@ -22,15 +24,27 @@ from fedldp.protocol.api import (
     Protocol,
     RandomSource,
     RoundTask,
+    UserData,
+    halves,
+    random_words,
+    unit,
 )
 from fedldp.protocol.classic import hashing
 from fedldp.protocol.classic import oracles as th
-from fedldp.protocol.classic.frequency import ClassicFrequency, FrequencyParams, integral_in
+from fedldp.protocol.classic.frequency import (
+    ClassicFrequency,
+    FrequencyParams,
+    integral_in,
+    one_if_equal,
+    pick_uniforms,
+    sample_items,
+)
 
 # The attacks' reports (``output_attack_reports``, ``promote``) are stated in the "Attacks"
 # section of ``fedldp.protocol.classic.frequency``; each method's docstring says its choice.
 
 __all__ = [
+    "FLOYD_WORD_SHIFT",
     "PROTOCOLS",
     "BinaryLocalHashing",
     "GeneralizedRR",
@@ -41,6 +55,10 @@ __all__ = [
     "SubsetSelection",
     "SymmetricUnaryEncoding",
     "VectorParams",
+    "floyd_masks",
+    "floyd_subsets",
+    "insert_bit",
+    "mask_bits",
 ]
 
 
@@ -134,7 +152,11 @@ class VectorParams(FrequencyParams):
 
 
 class _BitVector(ClassicFrequency):
-    """Reports that are k bits (unary encoding, subset selection): support = the set bits."""
+    """Reports that are k bits (unary encoding, subset selection): support = the set bits.
+
+    Their randomness is raw 64-bit words of the user's stream (``random_words``), not uniforms:
+    the mechanism spends ``words`` of them (``encode``), a few bits per decision rather than one
+    uniform per item, and one more word's uniform picks the user's sample (``pick_first``)."""
 
     params_model = VectorParams
     payload_kind: ClassVar[PayloadKind] = "vector"
@@ -142,8 +164,39 @@ class _BitVector(ClassicFrequency):
     def payload_shape(self, params: FrequencyParams) -> tuple[int, ...]:
         return (params.domain_size,)
 
-    def draws(self, params: FrequencyParams) -> int:
-        return 2 + params.domain_size
+    def words(self, k: int, epsilon: FloatArray) -> int:
+        """Words each user's report spends (``encode``)."""
+        raise NotImplementedError
+
+    def encode(
+        self, k: int, items: IntArray, epsilon: FloatArray, words: NDArray[np.uint64]
+    ) -> FloatArray:
+        """The k-bit reports of users holding ``items`` from their ``words``."""
+        raise NotImplementedError
+
+    def privatize(
+        self,
+        params: FrequencyParams,
+        task: RoundTask,
+        data: UserData,
+        epsilon: FloatArray,
+        group: IntArray,
+        rng: RandomSource,
+    ) -> FloatArray:
+        k = int(task.broadcast["k"])
+        eps = one_if_equal(np.asarray(epsilon, dtype=np.float64))
+        n = data.n_users
+        if self.pick_first:
+            items = sample_items(data, unit(random_words(rng, (n, 1))[:, 0]), k)
+            return self.encode(k, items, eps, random_words(rng, (n, self.words(k, eps))))
+        words = random_words(rng, (n, self.words(k, eps)))
+        return self.encode(k, sample_items(data, pick_uniforms(data, rng), k), eps, words)
+
+    pick_first: ClassVar[bool] = False
+    """Whether the word that picks the sample comes first (always drawn): when the number of
+    the report's words depends on the block (SS: its largest d), a word after them would not be
+    a function of the user alone. Else it comes after them, drawn only when some user has
+    several samples (``pick_uniforms``)."""
 
     def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
         return np.asarray(np.all((payloads == 0.0) | (payloads == 1.0), axis=1), dtype=np.bool_)
@@ -161,18 +214,35 @@ class _BitVector(ClassicFrequency):
 
 class SymmetricUnaryEncoding(_BitVector):
     """Basic RAPPOR: each bit of the one-hot vector kept with probability e^{ε/2}/(e^{ε/2} + 1)
-    (Wang et al. 2017, §4.2, SUE)."""
+    (Wang et al. 2017, §4.2, SUE).
+
+    Each bit is one comparison of a 32-bit integer (two per word of the stream, ``halves``):
+    bit x ≠ v is set when its integer is below T = ⌈q·2^32⌉, the true bit v when its integer is
+    not (SUE) or is below 2^31 (OUE, p = 1/2). The report is exactly the UE law at the realised
+    (p', q') of ``oracles.unary_flip``, whose ε' ≤ ε (the proof is there); ⌈k/2⌉ words a
+    user, then the sample's (``pick_uniforms``)."""
 
     name: ClassVar[str] = "classic-sue"
     oracle: ClassVar[th.Oracle] = "sue"
     summary: ClassVar[str] = "item frequencies by symmetric unary encoding (basic RAPPOR)"
     source: ClassVar[str] = "Wang, Blocki, Li, Jha, USENIX Security 2017, §4.2 (SUE), eq. (2)"
 
-    def report(self, k: int, items: IntArray, epsilon: FloatArray, u: FloatArray) -> FloatArray:
-        p, q = th.support_probabilities(self.oracle, epsilon, k)
-        bits = u[:, 1 : 1 + k] < q[:, None]
+    def words(self, k: int, epsilon: FloatArray) -> int:
+        return (k + 1) // 2
+
+    def encode(
+        self, k: int, items: IntArray, epsilon: FloatArray, words: NDArray[np.uint64]
+    ) -> FloatArray:
+        _, q = th.support_probabilities(self.oracle, epsilon, k)
+        threshold = (q * 2.0**th.UNARY_BITS).astype(np.uint32)  # exact: q' ≤ 1/2
+        draws = halves(words)[:, :k]
+        bits = draws < threshold[:, None]
         rows = np.arange(items.size)
-        bits[rows, items] = u[rows, 1 + items] < p
+        own = draws[rows, items]
+        if self.oracle == "sue":
+            bits[rows, items] = own >= threshold  # 1 with probability 1 − q' = p'
+        else:
+            bits[rows, items] = own < np.uint32(1 << (th.UNARY_BITS - 1))  # p' = 1/2
         return bits.astype(np.float64)
 
     def promote(
@@ -197,7 +267,7 @@ class SymmetricUnaryEncoding(_BitVector):
 
 class OptimizedUnaryEncoding(SymmetricUnaryEncoding):
     """The 1 of the one-hot vector kept with probability 1/2, each 0 flipped with 1/(e^ε + 1)
-    (Wang et al. 2017, §4.2, OUE)."""
+    (Wang et al. 2017, §4.2, OUE; the draws as SUE's)."""
 
     name: ClassVar[str] = "classic-oue"
     oracle: ClassVar[th.Oracle] = "oue"
@@ -205,26 +275,151 @@ class OptimizedUnaryEncoding(SymmetricUnaryEncoding):
     source: ClassVar[str] = "Wang, Blocki, Li, Jha, USENIX Security 2017, §4.2 (OUE), eq. (2)"
 
 
+FLOYD_WORD_SHIFT = np.uint64(12)
+"""Floyd's draws use a word's top 52 bits x: t = ⌊x·(j + 1)/2^52⌋, exact in uint64 while
+j + 1 ≤ 2^12 (k ≤ 4096, ``VectorParams``)."""
+
+
+def _floyd_draws(pool: int, size: int, words: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """t for steps s = 0..size − 1 (j = pool − size + s) of rows of subset size ``size`` from
+    their words (one a step): each t in 0..j with probability within 2^-52·(j + 1) of 1/(j + 1)
+    (relative), as the word's top 52 bits are uniform."""
+    j = np.arange(pool - size + 1, pool + 1, dtype=np.uint64)  # j + 1
+    t = words[:, :size] >> FLOYD_WORD_SHIFT
+    t *= j
+    t >>= np.uint64(52)
+    return t
+
+
+def _groups(d: IntArray) -> list[tuple[int, IntArray | slice]]:
+    """(size, rows) for each distinct subset size (one ε: one group, all the rows)."""
+    sizes = np.unique(d)
+    if sizes.size == 1:
+        return [(int(sizes[0]), slice(None))]
+    return [(int(v), np.flatnonzero(d == v)) for v in sizes]
+
+
+def floyd_subsets(
+    pool: int,
+    d: IntArray,
+    skip_first: BoolArray,
+    words: NDArray[np.uint64],
+    item: IntArray,
+    out: NDArray[np.uint8],
+) -> None:
+    """Set to 1, in row i of ``out``, a uniformly random m_i-subset of its ``pool`` columns
+    other than ``item[i]`` (pool = columns − 1), m_i = d_i − 1 when ``skip_first[i]`` else d_i,
+    by Floyd's algorithm (Bentley, Floyd, CACM 1987): for j = pool − m .. pool − 1, draw t
+    uniform in 0..j and add t, or j when t is already in. By induction the set is a uniform
+    (j + 1 − pool + m)-subset of 0..j after step j, so a uniform m-subset of 0..pool − 1 at the
+    end, mapped to the columns by skipping ``item[i]``.
+
+    Row i's step j = pool − d_i + s spends its word s (``_floyd_draws``): a row with m = d − 1
+    skips word 0, so a row's subset is a function of its own words, and the rows of one d run
+    in step: each step is a gather (is t in?), a choice and a scatter over the rows, d passes
+    in all, not a sort of every row. ``out`` (bytes, so that the scattered writes stay in
+    cache) is C-contiguous and 0 on the pool's columns."""
+    columns = out.shape[1]
+    if not out.flags.c_contiguous:
+        raise ValueError("floyd_subsets writes into a C-contiguous array")
+    flat = out.reshape(-1)  # a view: 1-d gathers and scatters are the cheap ones
+    rows_all = np.arange(out.shape[0], dtype=np.int64)
+    for size, rows in _groups(d):
+        t = _floyd_draws(pool, size, words[rows]).astype(np.int64)
+        skipped = np.asarray(item, dtype=np.int64)[rows][:, None]
+        row = (rows_all[rows] * columns)[:, None]
+        j = np.arange(pool - size, pool, dtype=np.int64)[None, :]
+        t += (t >= skipped) + row  # flat index of item t (the other items skip the true one)
+        fallback = j + (j >= skipped) + row  # flat index of item j
+        first = ~np.asarray(skip_first, dtype=np.bool_)[rows]
+        for step in range(size):
+            drawn, instead = t[:, step], fallback[:, step]
+            if step == 0:
+                drawn, instead = drawn[first], instead[first]
+            flat[np.where(flat[drawn] != 0, instead, drawn)] = 1
+
+
+def floyd_masks(
+    pool: int, d: IntArray, skip_first: BoolArray, words: NDArray[np.uint64]
+) -> NDArray[np.uint64]:
+    """``floyd_subsets`` for a pool of at most 64 items, each row's subset a bit mask (bit x:
+    item x of the pool, the true item not inserted, ``insert_bit``): the same words, the same
+    subsets, but each step is a few operations on one word per row instead of a gather and a
+    scatter in an (n, k) array."""
+    if pool > 64:
+        raise ValueError("bit masks hold a pool of at most 64 items")
+    one = np.uint64(1)
+    mask = np.zeros(d.size, dtype=np.uint64)
+    for size, rows in _groups(d):
+        offered = one << _floyd_draws(pool, size, words[rows])  # 1 << t per step
+        offered[:, 0] *= ~np.asarray(skip_first, dtype=np.bool_)[rows]  # m = d − 1: no step 0
+        steps = np.ascontiguousarray(offered.T)  # a step's bits contiguous
+        found, collided = np.zeros_like(steps[0]), np.empty_like(steps[0])
+        hit = np.empty(found.shape, dtype=np.bool_)
+        for step in range(size):  # in place: no temporaries
+            bit = steps[step]
+            np.bitwise_and(found, bit, out=collided)
+            np.not_equal(collided, 0, out=hit)  # t already in: j instead (not in before step j)
+            np.bitwise_or(found, bit, out=found)
+            np.multiply(hit, one << np.uint64(pool - size + step), out=collided)
+            np.bitwise_or(found, collided, out=found)
+        mask[rows] = found
+    return mask
+
+
+def insert_bit(mask: NDArray[np.uint64], at: IntArray, value: BoolArray) -> NDArray[np.uint64]:
+    """Each row's mask with ``value`` inserted as bit ``at`` (bits from ``at`` on move up one):
+    the pool's subset as a subset of the k items, the true item ``at`` in it or not."""
+    position = np.asarray(at, dtype=np.uint64)
+    low = mask & ((np.uint64(1) << position) - np.uint64(1))
+    high = (mask >> position) << (position + np.uint64(1))
+    return low | high | (np.asarray(value, dtype=np.uint64) << position)
+
+
+def mask_bits(mask: NDArray[np.uint64], k: int) -> FloatArray:
+    """The k low bits of each row's mask as 0.0/1.0, bit x in column x."""
+    octets = np.ascontiguousarray(mask.astype("<u8")).view(np.uint8).reshape(mask.size, 8)
+    bits = np.unpackbits(octets, axis=1, count=k, bitorder="little")
+    return np.asarray(bits, dtype=np.float64)
+
+
 class SubsetSelection(_BitVector):
     """A d-subset of the items with weight e^ε on those holding the true item (Ye–Barg 2018,
     Wang et al. 2016): the true item is in with probability p, then d − 1 others (else d
-    others) uniformly; d per user from ``oracles.ss_size``."""
+    others) uniformly; d per user from ``oracles.ss_size``.
+
+    Draws, after the sample's word: one word's uniform is the coin (< p), the next d_i drive
+    Floyd's algorithm (``floyd_subsets``; ``floyd_masks`` for k ≤ 64) over the k − 1 other
+    items, the first of them unused when the true item is in: 1 + d words a user (the block
+    draws 1 + its largest d; a user's report is a function of its first 2 + d_i words,
+    whatever the block)."""
 
     name: ClassVar[str] = "classic-ss"
     oracle: ClassVar[th.Oracle] = "ss"
-    broadcasts_epsilon: ClassVar[bool] = False  # the partition per subset size needs every d
+    pick_first: ClassVar[bool] = True
     summary: ClassVar[str] = "item frequencies by subset selection (optimal subset size)"
     source: ClassVar[str] = (
         "Ye, Barg, IEEE Trans. Inf. Theory 2018; Wang, Wu, Li, Jha 2016 (k-subset mechanism)"
     )
 
-    def report(self, k: int, items: IntArray, epsilon: FloatArray, u: FloatArray) -> FloatArray:
+    def words(self, k: int, epsilon: FloatArray) -> int:
+        return 1 + (int(th.ss_size(epsilon, k).max()) if epsilon.size else 0)
+
+    def encode(
+        self, k: int, items: IntArray, epsilon: FloatArray, words: NDArray[np.uint64]
+    ) -> FloatArray:
         p, _ = th.support_probabilities("ss", epsilon, k)
         d = th.ss_size(epsilon, k)
-        keys = u[:, 1 : 1 + k].copy()
-        rows = np.arange(items.size)
-        keys[rows, items] = np.where(u[:, 0] < p, -1.0, 2.0)  # first in, or never chosen
-        return _smallest(keys, d)  # the d smallest keys (distinct: 52-bit draws)
+        inside = unit(words[:, 0]) < p
+        d = np.broadcast_to(d, items.shape)
+        if k <= 64:  # a subset is one word: the same subsets, faster
+            mask = floyd_masks(k - 1, d, inside, words[:, 1:])
+            return mask_bits(insert_bit(mask, items, inside), k)
+        bits = np.zeros((items.size, k), dtype=np.uint8)
+        rows = np.flatnonzero(inside)
+        bits[rows, items[rows]] = 1
+        floyd_subsets(k - 1, d, inside, words[:, 1:], items, bits)
+        return bits.astype(np.float64)
 
     def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
         sizes = np.sum(payloads, axis=1)

@@ -11,13 +11,17 @@ textbook estimator is the average of the z's (the paper's eq. (1) divided by n).
 oracle    p                                           q                                 source
 ========  ==========================================  ===============================  =========
 GRR       e^ε/(e^ε + k − 1)                           1/(e^ε + k − 1)                   §4.1
-SUE       e^{ε/2}/(e^{ε/2} + 1)                       1/(e^{ε/2} + 1)                   §4.2
-OUE       1/2                                         1/(e^ε + 1)                       §4.2
+SUE       e^{ε/2}/(e^{ε/2} + 1) (*)                   1/(e^{ε/2} + 1) (*)               §4.2
+OUE       1/2                                         1/(e^ε + 1) (*)                   §4.2
 BLH       e^ε/(e^ε + 1)                               1/2                               §4.4
 OLH       e^ε/(e^ε + g − 1), g = round(e^ε) + 1       1/g                               §4.4
 HR        e^ε/(e^ε + 1)                               1/2                               ASZ 2019
 SS        d·e^ε/(d·e^ε + k − d)                       (d − p)/(k − 1)                   YB 2018
 ========  ==========================================  ===============================  =========
+
+(*) as realised by the sampler: q rounded up to a multiple of 2^-32 (``unary_flip``), p = 1 − q
+for SUE, so that each bit is one comparison of a 32-bit integer; the realised ε' ≤ ε (proof
+there) and the estimator de-biases with the realised (p, q).
 
 HR is the Hadamard response of Acharya, Sun, Zhang (AISTATS 2019, §3, the scheme for ε ≤ 1 that
 the paper uses at every ε for its experiments' HR curve): item x is row x + 1 of the Sylvester
@@ -59,6 +63,7 @@ __all__ = [
     "EPSILON_CAP",
     "MAX_HASH_RANGE",
     "ORACLES",
+    "UNARY_BITS",
     "Oracle",
     "Weighting",
     "hadamard_order",
@@ -69,6 +74,7 @@ __all__ = [
     "ss_size",
     "summed_variance",
     "support_probabilities",
+    "unary_flip",
     "user_weights",
     "walsh_hadamard",
 ]
@@ -137,10 +143,10 @@ def support_probabilities(
         p = 1.0 / (1.0 + (k - 1) * shrink)
         return p, shrink * p
     if oracle == "sue":
-        half = np.sqrt(shrink)
-        return 1.0 / (1.0 + half), half / (1.0 + half)
+        q = unary_flip(np.sqrt(shrink) / (1.0 + np.sqrt(shrink)))
+        return 1.0 - q, q
     if oracle == "oue":
-        return np.full_like(shrink, 0.5), shrink / (1.0 + shrink)
+        return np.full_like(shrink, 0.5), unary_flip(shrink / (1.0 + shrink))
     if oracle in ("blh", "hr"):
         return 1.0 / (1.0 + shrink), np.full_like(shrink, 0.5)
     if oracle == "olh":
@@ -174,6 +180,30 @@ def max_gain(oracle: Oracle, epsilon: ArrayLike, k: int, r: int) -> FloatArray:
     p, q = support_probabilities(oracle, epsilon, k)
     s = max_gain_support(oracle, epsilon, k, r)
     return np.asarray((s - r * q) / (p - q), dtype=np.float64)
+
+
+UNARY_BITS = 32
+"""Unary encoding draws each bit from a 32-bit integer (``unary_flip``)."""
+
+
+def unary_flip(q: FloatArray) -> FloatArray:
+    """The flip probability unary encoding realises for the paper's q: q' = ⌈q·2^32⌉/2^32, the
+    probability that a uniform 32-bit integer is below the threshold T = ⌈q·2^32⌉ (exact in
+    float64). The sampler sets a 0-bit when its integer is below T, and (SUE) the true bit when
+    its integer is not, so the report is exactly the UE law at (p', q') = (1 − q', q') for SUE,
+    (1/2, q') for OUE, and the server de-biases with these same values (unbiased).
+
+    **Privacy.** The report's worst-case ratio is p'(1 − q')/(q'(1 − p')) (a pair of bits (1, 0)
+    at (v, v'), Wang et al. 2017, §4.2): SUE, (1 − q')²/q'² = e^{ε'} with ε' = 2 ln((1 − q')/q');
+    OUE, (1 − q')/q' = e^{ε'}. Both decrease in q', and q' ≥ q, where they equal e^ε: hence
+    ε' ≤ ε, the report is ε-LDP at the ε the ledger charges. The shortfall is tiny: q' − q <
+    2^-32 and |d/dq ln((1 − q)/q)| = 1/(q(1 − q)), so ε − ε' < 2^-32/(q(1 − q)) (OUE; twice
+    that for SUE), e.g. 1.2·10^-9 at ε = 1 (OUE, q = 0.27); q' ≥ 2^-32 caps the realised ε'
+    at ln(2^32 − 1) = 22.2 (OUE), 44.4 (SUE), where a report's variance q'(1 − q')/(p' − q')²
+    is already below 10^-9. The variance is eq. (2) at (p', q'), each within 2^-32 of the
+    paper's value."""
+    scaled = np.ceil(np.asarray(q, dtype=np.float64) * 2.0**UNARY_BITS)
+    return np.asarray(scaled / 2.0**UNARY_BITS, dtype=np.float64)
 
 
 def report_variance(p: FloatArray, q: FloatArray) -> FloatArray:

@@ -34,13 +34,23 @@ as long as that key.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import TypeAlias
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["RandomSource", "StreamKey", "UserStreams", "ragged_random", "stream_key"]
+__all__ = [
+    "RandomSource",
+    "StreamKey",
+    "UserStreams",
+    "halves",
+    "ragged_random",
+    "random_words",
+    "stream_key",
+    "unit",
+]
 
 _INDEX_BITS = 40
 _COUNTER_BITS = 24
@@ -50,6 +60,7 @@ MAX_DRAWS = 1 << _COUNTER_BITS
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _TWO_POW_M52 = 2.0**-52
+_S12, _S27, _S30, _S31 = np.uint64(12), np.uint64(27), np.uint64(30), np.uint64(31)
 _FALLBACK = 0x44455649  # purpose word of the device key derived from a key without one
 _LABEL_SALT = 0x9E3779B97F4A7C15
 
@@ -64,12 +75,78 @@ def _mix(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
     return z
 
 
+_BLOCK = 1 << 15
+"""Words hashed per pass (256 KiB): every step of the two mixes runs on a block that stays in the
+core's cache rather than on the whole draw (3× fewer trips to memory than array-wide steps, no
+temporaries the size of the draw); the words are the same either way."""
+
+
+def _mix_block(w: NDArray[np.uint64], key: StreamKey, t: NDArray[np.uint64]) -> None:
+    """H(key, word) in place on a contiguous block ``w`` (``t``: scratch of its size): two
+    SplitMix64 finalisers with the key words before and between them."""
+    w ^= key.k1
+    for after in (key.k2, None):
+        np.right_shift(w, _S30, out=t)
+        w ^= t
+        w *= _M1
+        np.right_shift(w, _S27, out=t)
+        w ^= t
+        w *= _M2
+        np.right_shift(w, _S31, out=t)
+        w ^= t
+        if after is not None:
+            w ^= after
+
+
 def _hash(z: NDArray[np.uint64], key: StreamKey) -> NDArray[np.uint64]:
-    """H(key, word) in place: the packed (participant, counter) words to random words."""
-    z ^= key.k1
-    z = _mix(z)
-    z ^= key.k2
-    return _mix(z)
+    """H(key, word) in place on a C-contiguous array of packed (participant, counter) words,
+    block by block (``_BLOCK``); returns z."""
+    if not z.flags.c_contiguous:
+        raise ValueError("_hash works in place on a C-contiguous array")
+    flat = z.reshape(-1)  # a view of z
+    scratch = np.empty(min(_BLOCK, flat.size), dtype=np.uint64)
+    for start in range(0, flat.size, _BLOCK):
+        w = flat[start : start + _BLOCK]
+        _mix_block(w, key, scratch[: w.size])
+    return z
+
+
+def _draw(
+    key: StreamKey,
+    base: NDArray[np.uint64],
+    start: int,
+    per_user: int,
+    uniforms: NDArray[np.float64] | None = None,
+) -> NDArray[np.uint64]:
+    """Words ``start``..``start + per_user − 1`` of every participant (``base``: its packed
+    index, one row each), hashed a block of rows at a time. With ``uniforms`` (an (n, per_user)
+    array) they are converted to uniforms (``_unit``) into it in the same pass, so that it is
+    the only array of its size, and the words returned are only the last block's."""
+    n = base.shape[0]
+    raw = uniforms is None
+    words = np.empty((n, per_user) if raw else (0, per_user), dtype=np.uint64)
+    if n * per_user == 0:
+        return words
+    counters = np.arange(start, start + per_user, dtype=np.uint64)[None, :]
+    rows = max(1, _BLOCK // per_user)
+    block = min(n, rows) * per_user
+    scratch = np.empty(block, dtype=np.uint64)
+    staging = np.empty(0 if raw else block, dtype=np.uint64)
+    flat = words.reshape(-1)
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        m = (r1 - r0) * per_user
+        # raw words are hashed where they are returned; uniforms go through a word block
+        w = flat[r0 * per_user : r1 * per_user] if raw else staging[:m]
+        np.bitwise_or(base[r0:r1], counters, out=w.reshape(r1 - r0, per_user))
+        _mix_block(w, key, scratch[:m])
+        if uniforms is not None:
+            o = uniforms.reshape(-1)[r0 * per_user : r1 * per_user]
+            np.right_shift(w, _S12, out=w)
+            np.copyto(o, w, casting="unsafe")  # < 2^52: exact
+            np.add(o, 0.5, out=o)
+            np.multiply(o, _TWO_POW_M52, out=o)
+    return words if raw else staging
 
 
 def _unit(words: NDArray[np.uint64]) -> NDArray[np.float64]:
@@ -175,13 +252,15 @@ class UserStreams:
     def draws_used(self) -> int:
         return self._next
 
-    def _words(self, per_user: int) -> NDArray[np.uint64]:
+    def _advance(self, per_user: int) -> int:
         start = self._next
         if start + per_user > MAX_DRAWS:
             raise ValueError(f"a stream holds at most 2**{_COUNTER_BITS} draws")
         self._next = start + per_user
-        counters = np.arange(start, start + per_user, dtype=np.uint64)[None, :]
-        return _hash(self._base | counters, self._key)
+        return start
+
+    def _words(self, per_user: int) -> NDArray[np.uint64]:
+        return _draw(self._key, self._base, self._advance(per_user), per_user)
 
     def _per_user(self, size: int | Sequence[int] | None) -> tuple[int, ...]:
         shape = (size,) if isinstance(size, int) else tuple(size or ())
@@ -199,7 +278,17 @@ class UserStreams:
         """
         shape = self._per_user(size)
         k = int(np.prod(shape[1:], dtype=np.int64))
-        return _unit(self._words(k)).reshape(shape)
+        uniforms = np.empty((self.n, k), dtype=np.float64)
+        _draw(self._key, self._base, self._advance(k), k, uniforms)
+        return uniforms.reshape(shape)
+
+    def words(self, size: int | Sequence[int] | None = None) -> NDArray[np.uint64]:
+        """The raw 64-bit random words that ``random`` turns into uniforms (the same counters:
+        ``random`` is ``unit(words)`` draw for draw), for samplers that spend a word's bits
+        otherwise (e.g. two 32-bit integer draws; ``split_words``)."""
+        shape = self._per_user(size)
+        k = int(np.prod(shape[1:], dtype=np.int64))
+        return self._words(k).reshape(shape)
 
     def standard_normal(self, size: int | Sequence[int] | None = None) -> NDArray[np.float64]:
         """Standard normal draws by Box–Muller (two uniforms per normal, cosine branch)."""
@@ -266,3 +355,27 @@ def ragged_random(
 
 RandomSource: TypeAlias = np.random.Generator | UserStreams
 """What the randomizers draw from: a numpy Generator, or a block of per-participant streams."""
+
+
+def random_words(rng: RandomSource, size: int | Sequence[int]) -> NDArray[np.uint64]:
+    """Uniform 64-bit words from either kind of source: a block's per-participant words
+    (``UserStreams.words``, the words whose ``unit`` is ``random``) or a Generator's."""
+    if isinstance(rng, UserStreams):
+        return rng.words(size)
+    return np.asarray(rng.integers(0, 1 << 64, size=size, dtype=np.uint64), dtype=np.uint64)
+
+
+def unit(words: NDArray[np.uint64]) -> NDArray[np.float64]:
+    """The uniforms in (0, 1) of ``words``, as ``UserStreams.random`` makes them (52 bits)."""
+    return _unit(np.asarray(words, dtype=np.uint64))
+
+
+def halves(words: NDArray[np.uint64]) -> NDArray[np.uint32]:
+    """Each word as two independent uniform 32-bit integers, its low half then its high half:
+    shape (..., 2m) from (..., m), the same on every platform."""
+    w = np.ascontiguousarray(words, dtype=np.uint64)
+    if sys.byteorder == "little":  # the memory order is low half, high half: a view
+        return w.view(np.uint32)
+    low = (w & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    high = (w >> np.uint64(32)).astype(np.uint32)
+    return np.stack([low, high], axis=-1).reshape(*w.shape[:-1], 2 * w.shape[-1])

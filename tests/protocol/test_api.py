@@ -69,6 +69,7 @@ FROZEN = [
     "gaussian_coefficient",
     "gaussian_hockey_stick",
     "gaussian_reach",
+    "halves",
     "jl_dimension",
     "jl_estimate",
     "jl_items",
@@ -92,6 +93,7 @@ FROZEN = [
     "one_user",
     "paper_alpha_beta",
     "ragged_random",
+    "random_words",
     "randomized_response",
     "rr_debias",
     "rr_keep_probability",
@@ -105,6 +107,7 @@ FROZEN = [
     "split_sizes",
     "stream_key",
     "to_unit",
+    "unit",
     "valid_payloads",
     "z_quantile",
 ]

@@ -5,6 +5,7 @@ checks and bounds, and the ``fedldp simulate`` path."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -216,15 +217,27 @@ def test_simulate_prints_an_error_the_formula_predicts(oracle: str) -> None:
 
 
 @pytest.mark.parametrize("epsilon", [1e-3, 0.5, 2.0, 7.0])
-def test_each_report_law_has_worst_ratio_exactly_e_to_the_epsilon(epsilon: float) -> None:
+def test_each_report_law_has_worst_ratio_e_to_the_epsilon(epsilon: float) -> None:
     # exact first (STYLE 12): the report's law under two items, from the mechanisms' (p, q)
     k, e = 10, np.array([epsilon])
     bound = math.exp(epsilon)
     p, q = (float(v[0]) for v in th.support_probabilities("grr", e, k))
     assert p / q == pytest.approx(bound, rel=1e-12)  # the item itself: p against q
-    for oracle in ("sue", "oue"):  # bits (1, 0) at (v, v'): p(1 − q) against q(1 − p)
-        p, q = (float(v[0]) for v in th.support_probabilities(oracle, e, k))
-        assert p * (1 - q) / (q * (1 - p)) == pytest.approx(bound, rel=1e-12)
+    # unary encoding: bits (1, 0) at (v, v') have p(1 − q) against q(1 − p); the sampler's q is
+    # the paper's rounded up to a multiple of 2^-32 (oracles.unary_flip), so the realised ε' is
+    # at most ε and short of it by less than 2^-32/(q(1 − q)) per flipped bit (2 for SUE)
+    for oracle, paper_q, bits in (
+        ("sue", 1 / (math.exp(epsilon / 2) + 1), 2),
+        ("oue", 1 / (math.exp(epsilon) + 1), 1),
+    ):
+        p, q = (float(v[0]) for v in th.support_probabilities(oracle, e, k))  # type: ignore[arg-type]
+        threshold = q * 2**32
+        assert threshold == int(threshold)
+        assert paper_q <= q < paper_q + 2**-32
+        exact = Fraction(p) * (1 - Fraction(q)) / (Fraction(q) * (1 - Fraction(p)))
+        realised = math.log(exact)
+        assert realised <= epsilon * (1 + 1e-12)
+        assert epsilon - realised <= bits * 2**-32 / (q * (1 - q)) + 1e-12 * epsilon
     p, _ = (float(v[0]) for v in th.support_probabilities("hr", e, k))
     assert p / (1 - p) == pytest.approx(bound, rel=1e-12)  # a column of C_v \ C_v'
     for oracle in ("blh", "olh"):  # y = H(v) ≠ H(v'): p against (1 − p)/(g − 1)
