@@ -91,7 +91,10 @@ class BlockAgent(_Agent):
         if positions.size == 0:
             return None
         sign = roster.credentials(positions)
-        request = TaskBatchRequest(
+        # the swarm's own bodies, from its own arrays, are built unvalidated (the server
+        # validates them): checking each batch's 10^4 ids and decoding the rows just packed cost
+        # the swarm, whose CPU a study's time waits on, 0.5 µs per user
+        request = TaskBatchRequest.model_construct(
             participant_ids=roster.ids[positions].tolist(), tokens=sign.tokens, blocks=sign.blocks
         )
         # Outside the gate: a held poll must not keep other blocks from reporting (the pool has a
@@ -150,7 +153,7 @@ class BlockAgent(_Agent):
         ctx, roster = self.ctx, self.roster
         k = tasks.round
         sign = roster.credentials(positions)
-        batch = ReportBatch(
+        batch = ReportBatch.model_construct(  # unvalidated, as the task request (step)
             round=k,
             kind=tasks.payload_kind,
             participant_ids=roster.ids[positions].tolist(),

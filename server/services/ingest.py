@@ -258,7 +258,7 @@ def _ingest(
         idx, rows_k = idx[valid], rows_k[valid]
         # unbounded (Laplace) reports: refused where the honest randomizer almost never lands
         try:
-            groups = rp.groups()[pos[idx]]
+            groups = rp.groups_at(pos[idx])
             plausible = splan.protocol.plausible(splan.params, task, charge[idx], groups, rows_k)
         except ValueError as exc:
             raise InvalidPayload(str(exc)) from None

@@ -119,7 +119,7 @@ def _tasks(
                 payload_shape=list(r.payload_shape),
                 deadline=r.deadline,
                 participant_ids=pids[report].tolist(),
-                groups=rp.groups()[pos].tolist(),
+                groups=rp.groups_at(pos).tolist(),
                 epsilons=rp.epsilon[pos].tolist(),
             )
         )

@@ -26,6 +26,7 @@ __all__ = [
     "overlapping_sql",
     "pack_ids",
     "pack_values",
+    "sorted_unique",
     "unpack_values",
 ]
 
@@ -84,12 +85,21 @@ def cuts(ids: IntArray) -> Iterator[tuple[int, int]]:
         i = stop
 
 
+def sorted_unique(ids: IntArray) -> IntArray:
+    """``np.unique(ids)``, without its sort (or hash table) when the ids are increasing already,
+    as a batch's are: 1.5 ms for 10^4 ids against 10 µs for the check."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.ndim == 1 and bool(np.all(ids[1:] > ids[:-1])):
+        return ids
+    return np.unique(ids)
+
+
 def id_ranges(ids: IntArray) -> list[tuple[int, int]]:
     """Ranges ``(a, b)`` covering the ids, a new one where two ids lie ``SPAN`` or more apart
     (so that a range's lookup reads no block far from its ids)."""
     if ids.size == 0:
         return []
-    ids = np.unique(ids)
+    ids = sorted_unique(ids)
     breaks = np.flatnonzero(np.diff(ids) >= SPAN) + 1
     starts = np.concatenate(([0], breaks))
     ends = np.concatenate((breaks, [ids.size])) - 1

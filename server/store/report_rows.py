@@ -42,6 +42,7 @@ from fedldp.server.store.blocks import (
     overlapping_sql,
     pack_ids,
     pack_values,
+    sorted_unique,
     unpack_values,
 )
 from fedldp.server.store.db import Database
@@ -238,7 +239,7 @@ def existing_reports(
     (blank once its study ended), else the SHA-256 of the stored payload (``receipt_digests``;
     local-trust reports store none since they store the payload it comes from)."""
     t = REPORT_BLOCKS
-    wanted = np.unique(np.asarray(participant_ids, dtype=np.int64))
+    wanted = sorted_unique(np.asarray(participant_ids, dtype=np.int64))
     out: dict[int, tuple[str, datetime]] = {}
     ranges = id_ranges(wanted)
     for start in range(0, len(ranges), RANGES_PER_READ):

@@ -33,6 +33,7 @@ from fedldp.protocol.core.wire import (
 )
 from fedldp.server.runtime.context import Context
 from fedldp.server.services import studies
+from fedldp.server.settings import Settings
 from fedldp.server.web import app as server_app
 from tests.server.helpers import create_study, expect_error, start, submit_batch
 
@@ -509,3 +510,20 @@ async def test_no_bad_input_gets_a_server_error(
         },
     )
     assert good.status_code == 201
+
+
+async def test_a_serving_app_works_out_the_catalogue_before_it_answers(tmp_path: Any) -> None:
+    """A swarm's first request is ``GET /v1/protocols``: a serving app (its sweeper on) has the
+    default ε's catalogue ready when its lifespan has started; a test app (sweeper off) not."""
+    studies._catalogue.cache_clear()
+    for sweeper in (False, True):
+        settings = Settings(database_url=f"sqlite:///{tmp_path / f'app{sweeper}.db'}")
+        app = server_app.create_app(settings, sweeper=sweeper)
+        async with app.router.lifespan_context(app):
+            warmed = studies._catalogue.cache_info().currsize
+            assert warmed == (1 if sweeper else 0)
+            ctx = app.state.ctx
+            assert studies._catalogue.cache_info().hits == 0
+            studies.catalogue(ctx, 1.0)
+            assert studies._catalogue.cache_info().hits == (1 if sweeper else 0)
+        studies._catalogue.cache_clear()

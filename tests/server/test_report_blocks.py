@@ -13,7 +13,7 @@ from fedldp.protocol.core.wire import StudyCreate
 from fedldp.server.runtime.context import Context
 from fedldp.server.services import studies
 from fedldp.server.store import participant_rows, report_rows
-from fedldp.server.store.blocks import SPAN
+from fedldp.server.store.blocks import SPAN, sorted_unique
 from fedldp.server.store.sql import PARTICIPANT_BLOCKS, REPORT_BLOCKS
 from fedldp.server.store.tables import utcnow
 
@@ -211,3 +211,14 @@ def test_metadata_one_object_for_all_is_stored_once(ctx: Context, study_id: str)
         _, metadata = participant_rows.load_participants(session, study_id)
     assert stored == {0: same, 5: own}
     assert metadata == [same] * 10
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [[], [5], [1, 2, 3], [1, 3, 2], [3, 2, 1], [1, 1, 2], [0, 4096, 9000], list(range(10, 0, -1))],
+)
+def test_sorted_unique_is_np_unique(ids: list[int]) -> None:
+    """The batch's increasing ids skip np.unique's sort; any other order still gets it."""
+    got = sorted_unique(np.asarray(ids, dtype=np.int64))
+    assert got.dtype == np.int64
+    assert got.tolist() == np.unique(np.asarray(ids, dtype=np.int64)).tolist()

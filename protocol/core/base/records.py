@@ -191,6 +191,13 @@ class RoundPlan:
             return np.zeros(self.cohort.shape, dtype=np.int64)
         return self.group
 
+    def groups_at(self, positions: IntArray) -> IntArray:
+        """``groups()[positions]`` without the whole cohort's zeros when there is no group (a
+        batch's lookup in a round of 10^6 members)."""
+        if self.group is None:
+            return np.zeros(np.shape(positions), dtype=np.int64)
+        return self.group[positions]
+
 
 @dataclass(frozen=True)
 class Plan:

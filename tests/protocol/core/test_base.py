@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from fedldp.protocol.core.base.protocol import cohort_permutation, cohort_plan, split_sizes
 from fedldp.protocol.core.base.records import (
+    IntArray,
     RoundPlan,
     RoundTask,
     UserData,
@@ -126,3 +127,12 @@ def test_cohort_plan_splits_everyone_once_into_public_cohorts(
 def test_cohort_plan_refuses_bad_epsilons() -> None:
     with pytest.raises(ValueError, match="finite and > 0"):
         cohort_plan(np.array([1.0, 0.0]), 0)
+
+
+@pytest.mark.parametrize("group", [None, np.array([3, 0, 1, 2, 1])])
+def test_groups_at_is_groups_indexed(group: IntArray | None) -> None:
+    rp = RoundPlan(0, "r", np.array([1, 4, 5, 9, 12]), np.ones(5), "scalar", (), group=group)
+    for positions in (np.array([], dtype=np.int64), np.array([0, 4, 2]), np.arange(5)):
+        got = rp.groups_at(positions)
+        assert got.dtype == np.int64
+        assert got.tolist() == rp.groups()[positions].tolist()
