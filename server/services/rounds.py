@@ -153,6 +153,7 @@ def start_study(
         )
     known = ctx.enrolled.take(study.id, study.n_participants, enrolling)
     epsilon, metadata = known or participant_rows.load_participants(session, study.id)
+    give_back()  # the enrolled record's parts, joined and dropped, before the plan's arrays
     try:
         splan = build_plan(study, epsilon, metadata)
         check_plan_budget(splan.plan, epsilon)
