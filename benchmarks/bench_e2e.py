@@ -15,11 +15,14 @@ database of its own on the PostgreSQL at ``$FEDLDP_BENCH_POSTGRES_URL``, default
 batch mode against it; then simulates the same seed in process (the median of three runs, one at
 10^6 users and more). Prints each HTTP time and its ratio to the in-process time, where the HTTP
 time went (from the server's own timestamps: enrollment and start, each round from opening to
-closing), the CPU seconds and peak RSS of the server (all its processes) and of the swarm (this
-process while it ran the swarm, and its worker processes), the database's bytes per stored report
-(its size once the study finished and the server stopped, everything in it, over the reports
-stored), and checks that
-every run gives the in-process estimate (1e-9 relative, docs/architecture.md).
+closing), the CPU seconds and peak RSS of the server (all its processes) and of the swarm, the
+database's bytes per stored report (its size once the study finished and the server stopped,
+everything in it, over the reports stored), and checks that every run gives the in-process
+estimate (1e-9 relative, docs/architecture.md). Each swarm runs in a process of its own (spawned:
+it builds its population from the spec and seed, as ``fedldp swarm`` does), and so does the
+in-process simulation, so that each peak RSS is that run's alone (``ru_maxrss`` of the process,
+plus its worker processes with ``--processes``): neither counts the other's population, nor a
+second worker count's run the first's.
 
 Targets (issue 27), at the best worker count (as bench_peruser judges its rate): the ratio <= 2
 below 10^6 users and <= 1.5 from 10^6 on; at 10^6 users and more the peak RSS: server < 500 MiB
@@ -36,8 +39,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
+import multiprocessing
 import os
 import resource
 import sqlite3
@@ -55,10 +60,11 @@ import psycopg
 
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
-from fedldp.client.swarm.run import DEFAULT_CONCURRENCY, SwarmResult, run_swarm
+from fedldp.client.swarm.agents import DriveStats
+from fedldp.client.swarm.run import DEFAULT_CONCURRENCY, run_swarm
 from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
-from fedldp.protocol.core.wire import RoundsView, RoundView
+from fedldp.protocol.core.wire import ResultView, RoundsView, RoundView, StudyView
 from fedldp.threads import one_blas_thread
 
 RATIO_TARGET = 2.0  # below 10^6 users (issue 27)
@@ -79,10 +85,35 @@ STUDIES: dict[str, tuple[dict[str, Any], int, dict[str, Any]]] = {
 }
 
 
+@dataclass(frozen=True)
+class SwarmRun:
+    """What a swarm process sends back: its run (without the population) and its own usage."""
+
+    elapsed_s: float
+    study: StudyView
+    result: ResultView
+    stats: DriveStats
+    cpu_s: float  # user + system, of the process and its worker processes
+    rss_mib: float  # its peak RSS (with its worker processes' when it has some)
+
+    @property
+    def study_id(self) -> str:
+        return self.study.id
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """What the in-process simulation's process sends back."""
+
+    times: list[float]
+    estimate: Any
+    rss_mib: float
+
+
 @dataclass
 class HttpRun:
     workers: int
-    run: SwarmResult
+    run: SwarmRun
     rounds: list[RoundView]
     server_cpu_s: float
     server_rss_mib: float  # the sum of the server processes' peak RSS
@@ -120,12 +151,62 @@ def _server_usage(pid: int) -> tuple[float, float, float]:
     return cpu, rss, top
 
 
-def _cpu_self() -> float:
-    own, kids = (
-        resource.getrusage(resource.RUSAGE_SELF),
-        resource.getrusage(resource.RUSAGE_CHILDREN),
+def _own_usage(with_children: bool) -> tuple[float, float]:
+    """CPU seconds (user + system) and peak RSS (MiB) of this process, with its ended children's
+    (their largest peak added) when ``with_children``."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    cpu, rss = own.ru_utime + own.ru_stime, own.ru_maxrss / 1024
+    if with_children:
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu, rss = cpu + kids.ru_utime + kids.ru_stime, rss + kids.ru_maxrss / 1024
+    return cpu, rss
+
+
+def _spec(args: argparse.Namespace) -> PopulationSpec:
+    law, default_samples, _ = STUDIES[args.study]
+    return PopulationSpec(
+        users=args.users, samples=args.samples or default_samples, epsilon=1.0, **law
     )
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _in_child(function: Callable[..., Any], *arguments: Any) -> Any:
+    """``function(*arguments)`` in a spawned process of its own (its peak RSS is its run's)."""
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        return pool.submit(function, *arguments).result()
+
+
+def _swarm_process(args: argparse.Namespace, url: str, params: dict[str, Any]) -> SwarmRun:
+    """One swarm run against ``url``, in the process this runs in (``_in_child``)."""
+    one_blas_thread()
+    population = build_population(_spec(args), args.seed)
+    cpu_before, _ = _own_usage(args.processes > 1)
+    run = asyncio.run(
+        run_swarm(
+            url,
+            population=population,
+            create=(args.study, params),
+            batch=args.batch,
+            concurrency=args.concurrency,
+            processes=args.processes,
+            progress=False,
+        )
+    )
+    cpu, rss = _own_usage(args.processes > 1)
+    return SwarmRun(run.elapsed_s, run.study, run.result, run.stats, cpu - cpu_before, rss)
+
+
+def _local_process(args: argparse.Namespace, params: dict[str, Any], runs: int) -> LocalRun:
+    """The in-process simulation, ``runs`` times, in the process this runs in (``_in_child``)."""
+    one_blas_thread()
+    population = build_population(_spec(args), args.seed)
+    protocol = get_protocol(args.study)
+    times: list[float] = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        local = simulate(protocol, protocol.parse_params(params), population, args.seed)
+        times.append(time.perf_counter() - started)
+    return LocalRun(times, local.result.estimate, _own_usage(False)[1])
 
 
 @contextlib.contextmanager
@@ -164,9 +245,7 @@ def scratch_database(kind: str, folder: Path) -> Iterator[tuple[str, Callable[[]
 _SERIAL = itertools.count()
 
 
-def over_http(
-    args: argparse.Namespace, workers: int, population: Any, protocol: Any, params: Any
-) -> HttpRun:
+def over_http(args: argparse.Namespace, workers: int, params: dict[str, Any]) -> HttpRun:
     with (
         tempfile.TemporaryDirectory(prefix="fedldp-bench-") as tmp,
         scratch_database(args.database, Path(tmp)) as (url, size),
@@ -180,28 +259,13 @@ def over_http(
             server.wait_healthy()
             assert server.process is not None
             cpu_before, _, _ = _server_usage(server.process.pid)
-            swarm_before = _cpu_self()
-            run = asyncio.run(
-                run_swarm(
-                    server.url,
-                    population=population,
-                    create=(protocol.name, params),
-                    batch=args.batch,
-                    concurrency=args.concurrency,
-                    processes=args.processes,
-                    progress=False,
-                )
-            )
-            swarm_cpu = _cpu_self() - swarm_before
-            own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+            run: SwarmRun = _in_child(_swarm_process, args, server.url, params)
             cpu_after, server_rss, server_top = _server_usage(server.process.pid)
             with httpx.Client(base_url=server.url, timeout=60.0) as http:
                 answer = http.get(f"/v1/studies/{run.study_id}/rounds")
                 answer.raise_for_status()
                 rounds = RoundsView.model_validate_json(answer.content).rounds
         database_bytes = size()
-    swarm_rss = own + (kids if args.processes > 1 else 0.0)
     server_cpu = cpu_after - cpu_before
     return HttpRun(
         workers,
@@ -210,8 +274,8 @@ def over_http(
         server_cpu,
         server_rss,
         server_top,
-        swarm_cpu,
-        swarm_rss,
+        run.cpu_s,
+        run.rss_mib,
         database_bytes,
     )
 
@@ -261,12 +325,16 @@ def report(args: argparse.Namespace, h: HttpRun, in_process: float) -> bool:
         limit = (
             SERVER_RSS_TARGET_TEN_MILLION_MIB if users >= 10 * MILLION else SERVER_RSS_TARGET_MIB
         )
-        fits = server_rss < limit and h.swarm_rss_mib < SWARM_RSS_TARGET_MIB
-        print(
-            f"    RSS targets: server process < {limit:g} MiB, swarm < "
-            f"{SWARM_RSS_TARGET_MIB:g} MiB: {'met' if fits else 'MISSED'}"
-        )
-        ok &= fits
+        for who, rss, target in (
+            ("server" if h.workers == 1 else "server process", server_rss, limit),
+            ("swarm", h.swarm_rss_mib, SWARM_RSS_TARGET_MIB),
+        ):
+            fits = rss <= target
+            print(
+                f"    peak RSS {who}: {rss:.0f} MiB, target <= {target:g} MiB: "
+                + ("MET" if fits else "MISSED")
+            )
+            ok &= fits
     return ok
 
 
@@ -295,36 +363,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-targets", action="store_true", help="print, do not judge")
     args = parser.parse_args(argv)
 
-    law, default_samples, raw = STUDIES[args.study]
-    spec = PopulationSpec(
-        users=args.users, samples=args.samples or default_samples, epsilon=1.0, **law
-    )
-    population = build_population(spec, args.seed)
+    _, _, raw = STUDIES[args.study]
+    spec = _spec(args)
     protocol = get_protocol(args.study)
-    params = fill_from_population(protocol, raw, population)
-    runs = [over_http(args, int(k), population, protocol, params) for k in args.workers.split(",")]
-
-    times: list[float] = []
-    for _ in range(1 if args.users >= MILLION else IN_PROCESS_RUNS):
-        started = time.perf_counter()
-        local = simulate(protocol, protocol.parse_params(params), population, args.seed)
-        times.append(time.perf_counter() - started)
+    # the parameters the population implies, worked out here once (from a small population of
+    # the same spec) and given to every run
+    params = fill_from_population(
+        protocol, raw, build_population(spec.model_copy(update={"users": 1000}), args.seed)
+    )
+    runs = [over_http(args, int(k), params) for k in args.workers.split(",")]
+    local = _in_child(_local_process, args, params, 1 if args.users >= MILLION else IN_PROCESS_RUNS)
+    times = local.times
     in_process = statistics.median(times)
 
     print(f"{args.study}, n = {args.users}, m = {spec.samples}, seed {args.seed}")
     ok = True
-    here = np.asarray(local.result.estimate)
+    here = np.asarray(local.estimate)
     for h in runs:
         ok &= report(args, h, in_process)
         remote_estimate = h.run.result.estimate
         assert remote_estimate is not None
         remote = np.asarray(remote_estimate)
         relative = float(np.max(np.abs(remote - here)) / np.max(np.abs(here)))
-        print(
-            f"    estimate : {remote_estimate!r} vs {local.result.estimate!r} (rel. {relative:.1e})"
-        )
+        print(f"    estimate : {remote_estimate!r} vs {local.estimate!r} (rel. {relative:.1e})")
         ok &= relative <= 1e-9
-    print(f"  in process : {in_process:8.2f} s  (median of {len(times)})")
+    print(
+        f"  in process : {in_process:8.2f} s  (median of {len(times)}; its process's peak RSS "
+        f"{local.rss_mib:.0f} MiB)"
+    )
     # as bench_peruser: the target is the server's best worker count on this database and
     # machine (on SQLite with 2 cores, which the swarm shares, one worker; see
     # docs/benchmarks.md); at 10^6 users issue 15 sets targets for the peak RSS only, and the

@@ -229,15 +229,17 @@ class ApiClient:
         admin: bool = False,
         idempotent: bool | None = None,
         exclude: set[str] | None = None,
+        content: bytes | None = None,
     ) -> Answer:
         """Send one request with the retry policy; the 2xx answer, or raise an ``ApiError``
-        (``exclude``: fields of ``body`` not to send)."""
+        (``exclude``: fields of ``body`` not to send; ``content``: a JSON body encoded
+        already, instead of ``body``)."""
         if idempotent is None:
             idempotent = method in ("GET", "HEAD")
         headers: dict[str, str] = {}
-        content: bytes | None = None
         if body is not None:
             content = body.model_dump_json(exclude=exclude).encode()
+        if content is not None:
             headers["content-type"] = "application/json"
         if token is not None:
             headers["authorization"] = f"Bearer {token}"
@@ -305,6 +307,7 @@ class ApiClient:
         admin: bool = False,
         idempotent: bool | None = None,
         exclude: set[str] | None = None,
+        content: bytes | None = None,
     ) -> M:
         answer = await self.request(
             method,
@@ -314,6 +317,7 @@ class ApiClient:
             admin=admin,
             idempotent=idempotent,
             exclude=exclude,
+            content=content,
         )
         try:
             return model.model_validate_json(answer.content)
@@ -439,7 +443,10 @@ class ApiClient:
         """The tasks of many participants; ``hold`` > 0 lets the server keep the answer up to
         that many seconds while they would all only wait (a long poll)."""
         path = f"/v1/studies/{study_id}/tasks" + (f"?hold={hold:g}" if hold > 0 else "")
-        return await self._call(TaskBatch, "POST", path, body=request, idempotent=True)
+        # the request's bytes alone are kept through a held poll, not its list of Python ints
+        content = request.model_dump_json().encode()
+        del request
+        return await self._call(TaskBatch, "POST", path, content=content, idempotent=True)
 
     async def submit_report(self, study_id: str, report: ReportSubmit) -> Receipt:
         """One report; its token travels as ``Authorization: Bearer``, not in the body."""

@@ -123,7 +123,13 @@ def _sample_epsilons(spec: PopulationSpec, n: int, population_seed: int) -> tupl
     if spec.epsilon_lognormal is not None:
         mu, sigma = spec.epsilon_lognormal
         return rng.lognormal(mu, sigma, size=n), f"lognormal(mu={mu:g}, sigma={sigma:g})"
-    return np.full(n, spec.epsilon, dtype=np.float64), f"constant {spec.epsilon:g}"
+    return _constant(n, spec.epsilon, np.float64), f"constant {spec.epsilon:g}"
+
+
+def _constant(n: int, value: float, dtype: type[np.generic]) -> NDArray[Any]:
+    """``n`` copies of ``value``, as a read-only view of one (``np.broadcast_to``): a constant
+    ε or sample count of 10^7 users is 80 MB as an array of its own (issue 27 item 4)."""
+    return np.broadcast_to(np.asarray(value, dtype=dtype), (n,))
 
 
 def _check_user_epsilons(eps: FloatArray, user_ids: list[str] | None) -> None:
@@ -307,7 +313,7 @@ def build_population(
                 f"were dropped (huber-user-level-dp.md §6.3): n = {m.size}"
             )
     else:
-        m = np.full(spec.users, spec.samples, dtype=np.int64)
+        m = _constant(spec.users, spec.samples, np.int64)
         description["samples"] = {"constant": spec.samples}
     too_many = int(m.max()) * law.draws_per_sample
     if too_many > MAX_DRAWS:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,7 +41,14 @@ from fedldp.client.swarm.prefetch import Prefetch
 from fedldp.client.swarm.roster import Roster
 from fedldp.client.swarm.user import Privatizer, UserBlock
 from fedldp.protocol.core.base.records import FloatArray, IntArray
-from fedldp.protocol.core.wire import ReportBatch, RoundTasks, TaskBatchRequest, pack_rows
+from fedldp.protocol.core.wire import (
+    BatchReceipt,
+    ReportBatch,
+    RoundTasks,
+    TaskBatchRequest,
+    TaskReport,
+    pack_rows,
+)
 
 __all__ = ["DriveStats", "Roster", "SwarmError", "WaitPolicy", "drive", "first_error"]
 
@@ -87,35 +95,44 @@ class BlockAgent(_Agent):
 
     async def step(self) -> float | None:
         ctx, roster = self.ctx, self.roster
-        positions = np.flatnonzero(self.active & ~self.holding)
-        if positions.size == 0:
+        if not (self.active & ~self.holding).any():
             return None
-        sign = roster.credentials(positions)
-        # the swarm's own bodies, from its own arrays, are built unvalidated (the server
-        # validates them): checking each batch's 10^4 ids and decoding the rows just packed cost
-        # the swarm, whose CPU a study's time waits on, 0.5 µs per user
-        request = TaskBatchRequest.model_construct(
-            participant_ids=roster.ids[positions].tolist(), tokens=sign.tokens, blocks=sign.blocks
-        )
         # Outside the gate: a held poll must not keep other blocks from reporting (the pool has a
-        # connection per block beside the gate's, see run_swarm).
-        answer = await ctx.api.tasks(ctx.study_id, request, hold=BATCH_HOLD_S)
+        # connection per block beside the gate's, see run_swarm). The request is made in the
+        # call: the client keeps its bytes only, not its list of Python ints, through the poll.
+        answer = await ctx.api.tasks(ctx.study_id, self._ask(), hold=BATCH_HOLD_S)
         ctx.stats.task_requests += 1
         if answer.done and answer.phase in ("failed", "cancelled"):
             raise await study_ended_error(ctx.api, ctx.study_id)
         self.active[roster.positions(answer.done)] = False
-        for tasks in sorted(answer.reports, key=lambda rt: rt.round):
-            await self._report(tasks, roster.positions(tasks.participant_ids))
+        # the answer's lists as arrays, before waiting for a slot to report: a thousand blocks'
+        # answers at 10^7 users held 600 MB of Python ints while the blocks queued (issue 27)
+        due = [_Due.of(tasks, roster) for tasks in sorted(answer.reports, key=lambda rt: rt.round)]
+        changed, retry_after = bool(answer.reports or answer.done), answer.retry_after_s
+        del answer
+        for tasks in due:
+            await self._report(tasks)
         if not (self.active & ~self.holding).any():
             return None
-        if answer.reports or answer.done:  # the block changed: ask again for the rest at once
+        if changed:  # the block changed: ask again for the rest at once
             return 0.0
-        return max(answer.retry_after_s, 1e-3)
+        return max(retry_after, 1e-3)
 
-    async def _report(self, tasks: RoundTasks, positions: IntArray) -> None:
+    def _ask(self) -> TaskBatchRequest:
+        """The task request of the block's users still going (and not holding a late answer)."""
+        positions = np.flatnonzero(self.active & ~self.holding)
+        sign = self.roster.credentials(positions)
+        ids = self.roster.ids[positions].tolist()
+        # the swarm's own bodies, from its own arrays, are built unvalidated (the server
+        # validates them): checking each batch's 10^4 ids and decoding the rows just packed cost
+        # the swarm, whose CPU a study's time waits on, 0.5 µs per user
+        return TaskBatchRequest.model_construct(
+            participant_ids=ids, tokens=sign.tokens, blocks=sign.blocks
+        )
+
+    async def _report(self, due: _Due) -> None:
+        tasks, positions, epsilons, groups = due.tasks, due.positions, due.epsilons, due.groups
         k = tasks.round
-        epsilons = np.asarray(tasks.epsilons, dtype=np.float64)
-        groups = np.asarray(tasks.groups, dtype=np.int64)
         late = np.zeros(positions.shape, dtype=np.bool_)
         roles = self.block.privatizer.roles
         if roles is not None:  # behaviour: who left before round k, who answers late
@@ -127,9 +144,12 @@ class BlockAgent(_Agent):
             late = roles.late(slots[there])
         if positions.size == 0:
             return
-        rows = refuse_overspend(self.block.respond, tasks.task(0), positions, epsilons, groups)
-        if not late.all():
-            await self._post(tasks, positions[~late], rows[~late], LATE)
+        task = due.task()
+        # privatized once a slot is free (the payload rows of blocks queued for one are not held)
+        async with self.ctx.gate:
+            rows = refuse_overspend(self.block.respond, task, positions, epsilons, groups)
+            if not late.all():
+                await self._post(tasks, positions[~late], rows[~late], LATE, gated=True)
         if late.any():  # in the background: the others go on to the next rounds meanwhile
             assert roles is not None
             self.holding[positions[late]] = True
@@ -148,29 +168,29 @@ class BlockAgent(_Agent):
             self.holding[positions] = False
 
     async def _post(
-        self, tasks: RoundTasks, positions: IntArray, rows: FloatArray, late_codes: frozenset[str]
+        self,
+        tasks: RoundTasks,
+        positions: IntArray,
+        rows: FloatArray,
+        late_codes: frozenset[str],
+        gated: bool = False,
     ) -> None:
-        ctx, roster = self.ctx, self.roster
-        k = tasks.round
-        sign = roster.credentials(positions)
-        batch = ReportBatch.model_construct(  # unvalidated, as the task request (step)
-            round=k,
-            kind=tasks.payload_kind,
-            participant_ids=roster.ids[positions].tolist(),
-            tokens=sign.tokens,
-            blocks=sign.blocks,
-            packed=pack_rows(rows),
-        )
+        """Post the rows of the users at ``positions``; ``gated``: the caller holds a slot of
+        the gate (else this takes one)."""
+        ctx, roster, k = self.ctx, self.roster, tasks.round
         try:
-            async with ctx.gate:
-                receipt = await ctx.api.submit_reports(ctx.study_id, batch)
+            if gated:
+                receipt = await self._send(tasks, positions, rows)
+            else:
+                async with ctx.gate:
+                    receipt = await self._send(tasks, positions, rows)
         except PhaseError as exc:
             if exc.code not in late_codes:
                 raise
             # The round closed before the batch got in, as for a late single user: at its deadline,
             # or, for a batch resent after a lost answer, because the first send completed it.
             ctx.stats.report_requests += 1
-            ctx.stats.late += len(batch.participant_ids)
+            ctx.stats.late += int(positions.size)
             return
         ctx.stats.report_requests += 1
         late = [item for item in receipt.items if item.code in LATE]
@@ -191,6 +211,55 @@ class BlockAgent(_Agent):
             )
         ctx.stats.reports += receipt.accepted + receipt.duplicates
         ctx.stats.late += len(late)
+
+    async def _send(self, tasks: RoundTasks, positions: IntArray, rows: FloatArray) -> BatchReceipt:
+        """One report batch, built once its slot is taken (its lists are not held while
+        queued)."""
+        sign = self.roster.credentials(positions)
+        batch = ReportBatch.model_construct(  # unvalidated, as the task request (_ask)
+            round=tasks.round,
+            kind=tasks.payload_kind,
+            participant_ids=self.roster.ids[positions].tolist(),
+            tokens=sign.tokens,
+            blocks=sign.blocks,
+            packed=pack_rows(rows),
+        )
+        return await self.ctx.api.submit_reports(self.ctx.study_id, batch)
+
+
+@dataclass(frozen=True)
+class _Due:
+    """One round's report task for some of a block's users, as arrays: the task without its
+    lists, the users' roster positions, ε charges and groups."""
+
+    tasks: RoundTasks
+    positions: IntArray
+    epsilons: FloatArray
+    groups: IntArray
+
+    @classmethod
+    def of(cls, tasks: RoundTasks, roster: Roster) -> _Due:
+        return cls(
+            tasks.model_copy(update={"participant_ids": [], "groups": [], "epsilons": []}),
+            roster.positions(tasks.participant_ids),
+            np.asarray(tasks.epsilons, dtype=np.float64),
+            np.asarray(tasks.groups, dtype=np.int64),
+        )
+
+    def task(self) -> TaskReport:
+        """The task the users share (``RoundTasks.task(0)``: each one's ε and group come from
+        the arrays)."""
+        t = self.tasks
+        return TaskReport(
+            round=t.round,
+            name=t.name,
+            broadcast=t.broadcast,
+            payload_kind=t.payload_kind,
+            payload_shape=t.payload_shape,
+            group=int(self.groups[0]),
+            epsilon=float(self.epsilons[0]),
+            deadline=t.deadline,
+        )
 
 
 async def _run_block(agent: BlockAgent) -> None:

@@ -193,7 +193,7 @@ class _Users:
     async def run(self, position: int) -> None:
         """User ``position`` of the roster, from its first task request to its last report."""
         ctx, clock = self.ctx, self.clock
-        pid, token = self.roster.participant_ids[position], self.roster.tokens[position]
+        pid, token = int(self.roster.participant_ids[position]), self.roster.tokens[position]
         loop = asyncio.get_running_loop()
         waits, holding = 0, False
         while True:

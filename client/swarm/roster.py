@@ -19,18 +19,32 @@ __all__ = ["Roster"]
 class Roster:
     """Enrolled users: slots (population indices), their server ids and tokens, declared ε's,
     and the block tokens the server gave for blocks of them (see ``credentials``). ``tokens``
-    is empty when the block tokens cover every user (enrolled with the block tokens only)."""
+    is empty when the block tokens cover every user (enrolled with the block tokens only).
+    The ids are kept as an int64 array (given as a list or an array): at 10^7 users a list of
+    Python ints was 360 MB of the swarm's memory, and a part's ids are a view of its roster's."""
 
     slots: IntArray
-    participant_ids: list[int]
+    participant_ids: IntArray
     tokens: list[str]
     epsilon: FloatArray
     blocks: tuple[BlockToken, ...] = ()
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        slots: IntArray,
+        participant_ids: Sequence[int] | IntArray,
+        tokens: list[str],
+        epsilon: FloatArray,
+        blocks: tuple[BlockToken, ...] = (),
+    ) -> None:
+        object.__setattr__(self, "slots", slots)
+        object.__setattr__(self, "participant_ids", np.asarray(participant_ids, dtype=np.int64))
+        object.__setattr__(self, "tokens", tokens)
+        object.__setattr__(self, "epsilon", epsilon)
+        object.__setattr__(self, "blocks", blocks)
         n = self.slots.shape[0]
-        tokens = len(self.tokens) if self.tokens or not self._blocks_cover else n
-        if not (len(self.participant_ids) == tokens == self.epsilon.shape[0] == n):
+        tokens_n = len(self.tokens) if self.tokens or not self._blocks_cover else n
+        if not (self.participant_ids.shape[0] == tokens_n == self.epsilon.shape[0] == n):
             raise ValueError("a roster needs one id, token (or covering block) and ε per slot")
 
     def __len__(self) -> int:
@@ -38,7 +52,7 @@ class Roster:
 
     def part(self, start: int, stop: int) -> Roster:
         ids = self.participant_ids[start:stop]
-        low, high = (min(ids), max(ids)) if ids else (0, -1)
+        low, high = (int(ids.min()), int(ids.max())) if ids.size else (0, -1)
         return Roster(
             self.slots[start:stop],
             ids,
@@ -47,21 +61,28 @@ class Roster:
             tuple(b for b in self.blocks if b.start <= high and b.stop > low),  # its blocks
         )
 
-    @functools.cached_property
+    @property
     def ids(self) -> IntArray:
         """The participant ids as an array."""
-        return np.asarray(self.participant_ids, dtype=np.int64)
+        return self.participant_ids
 
     @functools.cached_property
-    def _by_id(self) -> IntArray:
+    def _by_id(self) -> IntArray | None:
+        """The order that sorts the ids; None when they are sorted (a swarm's usually are)."""
+        if bool(np.all(self.ids[1:] > self.ids[:-1])):
+            return None
         return np.argsort(self.ids, kind="stable")
 
     def positions(self, participant_ids: Sequence[int]) -> IntArray:
         """Where these participants are in the roster; SwarmError if one is not."""
         wanted = np.asarray(participant_ids, dtype=np.int64)
         order = self._by_id
-        found = order[np.minimum(np.searchsorted(self.ids[order], wanted), len(order) - 1)]
-        if wanted.size and (not len(order) or np.any(self.ids[found] != wanted)):
+        n = len(self)
+        if order is None:
+            found = np.minimum(np.searchsorted(self.ids, wanted), max(n - 1, 0))
+        else:
+            found = order[np.minimum(np.searchsorted(self.ids[order], wanted), n - 1)]
+        if wanted.size and (not n or np.any(self.ids[found] != wanted)):
             raise SwarmError(
                 "unknown_participants",
                 "the server answered for participants this swarm did not ask about",
@@ -74,10 +95,13 @@ class Roster:
         """Whether the block tokens cover every user of the roster."""
         if not self.blocks:
             return False
-        inside = np.zeros(self.ids.shape, dtype=np.bool_)
-        for b in self.blocks:
-            inside |= (self.ids >= b.start) & (self.ids < b.stop)
-        return bool(inside.all())
+        # the blocks by start, each reaching as far as any block starting at or below it:
+        # an id is covered iff the last block starting at or below it reaches past it
+        spans = sorted((b.start, b.stop) for b in self.blocks)
+        starts = np.array([a for a, _ in spans], dtype=np.int64)
+        reach = np.maximum.accumulate(np.array([b for _, b in spans], dtype=np.int64))
+        last = np.searchsorted(starts, self.ids, side="right") - 1
+        return bool(np.all((last >= 0) & (self.ids < reach[np.maximum(last, 0)])))
 
     def credentials(self, positions: IntArray) -> Credentials:
         """Credentials of the users at ``positions``: the block tokens of their blocks when the

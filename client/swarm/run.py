@@ -473,6 +473,8 @@ async def run_swarm(
                 study = await start(api, study.id)
             if prefetch is not None:
                 ahead.cancel()
+                if members is None and np.array_equal(prefetch.slots, roster.slots):
+                    prefetch.slots = roster.slots  # one array of the slots, not two (80 MB at 10^7)
             joiners = np.zeros(0, dtype=np.int64)
             if members is not None:
                 joiners = np.setdiff1d(np.arange(pop.n, dtype=np.int64), members)

@@ -64,10 +64,17 @@ def check_plan_budget(plan: Plan, epsilon: FloatArray) -> FloatArray:
     if eps.shape != (plan.n_participants,):
         raise ValueError("one declared ε per participant is needed")
     charges = plan.charges()
-    over = charges > eps + TOLERANCE
-    if np.any(over):
-        i = int(np.flatnonzero(over)[0])
-        raise ValueError(
-            f"plan charges participant {i} ε={charges[i]:g} beyond its declared ε={eps[i]:g}"
-        )
+    for start in range(0, charges.size, _CHECKED_AT_ONCE):  # no temporaries of everyone's
+        part = slice(start, start + _CHECKED_AT_ONCE)
+        over = charges[part] > eps[part] + TOLERANCE
+        if np.any(over):
+            i = start + int(np.flatnonzero(over)[0])
+            raise ValueError(
+                f"plan charges participant {i} ε={charges[i]:g} beyond its declared ε={eps[i]:g}"
+            )
     return charges
+
+
+_CHECKED_AT_ONCE = 1 << 20
+"""Participants whose charges ``check_plan_budget`` compares at once (8 MB of temporaries, where
+everyone's at once were 90 MB at 10^7 participants, at a server's start)."""

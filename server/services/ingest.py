@@ -233,7 +233,7 @@ def _ingest(
     charge = rp.epsilon[pos]
     # The ledger: what the plan charged before round k plus this round must fit the declared ε.
     # The start-time plan check makes this hold; it is the per-report guard the contract names.
-    over = ok & (splan.charged_before[k][safe] + charge > splan.declared[safe] + TOLERANCE)
+    over = ok & (splan.charged_before(k, safe) + charge > splan.declared[safe] + TOLERANCE)
     for j in np.flatnonzero(over):
         reject(int(j), BudgetExceeded(f"participant {ids[j]}'s report would overspend its ε"))
     ok &= ~over

@@ -8,9 +8,11 @@ use these checks: tasks (``fedldp.server.services.tasks``) and report ingestion
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from fedldp.protocol.core.base.records import BoolArray
+from fedldp.protocol.core.base.records import BoolArray, IntArray
 from fedldp.protocol.core.wire import BudgetCharge, BudgetView, Credentials
 from fedldp.server.errors import InvalidRequest, InvalidToken, UnknownParticipant
 from fedldp.server.runtime.auth import block_token_ok
@@ -30,7 +32,10 @@ def one_token(token: str | None) -> Credentials:
 
 
 def signed(
-    ctx: Context, study: StudyRow | StudyState, ids: list[int], credentials: Credentials
+    ctx: Context,
+    study: StudyRow | StudyState,
+    ids: Sequence[int] | IntArray,
+    credentials: Credentials,
 ) -> BoolArray:
     """Which of the participants ``ids`` the credentials authorise: their own token, or a valid
     block token whose block holds them. A block token costs one HMAC however many participants
@@ -38,7 +43,8 @@ def signed(
     if credentials.tokens is not None:
         if len(credentials.tokens) != len(ids):
             raise InvalidRequest(f"{len(ids)} participant ids but {len(credentials.tokens)} tokens")
-        valid = ctx.tokens.verify(study.secret, study.id, ids, credentials.tokens)
+        listed = ids.tolist() if isinstance(ids, np.ndarray) else ids  # Python ints: the cache's
+        valid = ctx.tokens.verify(study.secret, study.id, listed, credentials.tokens)
         return np.array(valid, dtype=np.bool_)
     assert credentials.blocks is not None  # the wire model holds one kind or the other
     blocks = sorted(
@@ -57,14 +63,17 @@ def signed(
 
 
 def check_participants(
-    ctx: Context, study: StudyRow | StudyState, ids: list[int], credentials: Credentials
+    ctx: Context,
+    study: StudyRow | StudyState,
+    ids: Sequence[int] | IntArray,
+    credentials: Credentials,
 ) -> None:
     refused = np.flatnonzero(~signed(ctx, study, ids, credentials))
     if refused.size == 0:
         return
     # Tokens are only issued at enrollment, so a valid one names an enrolled participant
     # (leased ids may lie above the count while a lower block is still enrolling).
-    pid = ids[int(refused[0])]
+    pid = int(ids[int(refused[0])])
     if not 0 <= pid < study.n_participants:
         raise UnknownParticipant(f"study {study.id} has no participant {pid}")
     raise InvalidToken(f"the token of participant {pid} is not valid for study {study.id}")

@@ -40,6 +40,7 @@ from fedldp.protocol.core.ledger import check_plan_budget
 from fedldp.server.errors import ProtocolVersionMismatch
 from fedldp.server.runtime.context import Context, shred_after_commit
 from fedldp.server.runtime.keys import KeyMissing
+from fedldp.server.runtime.memory import give_back
 from fedldp.server.runtime.plans import Enrolled, StudyPlan, build_plan
 from fedldp.server.runtime.protocols import version_mismatch
 from fedldp.server.runtime.received import in_chunks
@@ -152,6 +153,7 @@ def start_study(
         )
     known = ctx.enrolled.take(study.id, study.n_participants, enrolling)
     epsilon, metadata = known or participant_rows.load_participants(session, study.id)
+    give_back()  # the enrolled record's parts, joined and dropped, before the plan's arrays
     try:
         splan = build_plan(study, epsilon, metadata)
         check_plan_budget(splan.plan, epsilon)
@@ -181,6 +183,8 @@ def start_study(
         fail_study(session, study.id, reason)
         return reason
     ctx.plans.put(study.id, splan)
+    del known, epsilon, metadata
+    give_back()  # what the start joined and planned with (fedldp.server.runtime.memory)
     return None
 
 
@@ -334,6 +338,7 @@ def _close_round(ctx: Context, study_id: str, index: int) -> bool:
         log.info(
             "study %s: round %d (%s) closed with %d reports", study_id, index, r.name, r.received
         )
+        give_back()  # what the round's reports and answers took (fedldp.server.runtime.memory)
         return True
 
 
@@ -371,8 +376,9 @@ def _finish(
             "participants": int(spent.size),
             "charged": int(np.count_nonzero(spent > 0)),
             "max": float(spent.max()),
-            "median": float(np.median(spent)),
             "mean": float(spent.mean()),
+            # last: sorts spent in place, rather than a copy of everyone's (80 MB at 10^7)
+            "median": float(np.median(spent, overwrite_input=True)),
         },
     }
     stored = jsonable(stored)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -80,23 +81,75 @@ def _decide(member: B, reported: B, later: B, is_open: bool) -> tuple[B, B]:
     return report, (pending | later) & ~report
 
 
-def _tasks(
-    state: StudyState, ids: list[int], reported: Callable[[int, IntArray], IntArray]
-) -> TaskBatch:
-    """What each participant should do now, columnar (see TaskBatch); ``reported(k, pids)``
-    says which of ``pids`` have reported in round k."""
-    if state.phase == "enrolling":
+@dataclass(frozen=True)
+class _Answer:
+    """A batch answer as arrays (``batch`` writes it as the wire's ``TaskBatch``): what a held
+    request keeps while it waits. The wire model's lists hold a Python int per participant,
+    about 36 bytes each where these arrays take 8 or 1; at 10^7 users a thousand blocks' held
+    answers in that form were the server's largest holding (issue 27 item 4)."""
+
+    state: StudyState
+    pids: IntArray
+    report: BoolArray | None = None  # None: not running (all wait while enrolling, else done)
+    waiting: BoolArray | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether a held request answers now: someone has a report task, or nobody waits."""
+        if self.report is None or self.waiting is None:
+            return self.state.phase != "enrolling"
+        return bool(self.report.any()) or not bool(self.waiting.any())
+
+    def batch(self) -> TaskBatch:
+        state, pids = self.state, self.pids
+        if state.phase == "enrolling":
+            return TaskBatch(
+                phase="enrolling",
+                waiting=pids.tolist(),
+                wait_reason=ENROLLING_WAIT,
+                retry_after_s=ENROLLING_WAIT_S,
+            )
+        r, splan, report, waiting = state.round, state.plan, self.report, self.waiting
+        if r is None or splan is None or report is None or waiting is None:
+            return TaskBatch(phase=state.phase, done=pids.tolist())
+        k = r.index
+        reports = []
+        if report.any():
+            rp = splan.plan.rounds[k]
+            pos = splan.membership(k, pids[report]).position
+            reports.append(
+                RoundTasks(
+                    round=k,
+                    name=r.name,
+                    broadcast=r.broadcast,
+                    payload_kind=r.payload_kind,
+                    payload_shape=list(r.payload_shape),
+                    deadline=r.deadline,
+                    participant_ids=pids[report].tolist(),
+                    groups=rp.groups_at(pos).tolist(),
+                    epsilons=rp.epsilon[pos].tolist(),
+                )
+            )
         return TaskBatch(
-            phase="enrolling",
-            waiting=ids,
-            wait_reason=ENROLLING_WAIT,
-            retry_after_s=ENROLLING_WAIT_S,
+            phase="running",
+            reports=reports,
+            waiting=pids[waiting].tolist(),
+            wait_reason=_round_wait(k),
+            retry_after_s=BETWEEN_ROUNDS_WAIT_S,
+            done=pids[~report & ~waiting].tolist(),  # nothing left for them in this study
         )
+
+
+def _tasks(
+    state: StudyState, ids: IntArray, reported: Callable[[int, IntArray], IntArray]
+) -> _Answer:
+    """What each participant should do now (see ``_Answer``); ``reported(k, pids)`` says which
+    of ``pids`` have reported in round k."""
+    pids = np.asarray(ids, dtype=np.int64)
     r, splan = state.round, state.plan
     if state.phase != "running" or r is None or splan is None:
-        return TaskBatch(phase=state.phase, done=ids)
+        return _Answer(state, pids)
     k = r.index
-    pids = np.asarray(ids, dtype=np.int64)
     now_in = splan.membership(k, pids)
     members = pids[now_in.member]
     done_k = reported(k, members) if members.size else members
@@ -106,34 +159,12 @@ def _tasks(
         _in_later_round(splan, k, pids),
         r.status == "open",
     )
-    rp = splan.plan.rounds[k]
-    pos = now_in.position[report]
-    reports = []
-    if report.any():
-        reports.append(
-            RoundTasks(
-                round=k,
-                name=r.name,
-                broadcast=r.broadcast,
-                payload_kind=r.payload_kind,
-                payload_shape=list(r.payload_shape),
-                deadline=r.deadline,
-                participant_ids=pids[report].tolist(),
-                groups=rp.groups_at(pos).tolist(),
-                epsilons=rp.epsilon[pos].tolist(),
-            )
-        )
-    return TaskBatch(
-        phase="running",
-        reports=reports,
-        waiting=pids[waiting].tolist(),
-        wait_reason=_round_wait(k),
-        retry_after_s=BETWEEN_ROUNDS_WAIT_S,
-        done=pids[~report & ~waiting].tolist(),  # nothing left for them in this study
-    )
+    return _Answer(state, pids, report, waiting)
 
 
-def _checked(ctx: Context, study_id: str, ids: list[int], credentials: Credentials) -> StudyState:
+def _checked(
+    ctx: Context, study_id: str, ids: Sequence[int] | IntArray, credentials: Credentials
+) -> StudyState:
     """The snapshot, once the credentials are checked; a refusal is decided on a fresh read
     (the participant count of an enrolling study moves with every enrollment)."""
     state = _state(ctx, study_id)
@@ -274,12 +305,16 @@ async def task_when_ready(
 
 def tasks(ctx: Context, study_id: str, ids: list[int], credentials: Credentials) -> TaskBatch:
     """What each of many participants should do now (their credentials checked)."""
+    return _tasks_checked(ctx, study_id, np.asarray(ids, dtype=np.int64), credentials).batch()
+
+
+def _tasks_checked(ctx: Context, study_id: str, ids: IntArray, credentials: Credentials) -> _Answer:
     return _tasks_of(ctx, study_id, ids, _checked(ctx, study_id, ids, credentials))
 
 
 def _tasks_of(
-    ctx: Context, study_id: str, ids: list[int], state: StudyState | None = None
-) -> TaskBatch:
+    ctx: Context, study_id: str, ids: IntArray, state: StudyState | None = None
+) -> _Answer:
     """``tasks`` for participants whose credentials were checked already."""
     state = state or _state(ctx, study_id)
 
@@ -310,22 +345,24 @@ def _whole_span(splan: StudyPlan, k: int, members: IntArray) -> bool:
 
 
 async def tasks_when_ready(
-    ctx: Context, study_id: str, ids: list[int], credentials: Credentials, hold_s: float
+    ctx: Context, study_id: str, ids: IntArray, credentials: Credentials, hold_s: float
 ) -> TaskBatch:
     """``tasks``, held back for up to ``hold_s`` while none of them has a report task and some
     would be told to wait (a long poll): the answer then comes as soon as the study moves on
     (a round opens, the study starts or ends), instead of after the client's next wait. Those
     who are done meanwhile learn it in that answer: a block that has just reported, and whose
     reporters are done, asks once, not once for its done and again for its waiting members.
-    The credentials are checked once, on the first ask."""
-    return await _held(
+    The credentials are checked once, on the first ask; the answer is kept as arrays while
+    held (``_Answer``) and written out once."""
+    answer = await _held(
         ctx,
-        functools.partial(tasks, ctx, study_id, ids, credentials),
+        functools.partial(_tasks_checked, ctx, study_id, ids, credentials),
         functools.partial(_tasks_of, ctx, study_id, ids),
         hold_s,
-        lambda b: bool(b.reports) or not b.waiting,
+        lambda a: a.ready,
         basis=functools.partial(_moves, ctx, study_id),
     )
+    return answer.batch()
 
 
 def _moves(ctx: Context, study_id: str) -> tuple[object, ...]:

@@ -186,13 +186,19 @@ def parse_json_stdlib(raw: bytes) -> Any:
     return value
 
 
+async def _read(request: Request) -> bytes:
+    """The request body, read without keeping it on the request (``Request.body()`` keeps it
+    for the request's life: a held task batch kept its bytes for the whole poll)."""
+    return b"".join([chunk async for chunk in request.stream()])
+
+
 def json_body(
     model: type[M], authenticate: Authenticate | None = None
 ) -> Callable[[Request], Awaitable[M]]:
     """A dependency: the request body as ``model``, after ``authenticate`` when given."""
 
     async def parse(request: Request) -> M:
-        data = parse_json(await request.body())
+        data = parse_json(await _read(request))
         if authenticate is not None:
             data = await authenticate(request, data)
         try:

@@ -579,7 +579,7 @@ async def test_concurrent_submissions_never_double_a_report_or_a_transition(
             want.population.population_seed,
         )
         users = UserBlock(roster.slots, roster.epsilon, privatizer)
-        everyone = TaskBatchRequest(participant_ids=roster.participant_ids, tokens=roster.tokens)
+        everyone = TaskBatchRequest(participant_ids=roster.ids.tolist(), tokens=roster.tokens)
         for k, rp in enumerate(want.local.plan.rounds):
             answer = await api.tasks(study.id, everyone)
             assert [rt.round for rt in answer.reports] == [k]

@@ -146,7 +146,7 @@ async def test_reports_to_two_replicas_charge_no_one_twice_and_close_each_round_
             want.population.population_seed,
         )
         users = UserBlock(roster.slots, roster.epsilon, privatizer)
-        everyone = TaskBatchRequest(participant_ids=roster.participant_ids, tokens=roster.tokens)
+        everyone = TaskBatchRequest(participant_ids=roster.ids.tolist(), tokens=roster.tokens)
         last = len(want.local.plan.rounds) - 1
         for k, rp in enumerate(want.local.plan.rounds):
             # held: the other replica (or worker) closed round k - 1, and this one's snapshot

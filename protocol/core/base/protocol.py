@@ -481,7 +481,7 @@ _MAX_PROBE = 1 << 21
 def cohort_permutation(n: int, seed: int, *purpose: int) -> IntArray:
     """A public uniformly random permutation of 0..n-1 from the study seed (user-level-ldp §2.3)."""
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(0xC0, *purpose)))
-    return rng.permutation(n).astype(np.int64)
+    return rng.permutation(n).astype(np.int64, copy=False)  # int64 already: no second copy
 
 
 def split_sizes(n: int, parts: int) -> IntArray:

@@ -41,7 +41,7 @@ def test_roster_parts_are_contiguous_slices() -> None:
     roster = Roster(np.arange(10), list(range(10)), [f"t{i}" for i in range(10)], np.ones(10))
     part = roster.part(3, 7)
     assert part.slots.tolist() == [3, 4, 5, 6]
-    assert part.participant_ids == [3, 4, 5, 6]
+    assert part.participant_ids.tolist() == [3, 4, 5, 6]
     assert part.tokens == ["t3", "t4", "t5", "t6"]
     assert len(part) == 4
     assert part.positions([6, 3, 5]).tolist() == [3, 0, 2]
