@@ -101,6 +101,9 @@ def _variants(prop: dict[str, Any]) -> tuple[list[Any], list[Any]]:
 
 def _spec(protocol: Protocol[Any], params: Params) -> dict[str, Any]:
     spec = _law(protocol)
+    ranged = protocol.data_range(params)
+    if ranged is not None:  # a law inside the range the protocol clips to (memo-1bitmean's [0, m])
+        spec = {"distribution": "uniform", "low": ranged[0], "high": ranged[1]}
     if spec["distribution"] != "sin-sum":
         spec["samples"] = getattr(params, "samples_per_user", 4)
         dimension = getattr(params, "dimension", None)
