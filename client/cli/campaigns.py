@@ -102,7 +102,9 @@ def _run_show(args: argparse.Namespace) -> int:
     budget = (
         "none"
         if view["budget_epsilon"] is None
-        else f"ε {view['budget_epsilon']:g} per "
+        else f"ε {view['budget_epsilon']:g}"
+        + ("" if view.get("budget_delta") is None else f" at δ {view['budget_delta']:g}")
+        + " per "
         + ("lifetime" if view["budget_period"] is None else f"{view['budget_period']:g} d")
     )
     lines = [
@@ -130,8 +132,14 @@ def _run_budget(args: argparse.Namespace) -> int:
     view = json.loads(text)
     own = None if args.store is None else _own_charges(args.store, args.device)
     remaining = "unlimited" if view["remaining"] is None else format(view["remaining"], "g")
+    delta = view.get("budget_delta")
+    rule = (
+        "by the server's charges"
+        if delta is None
+        else f"at δ {delta:g} (its releases composed by dp-accounting's PLD accountant)"
+    )
     lines = [
-        f"device {view['device']}: spent ε {view['spent_total']:g} in all by the server's charges, "
+        f"device {view['device']}: spent ε {view['spent_total']:g} in all {rule}, "
         f"{view['spent_window']:g} in the clock's window, {remaining} left there"
     ]
     if own is not None:
@@ -140,7 +148,7 @@ def _run_budget(args: argparse.Namespace) -> int:
     for s in view["spends"]:
         line = (
             f"  occurrence {s['occurrence']} (day {s['day']:g}): ε {s['epsilon']:g} "
-            f"(declared {s['declared']:g})"
+            f"(declared {s['declared']:g}), ε {s['cumulative']:g} in all after it"
         )
         if own is not None and s["occurrence"] in own:
             charge, state = own[s["occurrence"]]
@@ -241,9 +249,10 @@ def add_campaign_parser(subparsers: Any) -> None:
         help="a device's ε spend over a server's campaign",
         description="Show what the server charged a device in each occurrence of a campaign "
         "(the protocol's server-side charge rule, docs/longitudinal.md §5) and the ε it "
-        "declared, its total, and what is left of its budget in the window of the campaign's "
-        "clock; with --store, the device's own charges too (its own rule, which knows its "
-        "memoized states).",
+        "declared, its total after each, and what is left of its budget in the window of the "
+        "campaign's clock; with --store, the device's own charges too (its own rule, which "
+        "knows its memoized states). A central protocol's releases are composed at the "
+        "campaign's δ by dp-accounting's PLD accountant: the totals are ε at that δ.",
     )
     budget.add_argument("id", metavar="ID", help="the campaign's id")
     budget.add_argument("device", metavar="DEVICE", help="the device's id (d<slot> for a swarm's)")
