@@ -184,7 +184,7 @@ class DeviceLedger:
     rule: ChargeRule = field(default_factory=basic_rule)
     spends: list[Spend] = field(default_factory=list)
     _declared: list[list[float]] = field(init=False, repr=False)
-    _days: list[list[float]] = field(init=False, repr=False)
+    _windows: list[list[int]] = field(init=False, repr=False)
     _states: list[list[int]] = field(init=False, repr=False)
     _central: bool = field(init=False, repr=False)
     _own: FloatArray = field(init=False, repr=False)
@@ -192,7 +192,7 @@ class DeviceLedger:
 
     def __post_init__(self) -> None:
         self._declared = [[] for _ in range(self.n)]
-        self._days = [[] for _ in range(self.n)]
+        self._windows = [[] for _ in range(self.n)]
         self._central = self.rule.central
         self._states = [[] for _ in range(self.n)]
         self._own = np.zeros(self.n, dtype=np.float64)
@@ -202,9 +202,10 @@ class DeviceLedger:
             self._append(s)
 
     def _append(self, spend: Spend) -> None:
+        window = self._window(spend.day)
         for i, slot in enumerate(spend.slots.tolist()):
             self._declared[slot].append(float(spend.declared[i]))
-            self._days[slot].append(float(spend.day))
+            self._windows[slot].append(window)
             self._states[slot].append(int(spend.states[i]))
         np.add.at(self._own, spend.slots, spend.epsilon)
         np.add.at(self._server, spend.slots, spend.bound)
@@ -236,21 +237,20 @@ class DeviceLedger:
             return self.total()  # the server composes the same releases
         return self._server.copy()
 
-    def _window_declared(self, slot: int, day: float) -> list[float]:
-        """The ε's a device declared in the budget window holding ``day``."""
-        if self.budget is None:
-            return list(self._declared[slot])
-        window = self.budget.window(day)
+    def _window(self, day: float) -> int:
+        return 0 if self.budget is None else self.budget.window(day)
+
+    def _window_declared(self, slot: int, window: int) -> list[float]:
+        """The ε's a device declared in budget window ``window``."""
         return [
-            e
-            for e, d in zip(self._declared[slot], self._days[slot], strict=True)
-            if self.budget.window(d) == window
+            e for e, w in zip(self._declared[slot], self._windows[slot], strict=True) if w == window
         ]
 
     def _central_window(self, day: float) -> FloatArray:
         """Each device's composed ε at δ in the window holding ``day`` (central protocols)."""
+        window = self._window(day)
         return np.array(
-            [self.rule.composed(self._window_declared(s, day)) for s in range(self.n)],
+            [self.rule.composed(self._window_declared(s, window)) for s in range(self.n)],
             dtype=np.float64,
         )
 
@@ -269,10 +269,11 @@ class DeviceLedger:
         own = np.zeros(chosen.size, dtype=np.float64)
         server = np.zeros(chosen.size, dtype=np.float64)
         if self._central:
+            window = self._window(day)
             for i, slot in enumerate(chosen.tolist()):
-                window = self._window_declared(slot, day)
-                prior = self.rule.composed(window)
-                own[i] = max(self.rule.composed([*window, float(epsilon[i])]) - prior, 0.0)
+                here = self._window_declared(slot, window)
+                prior = self.rule.composed(here)
+                own[i] = max(self.rule.composed([*here, float(epsilon[i])]) - prior, 0.0)
             return own, own.copy()
         for i, slot in enumerate(chosen.tolist()):
             e, state = float(epsilon[i]), int(states[i])
