@@ -64,7 +64,8 @@ def parse_every(text: str | float) -> float:
 
 
 class DeviceBudget(BaseModel):
-    """ε per period (``period`` days) or, without a period, for the device's lifetime."""
+    """ε per period (``period`` days) or, without a period, for the device's lifetime; for a
+    central protocol, ε at ``delta`` (its releases composed by the PLD accountant)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

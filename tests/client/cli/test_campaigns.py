@@ -134,3 +134,7 @@ def test_a_central_campaigns_budget_shows_the_composed_epsilon_at_delta(
             f"{c:g} in all after it" for c in cumulative
         ]
         assert cumulative[-1] == done["devices"][0]
+    assert main(["campaign", "simulate", str(path), "--seed", "3"]) == 0
+    assert f"cumulative ε at δ 1e-06 per device: min {cumulative[-1]:.6g}," in (
+        capsys.readouterr().out
+    )
