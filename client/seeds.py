@@ -57,13 +57,15 @@ def derive_seeds(seed: int) -> tuple[int, int]:
 NOISE_PURPOSE = 0x4E
 
 
-def noise_seed(seed: int) -> int:
+def noise_seed(seed: int, occurrence: int = 0) -> int:
     """The seed of a central-trust server's noise for a run: derived from the private population
     seed (so only the run's owner, who gives it to the server at study creation, can reproduce the
-    release in process), in [0, 2**63)."""
+    release in process), in [0, 2**63). Occurrence k > 0 of a campaign gets a fresh one
+    (``occurrence_seed`` of occurrence 0's, as the server derives it from the campaign's): each
+    release's noise is independent of the others', which composing them assumes."""
     population_seed = derive_seeds(seed)[1]
     state = np.random.SeedSequence(population_seed, spawn_key=(NOISE_PURPOSE,))
-    return int(state.generate_state(1, np.uint64)[0] >> np.uint64(1))
+    return occurrence_seed(int(state.generate_state(1, np.uint64)[0] >> np.uint64(1)), occurrence)
 
 
 def data_key(population_seed: int) -> StreamKey:

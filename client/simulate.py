@@ -368,7 +368,9 @@ def simulate(
     epsilon = np.asarray(population.epsilon, dtype=np.float64)[members]
     metadata = {k: v[members] for k, v in population.metadata.items()}
     # a central-trust protocol's server draws its noise from a secret seed (fedldp.client.seeds)
-    plan_seed = noise_seed(seed) if protocol.trust == "central" else study_seed
+    plan_seed = (
+        noise_seed(seed, population.occurrence) if protocol.trust == "central" else study_seed
+    )
     try:
         plan = protocol.plan(params, epsilon, metadata, plan_seed)
     except ValueError as exc:

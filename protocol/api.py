@@ -23,7 +23,11 @@ slot, in chunks of any size) into the round's public output; ``finalize`` turns 
 a ``Result`` (estimate and ``ErrorBar``). Optional, for repeated collection (a campaign):
 ``memo_state`` (the device's memoized state) and ``repeated_epsilon`` (the charge rule: what a
 device has spent over a campaign's collections, by the device's rule or, without states, the
-server's bound; basic composition by default; docs/longitudinal.md §5). Every step but
+server's bound; basic composition by default; docs/longitudinal.md §5); for a central (ε, δ)
+release, ``release_event`` (its privacy loss as a ``dp_accounting`` ``DpEvent``, which a campaign
+composes with dp-accounting's PLD accountant: ``composed_epsilon`` gives the ε at a δ of a list
+of events, and ``EpsilonDeltaDpEvent`` describes a release known only by its (ε, δ) guarantee;
+these two load dp-accounting when first used: docs/campaigns.md). Every step but
 ``privatize`` is a deterministic function of its arguments; ``privatize`` is one of its
 arguments and the stream's key. Steps raise only ``ValueError`` (and ``TypeError``) on bad
 input: the server fails the study with the message; anything else is a bug, which the server
@@ -61,6 +65,8 @@ for a bare randomizer, whose ``Draw`` samples it on the two neighbouring inputs)
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from fedldp.protocol.core.base.protocol import (
     Params,
@@ -168,6 +174,21 @@ from fedldp.protocol.mechanisms.randomizers import (
     to_unit,
 )
 
+if TYPE_CHECKING:
+    from fedldp.protocol.core.accounting import EpsilonDeltaDpEvent, composed_epsilon
+
+_ACCOUNTING = ("EpsilonDeltaDpEvent", "composed_epsilon")
+
+
+def __getattr__(name: str) -> Any:
+    """The accounting names, imported on first use (dp-accounting takes half a second)."""
+    if name in _ACCOUNTING:
+        from fedldp.protocol.core import accounting
+
+        return getattr(accounting, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "IMPLAUSIBLE_PROBABILITY",
     "JL_MAX_ENTRIES",
@@ -182,6 +203,7 @@ __all__ = [
     "ClientStep",
     "DataKind",
     "Draw",
+    "EpsilonDeltaDpEvent",
     "ErrorBar",
     "FloatArray",
     "IntArray",
@@ -210,6 +232,7 @@ __all__ = [
     "client_step",
     "cohort_permutation",
     "cohort_plan",
+    "composed_epsilon",
     "duchi_density",
     "duchi_hemisphere_probability",
     "duchi_radius",

@@ -4,8 +4,13 @@ A device declares a budget ``epsilon`` per ``period`` days (``1d``: ε per simul
 [k·period, (k+1)·period)) or, with no period, for its lifetime. Composition is basic (sequential)
 composition of pure ε: an occurrence charges each enrolled device the ε it declares, which bounds
 what the occurrence's plan charges it (``fedldp.protocol.core.ledger.check_plan_budget``), and a
-device's spend over a window is the sum of its charges there. Central (ε, δ) releases are not
-composed here: campaigns refuse central-trust protocols (docs/campaigns.md).
+device's spend over a window is the sum of its charges there.
+
+A central protocol's (ε, δ) releases (``Protocol.release_event``) are composed instead with
+dp-accounting's PLD accountant (``fedldp.protocol.core.accounting``), at the budget's ``delta``:
+a device's spend in a window is the composed ε at δ of its releases there, and an occurrence's
+charge the increase it brings (so the charges of a window still add up to its spend); its
+lifetime spend is the composition of all its releases (docs/campaigns.md, *Central releases*).
 
 The device refuses an occurrence that would take its spend in the occurrence's window past the
 budget (``DeviceLedger.admits``), and the server's ledger keyed by device refuses the same one
@@ -59,13 +64,21 @@ def parse_every(text: str | float) -> float:
 
 
 class DeviceBudget(BaseModel):
-    """ε per period (``period`` days) or, without a period, for the device's lifetime."""
+    """ε per period (``period`` days) or, without a period, for the device's lifetime; for a
+    central protocol, ε at ``delta`` (its releases composed by the PLD accountant)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     epsilon: float = Field(gt=0, description="the ε a device may spend per period (or in all)")
     period: float | None = Field(
         None, description="days per budget window (1d, 12h); none: lifetime"
+    )
+    delta: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="the δ at which a central protocol's (ε, δ) releases are composed and the "
+        "budget ε is stated (required for a central protocol, refused for a local one)",
     )
 
     @field_validator("period", mode="before")
@@ -92,6 +105,34 @@ class ChargeRule:
 
     protocol: Protocol[Any] | None
     params: Params | None
+    delta: float | None = None
+    """The budget's δ: a protocol with a ``release_event`` is composed at it."""
+    _memo: dict[tuple[float, ...], float] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def central(self) -> bool:
+        """Whether the protocol's releases are composed by the accountant (module docstring)."""
+        return (
+            self.protocol is not None
+            and self.params is not None
+            and self.protocol.release_event(self.params, 1.0) is not None
+        )
+
+    def composed(self, declared: list[float]) -> float:
+        """The ε at the budget's δ of releases at the ``declared`` ε's (central protocols:
+        ``Protocol.release_event`` composed by ``fedldp.protocol.core.accounting``)."""
+        if self.protocol is None or self.params is None or self.delta is None:
+            raise ValueError("composing central releases needs the protocol and a budget δ")
+        # dp-accounting takes half a second to import: only central campaigns pay it
+        from fedldp.protocol.core.accounting import composed_epsilon
+
+        key = tuple(sorted(declared))  # composition commutes; devices share histories
+        found = self._memo.get(key)
+        if found is None:
+            protocol, params = self.protocol, self.params
+            events = [protocol.release_event(params, e) for e in key]
+            found = self._memo[key] = composed_epsilon(events, self.delta)
+        return found
 
     def device(
         self, before: list[float], states_before: list[int], epsilon: float, state: int
@@ -144,12 +185,16 @@ class DeviceLedger:
     rule: ChargeRule = field(default_factory=basic_rule)
     spends: list[Spend] = field(default_factory=list)
     _declared: list[list[float]] = field(init=False, repr=False)
+    _windows: list[list[int]] = field(init=False, repr=False)
     _states: list[list[int]] = field(init=False, repr=False)
+    _central: bool = field(init=False, repr=False)
     _own: FloatArray = field(init=False, repr=False)
     _server: FloatArray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._declared = [[] for _ in range(self.n)]
+        self._windows = [[] for _ in range(self.n)]
+        self._central = self.rule.central
         self._states = [[] for _ in range(self.n)]
         self._own = np.zeros(self.n, dtype=np.float64)
         self._server = np.zeros(self.n, dtype=np.float64)
@@ -158,8 +203,10 @@ class DeviceLedger:
             self._append(s)
 
     def _append(self, spend: Spend) -> None:
+        window = self._window(spend.day)
         for i, slot in enumerate(spend.slots.tolist()):
             self._declared[slot].append(float(spend.declared[i]))
+            self._windows[slot].append(window)
             self._states[slot].append(int(spend.states[i]))
         np.add.at(self._own, spend.slots, spend.epsilon)
         np.add.at(self._server, spend.slots, spend.bound)
@@ -179,22 +226,56 @@ class DeviceLedger:
         return self._in_window(day, "epsilon")
 
     def total(self) -> FloatArray:
-        """Each device's cumulative spend over every occurrence, by its own rule."""
+        """Each device's cumulative spend over every occurrence, by its own rule (for a central
+        protocol: the composed ε at δ of all its releases)."""
+        if self._central:
+            return np.array([self.rule.composed(d) for d in self._declared], dtype=np.float64)
         return self._own.copy()
 
     def server_total(self) -> FloatArray:
         """Each device's cumulative spend by the server's rule (its ledger keyed by device)."""
+        if self._central:
+            return self.total()  # the server composes the same releases
         return self._server.copy()
 
+    def _window(self, day: float) -> int:
+        return 0 if self.budget is None else self.budget.window(day)
+
+    def _window_declared(self, slot: int, window: int) -> list[float]:
+        """The ε's a device declared in budget window ``window``."""
+        return [
+            e for e, w in zip(self._declared[slot], self._windows[slot], strict=True) if w == window
+        ]
+
+    def _central_window(self, day: float) -> FloatArray:
+        """Each device's composed ε at δ in the window holding ``day`` (central protocols)."""
+        window = self._window(day)
+        return np.array(
+            [self.rule.composed(self._window_declared(s, window)) for s in range(self.n)],
+            dtype=np.float64,
+        )
+
     def charges(
-        self, epsilon: FloatArray, states: IntArray, slots: IntArray | None = None
+        self,
+        epsilon: FloatArray,
+        states: IntArray,
+        slots: IntArray | None = None,
+        day: float = 0.0,
     ) -> tuple[FloatArray, FloatArray]:
         """What a new collection at ``epsilon`` in ``states`` (one per device of ``slots``, all
-        by default) would charge each: (by the device's rule, by the server's). ValueError for a
-        collection the rule does not cover."""
+        by default) on ``day`` would charge each: (by the device's rule, by the server's).
+        ValueError for a collection the rule does not cover. A central protocol's charge is the
+        increase of the composed ε at δ of the device's releases in the window of ``day``."""
         chosen = np.arange(self.n) if slots is None else np.asarray(slots, dtype=np.int64)
         own = np.zeros(chosen.size, dtype=np.float64)
         server = np.zeros(chosen.size, dtype=np.float64)
+        if self._central:
+            window = self._window(day)
+            for i, slot in enumerate(chosen.tolist()):
+                here = self._window_declared(slot, window)
+                prior = self.rule.composed(here)
+                own[i] = max(self.rule.composed([*here, float(epsilon[i])]) - prior, 0.0)
+            return own, own.copy()
         for i, slot in enumerate(chosen.tolist()):
             e, state = float(epsilon[i]), int(states[i])
             before, seen = self._declared[slot], self._states[slot]
@@ -209,7 +290,9 @@ class DeviceLedger:
         if self.budget is None:
             return np.ones(self.n, dtype=np.bool_)
         st = np.full(self.n, NO_STATE, np.int64) if states is None else np.asarray(states)
-        own, server = self.charges(np.asarray(epsilon, dtype=np.float64), st)
+        own, server = self.charges(np.asarray(epsilon, dtype=np.float64), st, day=day)
+        if self._central:  # the server composes the same releases: one check for both
+            return self.budget.fits(self._central_window(day), own)
         return self.budget.fits(self.spent_in_window(day), own) & self.budget.fits(
             self._in_window(day, "bound"), server
         )
@@ -231,7 +314,7 @@ class DeviceLedger:
         slot = np.asarray(slots, dtype=np.int64)
         eps = np.asarray(declared, dtype=np.float64)
         st = np.full(slot.size, NO_STATE, np.int64) if states is None else np.asarray(states)
-        own, server = self.charges(eps, st, slot)
+        own, server = self.charges(eps, st, slot, day)
         spend = Spend(occurrence, day, slot, own, eps, st.astype(np.int64), server)
         self._append(spend)
         return spend

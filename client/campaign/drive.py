@@ -34,7 +34,7 @@ from fedldp.client.campaign.simulate import (
 )
 from fedldp.client.campaign.store import DeviceStore
 from fedldp.client.campaign.template import CampaignTemplate
-from fedldp.client.seeds import derive_seeds, population_digest
+from fedldp.client.seeds import derive_seeds, noise_seed, population_digest
 from fedldp.client.simulate import fill_from_population
 from fedldp.client.swarm.run import run_swarm
 from fedldp.protocol.catalogue import get_protocol
@@ -74,6 +74,9 @@ def _create(template: CampaignTemplate, seed: int, name: str | None) -> Campaign
         start=template.start,
         budget_epsilon=None if budget is None else budget.epsilon,
         budget_period=None if budget is None else budget.period,
+        budget_delta=None if budget is None else budget.delta,
+        # central trust: the servers' noise, from the private seed, fresh for every occurrence
+        noise_seed=noise_seed(seed) if protocol.trust == "central" else None,
         population_digest=population_digest(seed, template.population.model_dump(mode="json")),
     )
 

@@ -31,6 +31,7 @@ __all__ = [
     "Occurrence",
     "admitted",
     "charge_rule",
+    "check_accountable",
     "check_campaign_data",
     "device_states",
     "estimate_json",
@@ -104,13 +105,36 @@ def check_campaign_data(template: CampaignTemplate, seed: int) -> None:
         population = occurrence_population(template, seed, k)
         params = protocol.parse_params(fill_from_population(protocol, template.params, population))
         check_data_range(protocol, params, population)
+        if k == 0:
+            check_accountable(template, ChargeRule(protocol, params, _delta(template)), population)
+
+
+def _delta(template: CampaignTemplate) -> float | None:
+    return None if template.budget is None else template.budget.delta
+
+
+def check_accountable(
+    template: CampaignTemplate, rule: ChargeRule, population: AnyPopulation
+) -> None:
+    """ValueError when a central protocol's release, at the largest ε a device declares, has
+    no finite ε at the budget's δ (a release that is not differentially private, or whose own δ
+    is not below the budget's): no device could ever take part."""
+    if not rule.central:
+        return
+    largest = float(np.max(np.asarray(population.epsilon, dtype=np.float64)))
+    if not np.isfinite(rule.composed([largest])):
+        raise ValueError(
+            f"{template.protocol} with these parameters has no finite ε at the budget's "
+            f"δ = {rule.delta:g}: its release is not differentially private, or its own δ is "
+            "not below the budget's"
+        )
 
 
 def charge_rule(template: CampaignTemplate, population: AnyPopulation) -> ChargeRule:
     """The campaign protocol's charge rule at its parameters (filled from the population)."""
     protocol = get_protocol(template.protocol)
     params = protocol.parse_params(fill_from_population(protocol, template.params, population))
-    return ChargeRule(protocol, params)
+    return ChargeRule(protocol, params, _delta(template))
 
 
 def device_states(rule: ChargeRule, population: AnyPopulation) -> IntArray:

@@ -3,7 +3,9 @@
 The schedule is ``every`` (a duration written ``1d``, ``12h``, ``90m`` or ``30s``) and ``times``
 (the number of occurrences); occurrence k runs on the simulated day ``start + k·every``, counted
 in days. Every occurrence enrolls the same devices (the population's slots under one private seed)
-that the budget admits (``fedldp.client.campaign.budget``).
+that the budget admits (``fedldp.client.campaign.budget``). A central-trust protocol's (ε, δ)
+releases are composed at the budget's ``delta``, which it must declare (and a local protocol
+must not: its budget is pure ε).
 """
 
 from __future__ import annotations
@@ -43,10 +45,17 @@ class CampaignTemplate(BaseModel):
     @model_validator(mode="after")
     def _protocol(self) -> CampaignTemplate:
         protocol = get_protocol(self.protocol)  # ValueError naming the known ones
-        if protocol.trust == "central":
+        delta = None if self.budget is None else self.budget.delta
+        if protocol.trust == "central" and delta is None:
             raise ValueError(
-                f"{self.protocol} releases central (ε, δ)-DP estimates: campaigns compose pure "
-                "local ε only (docs/campaigns.md)"
+                f"{self.protocol} releases central (ε, δ)-DP estimates: its campaign's budget "
+                "states ε at a δ, so it needs budget.epsilon and budget.delta "
+                "(docs/campaigns.md)"
+            )
+        if protocol.trust != "central" and delta is not None:
+            raise ValueError(
+                f"{self.protocol} is charged pure ε (basic composition or its memo rule): "
+                "budget.delta applies only to central protocols' (ε, δ) releases"
             )
         if self.population.csv is not None:
             raise ValueError("a campaign's population is a synthetic law, not a CSV file")

@@ -23,15 +23,16 @@ from fedldp.client.api.client import ApiClient
 from fedldp.client.campaign.drive import run_campaign
 from fedldp.client.campaign.simulate import CampaignResult, simulate_campaign
 from fedldp.client.campaign.store import STORE_FILE, DeviceStore
-from fedldp.client.campaign.template import load_template
+from fedldp.client.campaign.template import CampaignTemplate, load_template
 from fedldp.client.cli.studies import DEFAULT_SERVER, remote
 from fedldp.protocol.core.wire import MAX_BATCH
 
 __all__ = ["CAMPAIGN_COMMANDS", "render_campaign"]
 
 
-def render_campaign(result: CampaignResult) -> str:
-    """One line per occurrence (day, enrolled, refused, estimate, truth), then the spends."""
+def render_campaign(result: CampaignResult, delta: float | None = None) -> str:
+    """One line per occurrence (day, enrolled, refused, estimate, truth), then the spends (ε at
+    ``delta`` for a central protocol's composed releases)."""
     lines = [f"{'occurrence':>10} {'day':>7} {'enrolled':>8} {'refused':>7} {'estimate':>24} truth"]
     for o in result.occurrences:
         estimate = "-" if o.estimate is None else _short(o.estimate)
@@ -40,8 +41,9 @@ def render_campaign(result: CampaignResult) -> str:
             f"{_short(o.truth)}"
         )
     s, b = result.spent, result.bound
+    at = "" if delta is None else f" at δ {delta:g}"
     lines.append(
-        f"cumulative ε per device: min {s.min():.6g}, mean {s.mean():.6g}, max {s.max():.6g} "
+        f"cumulative ε{at} per device: min {s.min():.6g}, mean {s.mean():.6g}, max {s.max():.6g} "
         f"(the server's charge: min {b.min():.6g}, mean {b.mean():.6g}, max {b.max():.6g})"
     )
     return "\n".join(lines) + "\n"
@@ -53,15 +55,17 @@ def _short(value: float | list[float]) -> str:
     return f"{value:.6g}"
 
 
-def _print(result: CampaignResult, as_json: bool) -> None:
+def _print(result: CampaignResult, as_json: bool, template: CampaignTemplate) -> None:
     if as_json:
         print(json.dumps({**result.as_json(), "devices": result.spent.tolist()}))
     else:
-        sys.stdout.write(render_campaign(result))
+        delta = None if template.budget is None else template.budget.delta
+        sys.stdout.write(render_campaign(result, delta))
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    _print(simulate_campaign(load_template(args.file), args.seed), args.json)
+    template = load_template(args.file)
+    _print(simulate_campaign(template, args.seed), args.json, template)
     return 0
 
 
@@ -70,10 +74,11 @@ def _run_remote(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch must lie in [1, {MAX_BATCH}]")
     if args.limit is not None and args.limit < 1:
         raise ValueError("--limit must be >= 1")
+    template = load_template(args.file)
     result = asyncio.run(
         run_campaign(
             args.server,
-            load_template(args.file),
+            template,
             args.seed,
             args.store,
             name=args.name,
@@ -82,7 +87,7 @@ def _run_remote(args: argparse.Namespace) -> int:
             limit=args.limit,
         )
     )
-    _print(result, args.json)
+    _print(result, args.json, template)
     return 0
 
 
@@ -102,7 +107,9 @@ def _run_show(args: argparse.Namespace) -> int:
     budget = (
         "none"
         if view["budget_epsilon"] is None
-        else f"ε {view['budget_epsilon']:g} per "
+        else f"ε {view['budget_epsilon']:g}"
+        + ("" if view.get("budget_delta") is None else f" at δ {view['budget_delta']:g}")
+        + " per "
         + ("lifetime" if view["budget_period"] is None else f"{view['budget_period']:g} d")
     )
     lines = [
@@ -130,8 +137,14 @@ def _run_budget(args: argparse.Namespace) -> int:
     view = json.loads(text)
     own = None if args.store is None else _own_charges(args.store, args.device)
     remaining = "unlimited" if view["remaining"] is None else format(view["remaining"], "g")
+    delta = view.get("budget_delta")
+    rule = (
+        "by the server's charges"
+        if delta is None
+        else f"at δ {delta:g} (its releases composed by dp-accounting's PLD accountant)"
+    )
     lines = [
-        f"device {view['device']}: spent ε {view['spent_total']:g} in all by the server's charges, "
+        f"device {view['device']}: spent ε {view['spent_total']:g} in all {rule}, "
         f"{view['spent_window']:g} in the clock's window, {remaining} left there"
     ]
     if own is not None:
@@ -140,7 +153,7 @@ def _run_budget(args: argparse.Namespace) -> int:
     for s in view["spends"]:
         line = (
             f"  occurrence {s['occurrence']} (day {s['day']:g}): ε {s['epsilon']:g} "
-            f"(declared {s['declared']:g})"
+            f"(declared {s['declared']:g}), ε {s['cumulative']:g} in all after it"
         )
         if own is not None and s["occurrence"] in own:
             charge, state = own[s["occurrence"]]
@@ -241,9 +254,10 @@ def add_campaign_parser(subparsers: Any) -> None:
         help="a device's ε spend over a server's campaign",
         description="Show what the server charged a device in each occurrence of a campaign "
         "(the protocol's server-side charge rule, docs/longitudinal.md §5) and the ε it "
-        "declared, its total, and what is left of its budget in the window of the campaign's "
-        "clock; with --store, the device's own charges too (its own rule, which knows its "
-        "memoized states).",
+        "declared, its total after each, and what is left of its budget in the window of the "
+        "campaign's clock; with --store, the device's own charges too (its own rule, which "
+        "knows its memoized states). A central protocol's releases are composed at the "
+        "campaign's δ by dp-accounting's PLD accountant: the totals are ε at that δ.",
     )
     budget.add_argument("id", metavar="ID", help="the campaign's id")
     budget.add_argument("device", metavar="DEVICE", help="the device's id (d<slot> for a swarm's)")

@@ -446,7 +446,9 @@ async def run_swarm(
                     enrollment_deadline_s=round_deadline_s if lease else None,
                     # central trust: the server's secret noise seed, from the private seed, so
                     # that `fedldp simulate` reproduces the release
-                    noise_seed=noise_seed(pop.seed) if _central(protocol_name) else None,
+                    noise_seed=noise_seed(pop.seed, pop.occurrence)
+                    if _central(protocol_name)
+                    else None,
                     population_digest=digest,
                     # its users enroll through leases only: nobody else takes one of their ids
                     enrollment="leased",

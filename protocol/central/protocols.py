@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -31,6 +31,9 @@ from fedldp.protocol.central.release import CentralParams, CentralProtocol
 from fedldp.protocol.core.broadcast import described
 from fedldp.protocol.mechanisms import dp_noise as dn
 from fedldp.protocol.mechanisms.transforms import next_power_of_two
+
+if TYPE_CHECKING:
+    from dp_accounting import DpEvent
 
 __all__ = [
     "MAX_HISTOGRAM_DRAWS",
@@ -201,6 +204,33 @@ class CentralWME(CentralProtocol[WMEParams]):
     def rotate(self, params: WMEParams) -> bool:
         return True
 
+    def release_event(self, params: WMEParams, epsilon: float) -> DpEvent:
+        """WME's two stages at the participant's ``epsilon`` (the release's ε is at most it:
+        more noise, a dominated loss), one user's data replaced (``wme.wme_release``).
+
+        Stage 1, per coordinate of d′ (1 for d = 1): the user's mean leaves one histogram bin
+        and enters another, two counts change by 1, each with Lap(2/ε₁) noise, ε₁ = ε/(2d′):
+        2d′ Laplace events of noise multiplier 2/ε₁ = 4d′/ε (ε/2 in all by basic composition).
+        Stage 2, d = 1: Lap(8τ·v_max/ε) over the clipped mean's sensitivity 4τ·v_max, a Laplace
+        event of multiplier 2/ε; d > 1: N(0, σ²) with σ = Δ₂·√(2 ln(1.25/δ))/ε₂ over
+        Δ₂ = 4τ√d′·v_max, a Gaussian event of multiplier √(2 ln(1.25/δ))/min(ε/2, 1). The
+        rotation signs and the grid offsets are data-independent: no loss."""
+        from dp_accounting import (
+            ComposedDpEvent,
+            GaussianDpEvent,
+            LaplaceDpEvent,
+            SelfComposedDpEvent,
+        )
+
+        eps = dn.check_positive(epsilon, "epsilon")
+        d = self.dimension(params)
+        padded = 1 if d == 1 else params.padded_dimension()
+        stage1 = SelfComposedDpEvent(LaplaceDpEvent(4.0 * padded / eps), 2 * padded)
+        if d == 1:
+            return ComposedDpEvent([stage1, LaplaceDpEvent(2.0 / eps)])
+        multiplier = dn.gaussian_coefficient(params.delta) / min(0.5 * eps, 1.0)
+        return ComposedDpEvent([stage1, GaussianDpEvent(multiplier)])
+
     def release(
         self,
         params: WMEParams,
@@ -296,6 +326,23 @@ class CentralHuber(CentralProtocol[HuberParams]):
 
     def dimension(self, params: HuberParams) -> int:
         return params.dimension_value()
+
+    def release_event(self, params: HuberParams, epsilon: float) -> DpEvent:
+        """HLM's release is the smooth-sensitivity Gaussian mechanism: its noise scale S(D)/α
+        depends on the data, so no fixed Gaussian pair describes it and the release is known by
+        its guarantee, (ε′, δ)-DP at ε′ = min(ε, the calibration's cap: ``dp_noise``'s
+        ``ONE_D_EPSILON_CAP`` for d = 1, ``MULTI_D_EPSILON_CAP`` for d > 1), an
+        ``EpsilonDeltaDpEvent``. ``paper-proxy`` is not differentially private:
+        ``NonPrivateDpEvent`` (a campaign refuses it)."""
+        from dp_accounting import NonPrivateDpEvent
+
+        from fedldp.protocol.api import EpsilonDeltaDpEvent
+
+        eps = dn.check_positive(epsilon, "epsilon")
+        if params.calibration != "dp":
+            return NonPrivateDpEvent()
+        cap = dn.ONE_D_EPSILON_CAP if self.dimension(params) == 1 else dn.MULTI_D_EPSILON_CAP
+        return EpsilonDeltaDpEvent(min(eps, cap), params.delta)
 
     def extra_warnings(self, params: HuberParams) -> tuple[str, ...]:
         return (_PROXY_WARNING,) if params.calibration == "paper-proxy" else ()

@@ -21,12 +21,21 @@ memoizes nothing or runs fresh; less for a memoized one (memo-1bitmean: nothing 
 s + 1 collections). The admission is refused (``budget_exceeded``) when the charge would take the
 device's spend in the budget window holding the occurrence's day past the campaign's budget, and
 (``invalid_request``) when the rule does not cover the declared ε's (a memoized response asked at
-another ε). Campaigns refuse central-trust protocols, whose (ε, δ) releases this ledger does not
-compose.
+another ε).
+
+A central-trust protocol's (ε, δ) releases are composed instead (``_composer``): each is
+described by the protocol's ``release_event`` at the ε the device declares and the device's
+releases in a budget window are composed by dp-accounting's PLD accountant
+(``fedldp.protocol.core.accounting``) into an ε at the campaign's ``budget_delta``. The charge of
+an occurrence is the increase of that composed ε over the window's earlier releases, the
+admission is refused (``budget_exceeded``) when the window's composed ε would pass the budget,
+and a device's total is the composition of all its releases. The device's ledger
+(``fedldp.client.campaign.budget``) computes the same numbers.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import uuid
 from collections import defaultdict
@@ -117,8 +126,13 @@ def _occurrence_view(
     )
 
 
-def _spent(session: Session, campaign_id: str) -> CampaignSpend | None:
-    totals = np.asarray(rows.device_totals(session, campaign_id), dtype=np.float64)
+def _spent(session: Session, c: CampaignRow) -> CampaignSpend | None:
+    compose = _composer(c)
+    if compose is None:
+        totals = np.asarray(rows.device_totals(session, c.id), dtype=np.float64)
+    else:
+        declared = rows.declared_by_device(session, c.id).values()
+        totals = np.asarray([compose(d) for d in declared], dtype=np.float64)
     if totals.size == 0:
         return None
     top = float(totals.max())
@@ -146,13 +160,14 @@ def _view(session: Session, c: CampaignRow) -> CampaignView:
         start=c.start,
         budget_epsilon=c.budget_epsilon,
         budget_period=c.budget_period,
+        budget_delta=c.budget_delta,
         clock=c.clock,
         created_at=c.created_at,
         occurrences=[
             _occurrence_view(o, s, charges.get(o.index, (0, 0.0)))
             for o, s in rows.occurrences(session, c.id)
         ],
-        spent=_spent(session, c.id),
+        spent=_spent(session, c),
     )
 
 
@@ -164,17 +179,32 @@ def create(ctx: Context, body: CampaignCreate) -> CampaignView:
             f"no protocol {body.protocol!r} on this server; it offers {', '.join(ctx.offered)}"
         )
     protocol = CATALOGUE[body.protocol]
-    if protocol.trust == "central":
-        raise InvalidParams(
-            f"{protocol.name} releases central (ε, δ)-DP estimates: a campaign's ledger composes "
-            "pure local ε only"
-        )
     try:
-        protocol.parse_params(body.params)
+        params = protocol.parse_params(body.params)
+        event = protocol.release_event(params, 1.0)
     except (ValidationError, ValueError) as exc:
         raise InvalidParams(f"invalid parameters for {protocol.name}: {exc}") from None
     if body.budget_period is not None and body.budget_epsilon is None:
         raise InvalidRequest("budget_period needs budget_epsilon")
+    if event is None and body.budget_delta is not None:
+        raise InvalidRequest(
+            f"{protocol.name} is charged pure ε: budget_delta applies only to central "
+            "protocols' (ε, δ) releases"
+        )
+    if event is not None:
+        if body.budget_delta is None:
+            raise InvalidRequest(
+                f"{protocol.name} releases (ε, δ)-DP estimates: a campaign of it needs "
+                "budget_delta, the δ its releases are composed at"
+            )
+        from fedldp.protocol.core.accounting import is_private  # half a second: only here
+
+        if not is_private(event, body.budget_delta):
+            raise InvalidParams(
+                f"{protocol.name} with these parameters has no finite ε at budget_delta = "
+                f"{body.budget_delta:g}: its release is not differentially private, or its own "
+                "δ is not below the budget's"
+            )
     row = CampaignRow(
         id=uuid.uuid4().hex,
         name=body.name,
@@ -186,6 +216,8 @@ def create(ctx: Context, body: CampaignCreate) -> CampaignView:
         start=body.start,
         budget_epsilon=body.budget_epsilon,
         budget_period=body.budget_period,
+        budget_delta=body.budget_delta,
+        noise_seed=body.noise_seed if protocol.trust == "central" else None,
         round_deadline_s=body.round_deadline_s,
         quorum=body.quorum,
         population_digest=body.population_digest,
@@ -228,6 +260,8 @@ def next_occurrence(ctx: Context, campaign_id: str) -> OccurrenceView:
             protocol=c.protocol,
             params=c.params,
             seed=occurrence_seed(c.seed, index),
+            # central trust: each release's noise is fresh (composition assumes it)
+            noise_seed=None if c.noise_seed is None else occurrence_seed(c.noise_seed, index),
             round_deadline_s=c.round_deadline_s,
             quorum=c.quorum,
             population_digest=c.population_digest,
@@ -294,6 +328,7 @@ def admit(ctx: Context, campaign_id: str, index: int, body: DeviceBatch) -> Devi
             raise DuplicateConflict("a device is listed twice")
         window = budget_window(occurrence.day, c.budget_period)
         rule = _rule(c)
+        compose = _composer(c)
         history: dict[str, list[DeviceSpendRow]] = defaultdict(list)
         charged: dict[str, float] = {}
         for s in rows.device_spends(session, campaign_id, asked):
@@ -311,14 +346,19 @@ def admit(ctx: Context, campaign_id: str, index: int, body: DeviceBatch) -> Devi
                     )
                 continue
             past = sorted(history[d.device], key=lambda s: s.occurrence)
-            declared = [s.epsilon for s in past]
-            charges = _charges(rule, c.protocol, d.device, [*declared, d.epsilon])
-            charge = charges[-1]
-            spent = math.fsum(
-                ch
-                for s, ch in zip(past, charges, strict=False)
-                if budget_window(s.day, c.budget_period) == window
-            )
+            if compose is not None:  # the window's releases, composed at δ
+                here = [s.epsilon for s in past if budget_window(s.day, c.budget_period) == window]
+                spent = compose(here)
+                charge = max(compose([*here, d.epsilon]) - spent, 0.0)
+            else:
+                declared = [s.epsilon for s in past]
+                charges = _charges(rule, c.protocol, d.device, [*declared, d.epsilon])
+                charge = charges[-1]
+                spent = math.fsum(
+                    ch
+                    for s, ch in zip(past, charges, strict=False)
+                    if budget_window(s.day, c.budget_period) == window
+                )
             if c.budget_epsilon is not None and not within_budget(spent, charge, c.budget_epsilon):
                 raise BudgetExceeded(
                     f"device {d.device} has spent ε = {spent:g} of its budget "
@@ -343,26 +383,75 @@ def device_budget(ctx: Context, campaign_id: str, device: str) -> DeviceBudgetVi
     with ctx.transaction() as session:
         c = _require(session, campaign_id)
         spends = rows.spends_of(session, campaign_id, device)
-        charges = _charges(_rule(c), c.protocol, device, [s.epsilon for s in spends])
         clock = c.clock if c.clock is not None else c.start
         window = budget_window(clock, c.budget_period)
-        in_window = math.fsum(
-            ch
-            for s, ch in zip(spends, charges, strict=True)
-            if budget_window(s.day, c.budget_period) == window
-        )
+        windows = [budget_window(s.day, c.budget_period) for s in spends]
+        compose = _composer(c)
+        if compose is None:
+            charges = _charges(_rule(c), c.protocol, device, [s.epsilon for s in spends])
+            cumulative = list(itertools.accumulate(charges))
+            in_window = math.fsum(ch for w, ch in zip(windows, charges, strict=True) if w == window)
+            total = math.fsum(charges)
+        else:
+            charges, cumulative = _central_charges(compose, spends, windows)
+            in_window = compose(
+                [s.epsilon for s, w in zip(spends, windows, strict=True) if w == window]
+            )
+            total = cumulative[-1] if cumulative else 0.0
         return DeviceBudgetView(
             device=device,
             budget_epsilon=c.budget_epsilon,
             budget_period=c.budget_period,
-            spent_total=math.fsum(charges),
+            budget_delta=c.budget_delta,
+            spent_total=total,
             spent_window=in_window,
             remaining=None if c.budget_epsilon is None else max(0.0, c.budget_epsilon - in_window),
             spends=[
-                BudgetSpend(occurrence=s.occurrence, day=s.day, epsilon=ch, declared=s.epsilon)
-                for s, ch in zip(spends, charges, strict=True)
+                BudgetSpend(
+                    occurrence=s.occurrence,
+                    day=s.day,
+                    epsilon=ch,
+                    declared=s.epsilon,
+                    cumulative=cu,
+                )
+                for s, ch, cu in zip(spends, charges, cumulative, strict=True)
             ],
         )
+
+
+def _central_charges(
+    compose: Callable[[list[float]], float], spends: list[DeviceSpendRow], windows: list[int]
+) -> tuple[list[float], list[float]]:
+    """Each release's charge (the increase of its window's composed ε) and the device's
+    composed ε over the campaign after it."""
+    charges: list[float] = []
+    cumulative: list[float] = []
+    for t, s in enumerate(spends):
+        here = [p.epsilon for p, w in zip(spends[:t], windows[:t], strict=True) if w == windows[t]]
+        charges.append(max(compose([*here, s.epsilon]) - compose(here), 0.0))
+        cumulative.append(compose([p.epsilon for p in spends[: t + 1]]))
+    return charges, cumulative
+
+
+def _composer(c: CampaignRow) -> Callable[[list[float]], float] | None:
+    """For a central protocol's campaign: the composed ε at the campaign's δ of releases at the
+    declared ε's (the module docstring); None for a pure-ε one."""
+    protocol = CATALOGUE[c.protocol]
+    params = protocol.parse_params(c.params)
+    if c.budget_delta is None or protocol.release_event(params, 1.0) is None:
+        return None
+    from fedldp.protocol.core.accounting import composed_epsilon  # half a second: only here
+
+    delta = c.budget_delta
+    memo: dict[tuple[float, ...], float] = {}
+
+    def compose(declared: list[float]) -> float:
+        key = tuple(sorted(declared))  # composition commutes; devices share histories
+        if key not in memo:
+            memo[key] = composed_epsilon([protocol.release_event(params, e) for e in key], delta)
+        return memo[key]
+
+    return compose
 
 
 def _rule(c: CampaignRow) -> Callable[[list[float]], float]:

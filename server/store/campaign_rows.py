@@ -17,6 +17,7 @@ __all__ = [
     "all_campaigns",
     "campaign",
     "campaign_named",
+    "declared_by_device",
     "device_spends",
     "device_totals",
     "locked_campaign",
@@ -114,6 +115,19 @@ def device_totals(session: Session, campaign_id: str) -> list[float]:
         .group_by(DeviceSpendRow.device)
     )
     return [float(v) for v in session.scalars(stmt)]
+
+
+def declared_by_device(session: Session, campaign_id: str) -> dict[str, list[float]]:
+    """Each charged device's declared ε's in the campaign, by occurrence."""
+    stmt = (
+        select(DeviceSpendRow.device, DeviceSpendRow.epsilon)
+        .where(DeviceSpendRow.campaign_id == campaign_id)
+        .order_by(DeviceSpendRow.device, DeviceSpendRow.occurrence)
+    )
+    out: dict[str, list[float]] = {}
+    for device, epsilon in session.execute(stmt):
+        out.setdefault(str(device), []).append(float(epsilon))
+    return out
 
 
 def set_clock(session: Session, campaign_id: str, day: float) -> None:

@@ -254,6 +254,8 @@ class CampaignRow(Base):
     start: Mapped[float] = mapped_column(Float)
     budget_epsilon: Mapped[float | None] = mapped_column(Float, nullable=True)
     budget_period: Mapped[float | None] = mapped_column(Float, nullable=True)
+    budget_delta: Mapped[float | None] = mapped_column(Float, nullable=True)
+    noise_seed: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # secret
     round_deadline_s: Mapped[float] = mapped_column(Float)
     quorum: Mapped[float] = mapped_column(Float)
     population_digest: Mapped[str | None] = mapped_column(String(128), nullable=True)

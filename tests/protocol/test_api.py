@@ -26,6 +26,7 @@ FROZEN = [
     "MULTI_D_EPSILON_CAP",
     "ONE_D_EPSILON_CAP",
     "AuditCase",
+    "EpsilonDeltaDpEvent",
     "BoolArray",
     "Calibration",
     "ClientAudit",
@@ -58,6 +59,7 @@ FROZEN = [
     "check_epsilons",
     "check_positive",
     "client_step",
+    "composed_epsilon",
     "cohort_permutation",
     "cohort_plan",
     "duchi_density",
@@ -117,6 +119,7 @@ HOMES = (
     "fedldp.protocol.core.base.protocol",
     "fedldp.protocol.core.base.records",
     "fedldp.protocol.core.streams",
+    "fedldp.protocol.core.accounting",
     "fedldp.protocol.mechanisms.audit",
     "fedldp.protocol.mechanisms.dp_noise",
     "fedldp.protocol.mechanisms.plausibility",
@@ -171,6 +174,7 @@ def test_every_name_is_documented(name: str) -> None:
         ("finalize", ["ValueError", "Deterministic"]),
         ("max_gain_reports", ["Optional", "None", "rng", "ValueError", "server's checks"]),
         ("output_attack_reports", ["Optional", "None", "rng", "check", "report_bounds"]),
+        ("release_event", ["DpEvent", "None", "deterministic", "dominate", "ValueError"]),
     ],
 )
 def test_each_step_states_its_contract(step: str, states: list[str]) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.core.accounting import composed_epsilon
 from fedldp.protocol.core.wire import (
     CampaignView,
     DeviceBudgetView,
@@ -157,7 +159,25 @@ async def test_a_lifetime_budget_and_no_budget(client: httpx.AsyncClient) -> Non
     ("over", "status", "code"),
     [
         ({"protocol": "nope"}, 422, "unknown_protocol"),
-        ({"protocol": "central-wme"}, 422, "invalid_params"),
+        ({"protocol": "central-wme"}, 422, "invalid_request"),  # no budget_delta
+        ({"budget_delta": 1e-6}, 422, "invalid_request"),  # δ for a pure-ε protocol
+        ({"protocol": "central-wme", "budget_delta": 1.5}, 422, "invalid_request"),
+        ({"protocol": "central-wme", "budget_delta": 0}, 422, "invalid_request"),
+        ({"protocol": "central-wme", "budget_delta": "tiny"}, 422, "invalid_request"),
+        (  # the release's own δ (1e-5) is not below the budget's: no finite ε
+            {"protocol": "central-huber", "budget_delta": 1e-6},
+            422,
+            "invalid_params",
+        ),
+        (  # paper-proxy is not differentially private
+            {
+                "protocol": "central-huber",
+                "params": {"calibration": "paper-proxy", "unsafe_non_private": True},
+                "budget_delta": 1e-3,
+            },
+            422,
+            "invalid_params",
+        ),
         ({"params": {"nope": 1}}, 422, "invalid_params"),
         ({"budget_epsilon": None}, 422, "invalid_request"),  # a period without a budget
         ({"every": 0}, 422, "invalid_request"),
@@ -279,3 +299,88 @@ async def test_a_memoized_response_at_another_epsilon_is_refused(
     await client.post(f"/v1/studies/{occurrence.study_id}/cancel")
     await _next(client, campaign.id)
     expect_error(await _admit(client, campaign.id, 1, ("m", 2.0)), 422, "invalid_request")
+
+
+async def test_central_releases_are_composed_at_the_budgets_delta(
+    client: httpx.AsyncClient,
+) -> None:
+    """central-wme-vector (d = 3) at ε = 1 an occurrence, a lifetime budget of ε 2 at δ 1e-6:
+    basic composition of the (1, 1e-5) guarantees would refuse the third occurrence; the PLD
+    composition of the releases' own Laplace and Gaussian noise admits five (composed ε 1.98)
+    and refuses the sixth (2.20). The server's numbers are dp-accounting's, as the device's."""
+    params = {"dimension": 3}
+    campaign = await _campaign(
+        client,
+        protocol="central-wme-vector",
+        params=params,
+        times=7,
+        budget_period=None,
+        budget_epsilon=2.0,
+        budget_delta=1e-6,
+    )
+    assert campaign.budget_delta == 1e-6
+    protocol = get_protocol("central-wme-vector")
+    event = protocol.release_event(protocol.parse_params(params), 1.0)
+    expected = [composed_epsilon([event] * k, 1e-6) for k in range(1, 8)]
+    fits = [e <= 2.0 for e in expected]
+    assert fits == [True] * 5 + [False] * 2
+    for k in range(6):
+        occurrence = await _next(client, campaign.id)
+        answer = await _admit(client, campaign.id, k, ("a", 1.0), ("b", 0.5))
+        if k < 5:
+            assert answer.status_code == 200, answer.text
+        else:
+            expect_error(answer, 409, "budget_exceeded")
+        await client.post(f"/v1/studies/{occurrence.study_id}/cancel")
+    a = DeviceBudgetView.model_validate_json(
+        (await client.get(f"/v1/campaigns/{campaign.id}/devices/a/budget")).content
+    )
+    assert a.budget_delta == 1e-6
+    assert [s.cumulative for s in a.spends] == expected[:5]
+    assert a.spent_total == expected[4] == a.spent_window
+    assert a.remaining == pytest.approx(2.0 - expected[4], abs=1e-15)
+    # the charges are the increases of the composed ε: they add up to it
+    assert sum(s.epsilon for s in a.spends) == pytest.approx(expected[4], rel=1e-12)
+    b = DeviceBudgetView.model_validate_json(
+        (await client.get(f"/v1/campaigns/{campaign.id}/devices/b/budget")).content
+    )
+    half = protocol.release_event(protocol.parse_params(params), 0.5)
+    assert b.spent_total == composed_epsilon([half] * 5, 1e-6)
+    view = CampaignView.model_validate_json(
+        (await client.get(f"/v1/campaigns/{campaign.id}")).content
+    )
+    assert view.spent is not None
+    assert view.spent.max == expected[4]
+
+
+async def test_a_central_budget_per_period_composes_each_window(
+    client: httpx.AsyncClient,
+) -> None:
+    """Twice a day, ε 1.5 at δ 1e-6 per day, central-wme at ε = 1: each day composes its own
+    releases (two pure ε = 1 releases compose to ≈ 2 > 1.5 at this δ), so a device is admitted
+    once a day and refused the second time, every day."""
+    campaign = await _campaign(
+        client, protocol="central-wme", params={}, times=4, budget_delta=1e-6
+    )
+    for k in range(4):
+        occurrence = await _next(client, campaign.id)
+        answer = await _admit(client, campaign.id, k, ("a", 1.0))
+        if k % 2 == 0:
+            assert answer.status_code == 200, answer.text
+        else:
+            expect_error(answer, 409, "budget_exceeded")
+        await client.post(f"/v1/studies/{occurrence.study_id}/cancel")
+    a = DeviceBudgetView.model_validate_json(
+        (await client.get(f"/v1/campaigns/{campaign.id}/devices/a/budget")).content
+    )
+    one = composed_epsilon(
+        [
+            get_protocol("central-wme").release_event(
+                get_protocol("central-wme").parse_params({}), 1.0
+            )
+        ],
+        1e-6,
+    )
+    assert [s.epsilon for s in a.spends] == [one, one]  # a fresh window each day
+    assert a.spent_window == one
+    assert a.spends[-1].cumulative == a.spent_total > one  # the lifetime composition of both

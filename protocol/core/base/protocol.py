@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -65,6 +65,9 @@ from fedldp.protocol.core.base.records import (
     valid_payloads,
 )
 from fedldp.protocol.core.streams import RandomSource
+
+if TYPE_CHECKING:  # dp_accounting takes half a second to import: only composing code pays it
+    from dp_accounting import DpEvent
 
 __all__ = [
     "Params",
@@ -456,6 +459,37 @@ class Protocol(ABC, Generic[ParamsT]):
             prior = self.repeated_epsilon(params, before, states_before)
             after = self.repeated_epsilon(params, [*before, epsilon], [*states_before, state])
         return max(after - prior, 0.0)  # rounding of the difference only
+
+    # -- central releases: their privacy loss, for composition (docs/campaigns.md) ------------
+
+    def release_event(self, params: ParamsT, epsilon: float) -> DpEvent | None:
+        """The privacy loss of one study of this protocol for a participant that declares
+        ``epsilon``, as a ``dp_accounting.DpEvent``, for a central-trust protocol whose release
+        is (ε, δ)-DP rather than pure ε-LDP; None (the default) for a protocol charged by
+        ``repeated_epsilon`` (pure ε: basic composition or its memo rule).
+
+        A campaign composes a device's events across its occurrences with dp-accounting's PLD
+        accountant and states the result as ε at the budget's δ
+        (``fedldp.protocol.core.accounting``); the device and the server both call this hook,
+        so it must be a deterministic function of its arguments. Contract
+        (tests/protocol/test_accounting.py checks the built-in ones):
+
+        * it describes the release's *actual* mechanism, as the protocol calibrates it: a
+          Gaussian release of noise σ and ℓ2 sensitivity Δ is ``GaussianDpEvent(σ/Δ)``, a
+          Laplace one of scale b and ℓ1 sensitivity Δ is ``LaplaceDpEvent(b/Δ)``, several
+          releases of one study a ``ComposedDpEvent``; Δ is the sensitivity under the
+          protocol's own neighbouring relation (accounting module docstring). A release known
+          only by its (ε₀, δ₀) guarantee is ``EpsilonDeltaDpEvent(ε₀, δ₀)``
+          (``fedldp.protocol.api``); one that is not differentially private is
+          ``NonPrivateDpEvent()`` (a campaign refuses it);
+        * it bounds what the study charges the participant: the release may run at a smaller ε
+          than ``epsilon`` (the smallest declared, say), so the event at ``epsilon`` must
+          dominate the events at every smaller ε (more noise, never less);
+        * with a single study, its ε at a δ is at most the ε the study's guarantee states at
+          that δ.
+
+        ``ValueError`` for parameters it cannot describe."""
+        return None
 
 
 class Predictor(ABC, Generic[ParamsT]):

@@ -46,6 +46,15 @@ MAX_DEVICE = 64
 """Longest device id."""
 DeviceId = Annotated[str, Field(min_length=1, max_length=MAX_DEVICE, pattern=r"^[A-Za-z0-9_.:-]+$")]
 Days = Annotated[float, Field(gt=0, le=36525.0, description="days")]
+BudgetDelta = Annotated[
+    float,
+    Field(
+        gt=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="the δ at which a central protocol's (ε, δ) releases are composed",
+    ),
+]
 CAMPAIGN_PURPOSE = 0x4F
 BUDGET_SLACK = 1e-9
 """Relative rounding slack of a budget check: ten charges of 0.1 fit a budget of 1."""
@@ -78,7 +87,9 @@ def occurrence_seed(study_seed: int, occurrence: int) -> int:
 class CampaignCreate(Request):
     """A study template (protocol, parameters, enrollment settings) and its schedule: occurrence
     k opens on the simulated day ``start + k·every``; each device may spend ``budget_epsilon``
-    per ``budget_period`` days (None: over its lifetime; no budget: unlimited)."""
+    per ``budget_period`` days (None: over its lifetime; no budget: unlimited). A central
+    protocol's releases are composed at ``budget_delta`` (required for one, refused for a local
+    protocol), the budget being ε at that δ (docs/campaigns.md, *Central releases*)."""
 
     protocol: str
     params: dict[str, Any] = Field(default_factory=dict)
@@ -89,6 +100,13 @@ class CampaignCreate(Request):
     start: Annotated[float, Field(ge=0, le=36525.0)] = 0.0
     budget_epsilon: EpsilonBound | None = None
     budget_period: Days | None = None
+    budget_delta: BudgetDelta | None = None
+    noise_seed: Seed | None = Field(
+        None,
+        description="central-trust protocols only: the seed of occurrence 0's server noise, "
+        "each later occurrence's derived from it (occurrence_seed); kept secret (never shown); "
+        "default a random one per occurrence. Give it only to reproduce a run in process.",
+    )
     round_deadline_s: Deadline = 600.0
     quorum: Annotated[float, Field(gt=0, le=1)] = 1.0
     population_digest: str | None = Field(default=None, max_length=128, pattern=r"^[0-9a-f]*$")
@@ -145,6 +163,9 @@ class CampaignView(Model):
     start: float
     budget_epsilon: float | None
     budget_period: float | None
+    budget_delta: float | None = Field(
+        None, description="the δ central releases are composed at (None: pure ε)"
+    )
     clock: float | None = Field(description="the simulated day of the last opened occurrence")
     created_at: datetime
     occurrences: list[OccurrenceView]
@@ -181,6 +202,11 @@ class BudgetSpend(Model):
         "§5), the declared ε under basic composition"
     )
     declared: float = Field(description="the ε the device declared for its reports")
+    cumulative: float = Field(
+        description="the device's spend over the campaign after this occurrence: the sum of "
+        "its charges so far, or for a central protocol the composed ε at δ of its releases so "
+        "far (dp-accounting's PLD accountant)"
+    )
 
 
 class DeviceBudgetView(Model):
@@ -189,6 +215,9 @@ class DeviceBudgetView(Model):
     device: str
     budget_epsilon: float | None
     budget_period: float | None
+    budget_delta: float | None = Field(
+        None, description="the δ its central releases are composed at (None: pure ε)"
+    )
     spent_total: float
     spent_window: float = Field(description="in the budget window holding the campaign's clock")
     remaining: float | None

@@ -540,7 +540,8 @@ function days(x) { return `day ${fmt(x, 4)}`; }
 function every(c) { return c.every === 1 ? "daily" : `every ${fmt(c.every)} d`; }
 function budgetText(c) {
   if (c.budget_epsilon === null || c.budget_epsilon === undefined) return "no budget (unlimited)";
-  return `ε ${fmt(c.budget_epsilon)} per device ${c.budget_period === null || c.budget_period === undefined ? "over its lifetime" : c.budget_period === 1 ? "per day" : `per ${fmt(c.budget_period)} d`}`;
+  const at = c.budget_delta === null || c.budget_delta === undefined ? "" : ` at δ ${c.budget_delta}`;
+  return `ε ${fmt(c.budget_epsilon)}${at} per device ${c.budget_period === null || c.budget_period === undefined ? "over its lifetime" : c.budget_period === 1 ? "per day" : `per ${fmt(c.budget_period)} d`}`;
 }
 
 function campaignRows(campaigns) {

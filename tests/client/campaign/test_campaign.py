@@ -3,7 +3,11 @@ seeds, device budgets and the estimates over time."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
+import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,13 +17,14 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from scipy.stats import norm
 
-from fedldp.client.campaign.budget import DeviceBudget, DeviceLedger, parse_every
+from fedldp.client.campaign.budget import ChargeRule, DeviceBudget, DeviceLedger, parse_every
 from fedldp.client.campaign.simulate import occurrence_population, simulate_campaign
 from fedldp.client.campaign.template import CampaignTemplate
 from fedldp.client.population.build import build_population
 from fedldp.client.population.spec import PopulationSpec
 from fedldp.client.simulate import simulate
 from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.core.accounting import composed_epsilon
 
 
 def _template(**over: Any) -> CampaignTemplate:
@@ -139,9 +144,17 @@ def test_a_per_day_budget_refuses_the_occurrence_that_would_exceed_it() -> None:
     assert set(np.unique(eps).tolist()) == {0.5, 1.0}
 
 
-def test_central_protocols_and_bad_schedules_are_refused() -> None:
-    with pytest.raises(ValidationError, match="central"):
-        _template(protocol="central-wme")
+def test_bad_budget_declarations_and_schedules_are_refused() -> None:
+    with pytest.raises(ValidationError, match=r"budget\.delta"):  # central: ε at which δ?
+        _template(protocol="central-wme", budget={"epsilon": 2})
+    with pytest.raises(ValidationError, match="only to central"):  # pure ε has no δ
+        _template(budget={"epsilon": 2, "delta": 1e-6})
+    for bad in (0, 1, 1.5, -1e-6, "tiny"):
+        with pytest.raises(ValidationError, match="delta"):
+            _template(protocol="central-wme", budget={"epsilon": 2, "delta": bad})
+    huber = _template(protocol="central-huber", budget={"epsilon": 2, "delta": 1e-6})
+    with pytest.raises(ValueError, match="no finite ε"):  # its own δ = 1e-5 > 1e-6
+        simulate_campaign(huber, 1)
     with pytest.raises(ValidationError, match="duration"):
         _template(every="daily")
     assert parse_every("12h") == 0.5
@@ -215,3 +228,114 @@ def test_budgets_refuse_where_the_charge_rules_say() -> None:
     tight = simulate_campaign(_memo_template(True, budget={"epsilon": 1.5}), 4)
     assert [o.enrolled for o in tight.occurrences] == [2000] + [0] * 9
     np.testing.assert_array_equal(tight.spent, np.ones(2000))
+
+
+def _central(**over: Any) -> CampaignTemplate:
+    raw: dict[str, Any] = {
+        "protocol": "central-wme-vector",
+        "population": {
+            "users": 300,
+            "distribution": "gaussian",
+            "mean": 0.1,
+            "dimension": 3,
+            "epsilon": 1.0,
+            "drift": {"mean_per_day": 0.01},
+        },
+        "every": "1d",
+        "times": 7,
+        "budget": {"epsilon": 2.0, "delta": 1e-6},
+        **over,
+    }
+    return CampaignTemplate.model_validate(raw)
+
+
+def test_a_central_campaign_composes_its_releases_and_refuses_the_right_occurrence() -> None:
+    """Lifetime budget ε 2 at δ 1e-6, central-wme-vector at ε = 1: the composed ε of k
+    releases (its Laplace histograms and Gaussian mean) passes 2 at k = 6, so five occurrences
+    run (basic composition of their (1, 1e-5) guarantees would stop at two) and each device
+    has spent the composition of five, by its own ledger and the server's rule alike."""
+    template = _central()
+    protocol = get_protocol("central-wme-vector")
+    event = protocol.release_event(protocol.parse_params({"dimension": 3}), 1.0)
+    composed = [composed_epsilon([event] * k, 1e-6) for k in range(1, 8)]
+    first_refused = next(k for k, e in enumerate(composed) if e > 2.0)
+    assert first_refused == 5
+    result = simulate_campaign(template, 5)
+    enrolled = [o.enrolled for o in result.occurrences]
+    assert enrolled == [300] * first_refused + [0] * (7 - first_refused)
+    assert [o.estimate is None for o in result.occurrences] == [False] * 5 + [True] * 2
+    np.testing.assert_array_equal(result.spent, np.full(300, composed[4]))
+    np.testing.assert_array_equal(result.bound, result.spent)
+    # fresh noise each occurrence: no two releases alike (composition assumes independence)
+    estimates = [tuple(o.estimate) for o in result.occurrences[:5]]  # type: ignore[arg-type]
+    assert len(set(estimates)) == 5
+
+
+def test_the_central_ledger_charges_window_increases_and_totals_lifetime_compositions() -> None:
+    protocol = get_protocol("central-wme")
+    params = protocol.parse_params({})
+    rule = ChargeRule(protocol, params, 1e-6)
+    ledger = DeviceLedger(2, DeviceBudget(epsilon=1.5, period=1.0, delta=1e-6), rule)
+    event = protocol.release_event(params, 1.0)
+    one, two = (composed_epsilon([event] * k, 1e-6) for k in (1, 2))
+    eps = np.array([1.0, 1.0])
+    for k, day in enumerate([0.0, 0.5, 1.0, 1.5]):
+        admits = ledger.admits(day, eps)
+        assert admits.tolist() == [k % 2 == 0] * 2  # two releases in a day compose past 1.5
+        if admits.all():
+            spend = ledger.record(k, day, np.arange(2), eps)
+            np.testing.assert_array_equal(spend.epsilon, [one, one])  # a fresh window
+    np.testing.assert_array_equal(ledger.total(), [two, two])  # lifetime: both composed
+    np.testing.assert_array_equal(ledger.spent_in_window(1.2), [one, one])
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    declared=st.lists(st.sampled_from([0.25, 0.5, 1.0]), min_size=1, max_size=10),
+    budget=st.floats(0.5, 4.0),
+)
+def test_no_admitted_central_history_passes_the_budget(
+    declared: list[float], budget: float
+) -> None:
+    """Whatever ε's a device declares, the releases it is admitted to compose (at δ) within its
+    budget, and the composition never exceeds basic composition of their pure ε (WME, d = 1)."""
+    protocol = get_protocol("central-wme")
+    params = protocol.parse_params({})
+    ledger = DeviceLedger(
+        1, DeviceBudget(epsilon=budget, delta=1e-6), ChargeRule(protocol, params, 1e-6)
+    )
+    taken: list[float] = []
+    for k, e in enumerate(declared):
+        if ledger.admits(float(k), np.array([e]))[0]:
+            ledger.record(k, float(k), np.array([0]), np.array([e]))
+            taken.append(e)
+    spent = float(ledger.total()[0])
+    assert spent <= budget * (1 + 1e-9)
+    assert spent <= math.fsum(taken) + len(taken) * 1e-4
+    events = [protocol.release_event(params, e) for e in taken]
+    assert spent == composed_epsilon(events, 1e-6)
+
+
+GUIDE = Path(__file__).resolve().parents[3] / "docs" / "campaigns.md"
+
+
+def test_the_pages_python_blocks_print_what_they_say() -> None:
+    """docs/campaigns.md's Python blocks run; a ``print(...)  # value`` line prints its value
+    (up to the comment's first colon)."""
+    blocks = re.findall(r"^```python\n(.*?)^```$", GUIDE.read_text(), re.DOTALL | re.MULTILINE)
+    assert len(blocks) >= 2
+    checked = 0
+    for block in blocks:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block, str(GUIDE), "exec"), {})  # the page's own code
+        shown = [
+            line.split("#", 1)[1].split(":", 1)[0].strip()
+            for line in block.splitlines()
+            if line.startswith("print(") and re.search(r"#\s*[\[\d]", line)
+        ]
+        printed = out.getvalue().splitlines()
+        for value in shown:
+            assert value in printed, (value, printed)
+            checked += 1
+    assert checked >= 2

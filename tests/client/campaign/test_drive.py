@@ -17,6 +17,8 @@ from fedldp.client.api.client import ApiClient, ApiError
 from fedldp.client.campaign.drive import device_id, run_campaign
 from fedldp.client.campaign.simulate import CampaignResult, simulate_campaign
 from fedldp.client.campaign.template import CampaignTemplate
+from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.core.accounting import composed_epsilon
 from fedldp.protocol.core.wire import DeviceBatch, DeviceCharge
 from fedldp.server.runtime.context import Context
 from fedldp.server.settings import Settings
@@ -125,6 +127,51 @@ async def test_a_drifting_top_item_over_http(app: FastAPI, tmp_path: Path) -> No
     assert tops == [0, 2, 2]
 
 
+async def test_a_central_campaign_over_http_gives_the_in_process_numbers(
+    app: FastAPI, tmp_path: Path
+) -> None:
+    """central-wme-vector with a lifetime budget ε 2.3 at δ 1e-6 and ε's of 0.5 and 1: the
+    devices of ε = 1 are refused from the seventh occurrence on (six releases compose to 2.20,
+    seven to 2.40), those of ε = 0.5 never, both sides composing the same
+    releases with the PLD accountant: the same admissions, estimates (the server's noise is
+    fresh per occurrence and reproducible from the private seed) and spends, and the server's
+    budget view shows the device's composed ε after each occurrence."""
+    template = _template(
+        protocol="central-wme-vector",
+        population={
+            "users": 200,
+            "distribution": "gaussian",
+            "mean": 0.1,
+            "dimension": 3,
+            "epsilon_mix": "0.5:0.5,1:0.5",
+            "drift": {"mean_per_day": 0.01},
+        },
+        every="1d",
+        times=8,
+        budget={"epsilon": 2.3, "delta": 1e-6},
+    )
+    transport = httpx.ASGITransport(app=app)
+    http = await run_campaign(URL, template, 9, tmp_path / "devices", transport=transport)
+    local = simulate_campaign(template, 9)
+    assert_same(http, local)
+    eps = np.asarray(_epsilons(template, 9))
+    ones = int(np.count_nonzero(eps == 1.0))
+    assert [o.enrolled for o in local.occurrences] == [200] * 6 + [200 - ones] * 2
+    protocol = get_protocol("central-wme-vector")
+    params = protocol.parse_params({"dimension": 3})
+    event = protocol.release_event(params, 1.0)
+    async with ApiClient(URL, transport=transport) as api:
+        (campaign,) = (await api.list_campaigns()).campaigns
+        one = int(np.flatnonzero(eps == 1.0)[0])
+        budget = await api.device_budget(campaign.id, device_id(one))
+    expected = [composed_epsilon([event] * k, 1e-6) for k in range(1, 7)]
+    assert [s.cumulative for s in budget.spends] == expected
+    assert budget.spent_total == expected[-1] == local.spent[one] <= 2.3
+    assert composed_epsilon([event] * 7, 1e-6) > 2.3
+    half = protocol.release_event(params, 0.5)
+    assert composed_epsilon([half] * 8, 1e-6) <= 2.3
+
+
 async def test_a_store_of_another_server_is_refused(app: FastAPI, tmp_path: Path) -> None:
     template, folder = _template(times=1), tmp_path / "devices"
     transport = httpx.ASGITransport(app=app)
@@ -182,9 +229,9 @@ async def test_the_server_refuses_what_its_ledger_cannot_fit(app: FastAPI, tmp_p
             await api.campaign("nope")
         assert missing.value.code == "unknown_campaign"
         central = body.model_copy(update={"protocol": "central-wme"})
-        with pytest.raises(ApiError) as refused_central:
+        with pytest.raises(ApiError) as refused_central:  # ε at which δ? (docs/campaigns.md)
             await api.create_campaign(central)
-        assert refused_central.value.code == "invalid_params"
+        assert refused_central.value.code == "invalid_request"
         await api.cancel_study(second.study_id)
         await api.cancel_study((await api.next_occurrence(campaign.id)).study_id)
         with pytest.raises(ApiError) as complete:

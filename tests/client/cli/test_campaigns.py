@@ -96,3 +96,45 @@ def test_campaign_run_show_and_budget_against_a_server(
         err = capsys.readouterr().err
         assert err.startswith("error: unknown_campaign: ")
         assert err.count("\n") == 1
+
+
+CENTRAL = """\
+protocol: central-wme-vector
+population: {users: 100, distribution: gaussian, mean: 0.1, dimension: 3}
+every: 1d
+times: 3
+budget: {epsilon: 1.3, delta: 1e-6}
+"""
+
+
+@pytest.mark.e2e
+def test_a_central_campaigns_budget_shows_the_composed_epsilon_at_delta(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """central-wme-vector at ε = 1, ε 1.3 at δ 1e-6 for life: two releases compose to 1.17,
+    three to 1.48, so the third occurrence admits nobody; ``campaign budget`` prints the
+    composed ε after each occurrence, the server's numbers."""
+    path = tmp_path / "central.yaml"
+    path.write_text(CENTRAL)
+    with sqlite_server(tmp_path) as server:
+        run = ["campaign", "run", str(path), "--server", server.url, "--seed", "3"]
+        assert main([*run, "--store", str(tmp_path / "devices"), "--json"]) == 0
+        done = json.loads(capsys.readouterr().out)
+        assert [o["enrolled"] for o in done["occurrences"]] == [100, 100, 0]
+        with httpx.Client(base_url=server.url) as http:
+            (campaign,) = http.get("/v1/campaigns").json()["campaigns"]
+            view = http.get(f"/v1/campaigns/{campaign['id']}/devices/d0/budget").json()
+        assert main(["campaign", "show", campaign["id"], "--server", server.url]) == 0
+        assert "budget ε 1.3 at δ 1e-06 per lifetime" in capsys.readouterr().out
+        assert main(["campaign", "budget", campaign["id"], "d0", "--server", server.url]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith(f"device d0: spent ε {view['spent_total']:g} in all at δ 1e-06")
+        cumulative = [s["cumulative"] for s in view["spends"]]
+        assert [line.rsplit("ε ", 1)[1] for line in lines[1:]] == [
+            f"{c:g} in all after it" for c in cumulative
+        ]
+        assert cumulative[-1] == done["devices"][0]
+    assert main(["campaign", "simulate", str(path), "--seed", "3"]) == 0
+    assert f"cumulative ε at δ 1e-06 per device: min {cumulative[-1]:.6g}," in (
+        capsys.readouterr().out
+    )
