@@ -126,29 +126,52 @@ def _occurrence_view(
     )
 
 
-def _spent(session: Session, c: CampaignRow) -> CampaignSpend | None:
-    compose = _composer(c)
-    if compose is None:
-        totals = np.asarray(rows.device_totals(session, c.id), dtype=np.float64)
-    else:
-        declared = rows.declared_by_device(session, c.id).values()
-        totals = np.asarray([compose(d) for d in declared], dtype=np.float64)
-    if totals.size == 0:
-        return None
-    top = float(totals.max())
-    counts, edges = np.histogram(totals, bins=SPEND_BINS, range=(0.0, top if top > 0 else 1.0))
-    return CampaignSpend(
-        devices=int(totals.size),
-        total=float(totals.sum()),
-        mean=float(totals.mean()),
+def _aggregate(
+    session: Session, c: CampaignRow
+) -> tuple[dict[int, tuple[int, float]], CampaignSpend | None]:
+    """What the campaign's view draws of its ledger: per occurrence, the devices charged and
+    the sum of their charges (the rule's, as ``device_budget`` states them: not the declared
+    ε's, which a memoized or composed charge is less than), and the histogram of the devices'
+    cumulative spends. Devices with the same history (occurrences, days and declared ε's:
+    most of a campaign's devices) are worked out once."""
+    histories: dict[tuple[tuple[int, float, float], ...], tuple[str, int]] = {}
+    for device, spends in itertools.groupby(rows.all_spends(session, c.id), key=lambda s: s[0]):
+        key = tuple((k, day, e) for _, k, day, e in spends)
+        _, count = histories.get(key, (device, 0))
+        histories[key] = (device, count + 1)
+    if not histories:
+        return {}, None
+    history = _history_rule(c)
+    per_occurrence: dict[int, tuple[int, float]] = {}
+    totals, counts = [], []
+    for key, (device, count) in histories.items():
+        charges, cumulative = history(device, [(day, e) for _, day, e in key])
+        for (k, _, _), charge in zip(key, charges, strict=True):
+            n, total = per_occurrence.get(k, (0, 0.0))
+            per_occurrence[k] = (n + count, total + count * charge)
+        totals.append(cumulative[-1])
+        counts.append(count)
+    values = np.asarray(totals, dtype=np.float64)
+    weights = np.asarray(counts, dtype=np.int64)
+    top = float(values.max())
+    binned, edges = np.histogram(
+        values, bins=SPEND_BINS, range=(0.0, top if top > 0 else 1.0), weights=weights
+    )
+    devices = int(weights.sum())
+    total = math.fsum((values * weights).tolist())
+    spend = CampaignSpend(
+        devices=devices,
+        total=total,
+        mean=total / devices,
         max=top,
         edges=[float(e) for e in edges],
-        counts=[int(n) for n in counts],
+        counts=[int(n) for n in binned],
     )
+    return per_occurrence, spend
 
 
 def _view(session: Session, c: CampaignRow) -> CampaignView:
-    charges = rows.occurrence_charges(session, c.id)
+    charges, spent = _aggregate(session, c)
     return CampaignView(
         id=c.id,
         name=c.name,
@@ -167,7 +190,7 @@ def _view(session: Session, c: CampaignRow) -> CampaignView:
             _occurrence_view(o, s, charges.get(o.index, (0, 0.0)))
             for o, s in rows.occurrences(session, c.id)
         ],
-        spent=_spent(session, c),
+        spent=spent,
     )
 
 
@@ -295,12 +318,12 @@ def declare_truth(
     """Record the truth of occurrence ``index`` as its driver declares it (UnknownOccurrence
     before the occurrence is opened); declaring it again replaces it."""
     with ctx.transaction() as session:
-        _require(session, campaign_id)
+        c = _require(session, campaign_id)
         if rows.occurrence(session, campaign_id, index) is None:
             raise UnknownOccurrence(f"campaign {campaign_id} has not opened occurrence {index}")
         rows.set_truth(session, campaign_id, index, body.truth)
         found = rows.occurrences(session, campaign_id)
-        charges = rows.occurrence_charges(session, campaign_id)
+        charges, _ = _aggregate(session, c)
         return next(
             _occurrence_view(o, s, charges.get(o.index, (0, 0.0)))
             for o, s in found
@@ -384,20 +407,11 @@ def device_budget(ctx: Context, campaign_id: str, device: str) -> DeviceBudgetVi
         c = _require(session, campaign_id)
         spends = rows.spends_of(session, campaign_id, device)
         clock = c.clock if c.clock is not None else c.start
-        window = budget_window(clock, c.budget_period)
-        windows = [budget_window(s.day, c.budget_period) for s in spends]
-        compose = _composer(c)
-        if compose is None:
-            charges = _charges(_rule(c), c.protocol, device, [s.epsilon for s in spends])
-            cumulative = list(itertools.accumulate(charges))
-            in_window = math.fsum(ch for w, ch in zip(windows, charges, strict=True) if w == window)
-            total = math.fsum(charges)
-        else:
-            charges, cumulative = _central_charges(compose, spends, windows)
-            in_window = compose(
-                [s.epsilon for s, w in zip(spends, windows, strict=True) if w == window]
-            )
-            total = cumulative[-1] if cumulative else 0.0
+        charges, cumulative = _history_rule(c)(device, [(s.day, s.epsilon) for s in spends])
+        in_window = _window_spend(
+            c, [(s.day, s.epsilon) for s in spends], charges, budget_window(clock, c.budget_period)
+        )
+        total = cumulative[-1] if cumulative else 0.0
         return DeviceBudgetView(
             device=device,
             budget_epsilon=c.budget_epsilon,
@@ -419,18 +433,52 @@ def device_budget(ctx: Context, campaign_id: str, device: str) -> DeviceBudgetVi
         )
 
 
-def _central_charges(
-    compose: Callable[[list[float]], float], spends: list[DeviceSpendRow], windows: list[int]
-) -> tuple[list[float], list[float]]:
-    """Each release's charge (the increase of its window's composed ε) and the device's
-    composed ε over the campaign after it."""
-    charges: list[float] = []
-    cumulative: list[float] = []
-    for t, s in enumerate(spends):
-        here = [p.epsilon for p, w in zip(spends[:t], windows[:t], strict=True) if w == windows[t]]
-        charges.append(max(compose([*here, s.epsilon]) - compose(here), 0.0))
-        cumulative.append(compose([p.epsilon for p in spends[: t + 1]]))
-    return charges, cumulative
+History = Callable[[str, list[tuple[float, float]]], tuple[list[float], list[float]]]
+"""A device's charges by the campaign's rule: (device, its (day, declared ε) by occurrence) →
+(each occurrence's charge, the device's cumulative spend after it)."""
+
+
+def _history_rule(c: CampaignRow) -> History:
+    """The campaign's rule over a device's whole history. Pure ε: each charge is the increase of
+    the protocol's cumulative ε (``_rule``), the cumulative spend their sum. Central: each
+    release's charge is the increase of its budget window's composed ε, the cumulative spend
+    the composition of all the device's releases (a lifetime figure, not the sum of the
+    charges)."""
+    compose = _composer(c)
+    if compose is None:
+        rule = _rule(c)
+
+        def pure(device: str, spends: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+            charges = _charges(rule, c.protocol, device, [e for _, e in spends])
+            return charges, list(itertools.accumulate(charges))
+
+        return pure
+    composer = compose
+
+    def central(device: str, spends: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+        windows = [budget_window(day, c.budget_period) for day, _ in spends]
+        declared = [e for _, e in spends]
+        charges: list[float] = []
+        cumulative: list[float] = []
+        for t, e in enumerate(declared):
+            here = [p for p, w in zip(declared[:t], windows[:t], strict=True) if w == windows[t]]
+            charges.append(max(composer([*here, e]) - composer(here), 0.0))
+            cumulative.append(composer(declared[: t + 1]))
+        return charges, cumulative
+
+    return central
+
+
+def _window_spend(
+    c: CampaignRow, spends: list[tuple[float, float]], charges: list[float], window: int
+) -> float:
+    """A device's spend in budget ``window``: the sum of its charges there (pure ε), or the
+    composition of its releases there (central)."""
+    compose = _composer(c)
+    inside = [budget_window(day, c.budget_period) == window for day, _ in spends]
+    if compose is None:
+        return math.fsum(ch for ch, i in zip(charges, inside, strict=True) if i)
+    return compose([e for (_, e), i in zip(spends, inside, strict=True) if i])
 
 
 def _composer(c: CampaignRow) -> Callable[[list[float]], float] | None:

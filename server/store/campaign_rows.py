@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from fedldp.server.store.tables import CampaignRow, DeviceSpendRow, OccurrenceRow, StudyRow
@@ -15,14 +15,12 @@ __all__ = [
     "add_occurrence",
     "add_spends",
     "all_campaigns",
+    "all_spends",
     "campaign",
     "campaign_named",
-    "declared_by_device",
     "device_spends",
-    "device_totals",
     "locked_campaign",
     "occurrence",
-    "occurrence_charges",
     "occurrences",
     "set_clock",
     "set_occurrence_study",
@@ -97,37 +95,20 @@ def set_truth(session: Session, campaign_id: str, index: int, truth: object) -> 
     )
 
 
-def occurrence_charges(session: Session, campaign_id: str) -> dict[int, tuple[int, float]]:
-    """Per occurrence: how many devices were charged and the sum of their ε."""
+def all_spends(session: Session, campaign_id: str) -> list[tuple[str, int, float, float]]:
+    """Every charge in the campaign as (device, occurrence, day, declared ε), by device and
+    occurrence."""
     stmt = (
-        select(DeviceSpendRow.occurrence, func.count(), func.sum(DeviceSpendRow.epsilon))
-        .where(DeviceSpendRow.campaign_id == campaign_id)
-        .group_by(DeviceSpendRow.occurrence)
-    )
-    return {int(k): (int(n), float(total or 0.0)) for k, n, total in session.execute(stmt)}
-
-
-def device_totals(session: Session, campaign_id: str) -> list[float]:
-    """Each charged device's cumulative ε over the campaign (in no particular order)."""
-    stmt = (
-        select(func.sum(DeviceSpendRow.epsilon))
-        .where(DeviceSpendRow.campaign_id == campaign_id)
-        .group_by(DeviceSpendRow.device)
-    )
-    return [float(v) for v in session.scalars(stmt)]
-
-
-def declared_by_device(session: Session, campaign_id: str) -> dict[str, list[float]]:
-    """Each charged device's declared ε's in the campaign, by occurrence."""
-    stmt = (
-        select(DeviceSpendRow.device, DeviceSpendRow.epsilon)
+        select(
+            DeviceSpendRow.device,
+            DeviceSpendRow.occurrence,
+            DeviceSpendRow.day,
+            DeviceSpendRow.epsilon,
+        )
         .where(DeviceSpendRow.campaign_id == campaign_id)
         .order_by(DeviceSpendRow.device, DeviceSpendRow.occurrence)
     )
-    out: dict[str, list[float]] = {}
-    for device, epsilon in session.execute(stmt):
-        out.setdefault(str(device), []).append(float(epsilon))
-    return out
+    return [(str(d), int(k), float(t), float(e)) for d, k, t, e in session.execute(stmt)]
 
 
 def set_clock(session: Session, campaign_id: str, day: float) -> None:

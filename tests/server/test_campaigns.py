@@ -286,6 +286,13 @@ async def test_memoized_protocols_are_charged_by_their_rule(client: httpx.AsyncC
         (await client.get(f"/v1/campaigns/{fresh.id}/devices/m/budget")).content
     )
     assert [s.epsilon for s in view.spends] == [1.0, 1.0]
+    # the campaign's view states the same charges, per occurrence and per device: not the
+    # declared ε's (5 in all), which the dashboard drew before
+    shown = CampaignView.model_validate_json((await client.get(f"/v1/campaigns/{two.id}")).content)
+    assert [o.epsilon_charged for o in shown.occurrences] == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert [o.devices_charged for o in shown.occurrences] == [1] * 5
+    assert shown.spent is not None
+    assert (shown.spent.devices, shown.spent.total, shown.spent.max) == (1, 2.0, 2.0)
 
 
 async def test_a_memoized_response_at_another_epsilon_is_refused(

@@ -136,11 +136,16 @@ class OccurrenceView(Model):
         None, description="the day's truth as the driver declared it (None: not declared)"
     )
     devices_charged: int = Field(0, description="devices charged ε for this occurrence")
-    epsilon_charged: float = Field(0.0, description="the sum of their charges")
+    epsilon_charged: float = Field(
+        0.0,
+        description="the sum of their charges by the server's rule (as the device budget route "
+        "states them; less than the declared ε's for a memoized or composed protocol)",
+    )
 
 
 class CampaignSpend(Model):
-    """The devices' cumulative ε over the campaign in aggregate: how many were charged, the mean
+    """The devices' cumulative ε over the campaign in aggregate (each device's ``cumulative``
+    after its last charge, as the device budget route states it): how many were charged, the mean
     and largest spend, and a histogram of the spends over ``edges`` (``counts[i]`` devices in
     [edges[i], edges[i+1]), the last bin closed)."""
 
