@@ -31,6 +31,7 @@ import orjson
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ValidationError
 
+from fedldp.protocol.core.wire.binary import BATCH_MEDIA_TYPE
 from fedldp.server.errors import (
     DuplicateKey,
     InvalidEncoding,
@@ -39,9 +40,11 @@ from fedldp.server.errors import (
 
 __all__ = [
     "Authenticate",
+    "Binary",
     "add_body_schemas",
     "documented",
     "json_body",
+    "media_type",
     "parse_json",
     "parse_json_stdlib",
     "validation_detail",
@@ -50,6 +53,9 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 
 Authenticate = Callable[[Request, Any], Awaitable[Any]]
+Binary = Callable[[bytes], tuple[Any, dict[str, Any]]]
+"""A batch route's reader of binary bodies (``fedldp.server.web.binary.binary_form``): the
+body's JSON value, and the validation context (arrays kept as they are)."""
 """A credentials check on the parsed JSON, before validation: returns the JSON to validate
 (possibly with the credentials of headers put in), raises a 401/403 ``FedldpError``."""
 
@@ -192,17 +198,29 @@ async def _read(request: Request) -> bytes:
     return b"".join([chunk async for chunk in request.stream()])
 
 
+def media_type(request: Request) -> str:
+    """The request's content type, without its parameters, in lower case."""
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
 def json_body(
-    model: type[M], authenticate: Authenticate | None = None
+    model: type[M], authenticate: Authenticate | None = None, *, binary: Binary | None = None
 ) -> Callable[[Request], Awaitable[M]]:
-    """A dependency: the request body as ``model``, after ``authenticate`` when given."""
+    """A dependency: the request body as ``model``, after ``authenticate`` when given; a batch
+    route's ``binary`` reads the bodies of the binary batch type (``BATCH_MEDIA_TYPE``)."""
 
     async def parse(request: Request) -> M:
-        data = parse_json(await _read(request))
+        raw = await _read(request)
+        context: dict[str, Any] | None = None
+        if binary is not None and media_type(request) == BATCH_MEDIA_TYPE:
+            data, context = binary(raw)
+        else:
+            data = parse_json(raw)
+        del raw
         if authenticate is not None:
             data = await authenticate(request, data)
         try:
-            return model.model_validate(data)
+            return model.model_validate(data, context=context)
         except ValidationError as exc:
             detail = validation_detail(exc.errors(), ("body",)) or "invalid request body"
             raise InvalidRequest(detail) from None
