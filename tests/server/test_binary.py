@@ -397,3 +397,45 @@ async def test_mutated_binary_bodies_never_get_a_500(
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
         assert response.json()["code"]
+
+
+def documented_client() -> dict[str, Any]:
+    """The namespace of docs/server.md's example client of the format (its ``batch_body``)."""
+    page = (Path(__file__).parents[2] / "docs" / "server.md").read_text()
+    block = page.split("<!-- binary-body -->\n```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "docs/server.md", "exec"), namespace)
+    return namespace
+
+
+async def test_the_documented_client_writes_the_format(client: httpx.AsyncClient) -> None:
+    """The page's example writes what ``encode_batch`` writes, byte for byte, and the server
+    enrolls, tasks and takes reports from bodies it wrote."""
+    doc = documented_client()
+    assert doc["body"] == encode_batch(
+        {"round": 0, "kind": "scalar", "blocks": [{"start": 0, "stop": 3, "token": "…"}]},
+        {"participant_ids": [0, 1, 2], "payloads": np.array([[0.25], [-1.5], [3.0]])},
+    )
+    batch_body = doc["batch_body"]
+    study = await create_study(client, "hetero-mean-rr")
+    url = f"/v1/studies/{study.id}"
+    enrolled = await client.post(
+        f"{url}/participants/batch",
+        content=batch_body({"block_only": True}, {("epsilons",): [1.0, 1.0]}),
+        headers=BINARY,
+    )
+    assert enrolled.status_code == 201, enrolled.text
+    block = EnrollmentBatch.model_validate_json(enrolled.content).block
+    assert block is not None
+    await start(client, study.id)
+    blocks = {"blocks": [block.model_dump()]}
+    ids = {("participant_ids",): [0, 1]}
+    tasks = await client.post(f"{url}/tasks", content=batch_body(blocks, ids), headers=BINARY)
+    assert tasks.json()["reports"][0]["participant_ids"] == [0, 1], tasks.text
+    rows = {**ids, ("payloads",): [[1.0], [-1.0]]}
+    sent = await client.post(
+        f"{url}/reports/batch",
+        content=batch_body({"round": 0, "kind": "bit", **blocks}, rows),
+        headers=BINARY,
+    )
+    assert BatchReceipt.model_validate_json(sent.content).accepted == 2, sent.text
