@@ -303,16 +303,16 @@ class BinaryCount:
         self._left: int | None = None  # header bytes still to count (None: prefix not read)
 
     def feed(self, chunk: bytes) -> None:
+        start = 0  # where the header's bytes begin in the chunk (no copy of the arrays')
         if self._left is None:
-            need = PREFIX.size - len(self._prefix)
-            self._prefix += chunk[:need]
-            chunk = chunk[need:]
+            start = PREFIX.size - len(self._prefix)
+            self._prefix += chunk[:start]
             if len(self._prefix) < PREFIX.size:
                 return
             magic, version, length = PREFIX.unpack(self._prefix)
             self._left = length if (magic, version) == (MAGIC, BATCH_VERSION) else 0
-        if self._left and chunk:
-            part = chunk[: self._left]
+        if self._left and start < len(chunk):
+            part = chunk[start : start + self._left]
             self._left -= len(part)
             self.items.feed(part)
 
