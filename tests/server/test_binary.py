@@ -439,3 +439,27 @@ async def test_the_documented_client_writes_the_format(client: httpx.AsyncClient
         headers=BINARY,
     )
     assert BatchReceipt.model_validate_json(sent.content).accepted == 2, sent.text
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    ints=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20),
+    floats=st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=20),
+    width=st.integers(0, 3),
+    token=st.text(max_size=8),
+)
+def test_a_body_reads_back_as_the_json_value_it_stands_for(
+    ints: list[int], floats: list[float], width: int, token: str
+) -> None:
+    """``decode_batch(encode_batch(fields, arrays))`` is the JSON value holding each array as
+    its list, bit for bit (integers stay integers, -0.0 stays -0.0); a kept array comes back
+    as the array it was."""
+    rows = np.arange(len(floats) * width, dtype=np.float64).reshape(len(floats), width)
+    arrays = {"ids": np.array(ints, dtype=np.int64), ("m", "x"): np.array(floats), "rows": rows}
+    raw = encode_batch({"token": token}, arrays)
+    value, kept = decode_batch(raw, values=10**6, keep=frozenset({"rows"}))
+    assert value == {"token": token, "ids": ints, "m": {"x": floats}}
+    assert [type(i) for i in value["ids"]] == [int] * len(ints)
+    assert np.array(value["m"]["x"]).tobytes() == np.array(floats).tobytes()
+    assert kept["rows"].shape == rows.shape
+    assert kept["rows"].tobytes() == rows.tobytes()
