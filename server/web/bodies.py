@@ -228,13 +228,24 @@ def json_body(
     return parse
 
 
-def documented(model: type[BaseModel], **extra: Any) -> dict[str, Any]:
-    """``openapi_extra`` of a route whose body ``json_body(model)`` parses (``extra``: more of
-    the operation, e.g. its ``security``)."""
+BINARY_SCHEMA = {
+    "type": "string",
+    "format": "binary",
+    "description": "the JSON body with its numeric lists as little-endian arrays after a JSON "
+    "header (docs/server.md, Binary batch bodies)",
+}
+
+
+def documented(model: type[BaseModel], *, binary: bool = False, **extra: Any) -> dict[str, Any]:
+    """``openapi_extra`` of a route whose body ``json_body(model)`` parses (``binary``: a batch
+    route that also takes ``BATCH_MEDIA_TYPE``; ``extra``: more of the operation, e.g. its
+    ``security``)."""
     _MODELS.append(model)
     ref = {"$ref": f"#/components/schemas/{model.__name__}"}
-    body = {"required": True, "content": {"application/json": {"schema": ref}}}
-    return {"requestBody": body, **extra}
+    content: dict[str, Any] = {"application/json": {"schema": ref}}
+    if binary:
+        content[BATCH_MEDIA_TYPE] = {"schema": BINARY_SCHEMA}
+    return {"requestBody": {"required": True, "content": content}, **extra}
 
 
 def add_body_schemas(app: FastAPI) -> None:

@@ -167,7 +167,7 @@ async def task_ask(request: Request) -> TaskAsk:
     "/v1/studies/{study_id}/tasks",
     responses=_refusals(*_BODY, *_TOKEN, UnknownStudy, UnknownParticipant),
     tags=["participants"],
-    openapi_extra=documented(wire.TaskBatchRequest),
+    openapi_extra=documented(wire.TaskBatchRequest, binary=True),
 )
 async def get_tasks(
     study_id: str,
@@ -238,7 +238,7 @@ _report_batch = json_body(
     "/v1/studies/{study_id}/reports/batch",
     responses=_refusals(*_BODY, *_REPORT),
     tags=["reports"],
-    openapi_extra=documented(wire.ReportBatch),
+    openapi_extra=documented(wire.ReportBatch, binary=True),
 )
 def submit_reports(
     study_id: str,
@@ -425,7 +425,7 @@ _enroll_batch = json_body(
     status_code=status.HTTP_201_CREATED,
     responses=_ENROLL,
     tags=["participants"],
-    openapi_extra=documented(wire.EnrollBatch),
+    openapi_extra=documented(wire.EnrollBatch, binary=True),
 )
 def enroll_batch(
     study_id: str,
