@@ -8,6 +8,8 @@ integer literal outside the 64-bit range (no field takes one; 422 ``invalid_requ
 may then check the caller's credentials on the parsed JSON (``authenticate``: callers without
 credentials get 401, never a detailed 422), and only then is the body validated against its
 strict wire model.
+A batch route's body sent as ``application/vnd.fedldp.batch`` is read by its ``binary`` reader
+(``fedldp.server.web.binary``) into the JSON value it stands for, then goes the same way.
 ``documented(Model)`` keeps the body in the OpenAPI document (see ``add_body_schemas``).
 
 Decoding takes orjson's parser first (a batch's tens of thousands of numbers cost the standard
@@ -53,11 +55,11 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 
 Authenticate = Callable[[Request, Any], Awaitable[Any]]
+"""A credentials check on the parsed JSON, before validation: returns the JSON to validate
+(possibly with the credentials of headers put in), raises a 401/403 ``FedldpError``."""
 Binary = Callable[[bytes], tuple[Any, dict[str, Any]]]
 """A batch route's reader of binary bodies (``fedldp.server.web.binary.binary_form``): the
 body's JSON value, and the validation context (arrays kept as they are)."""
-"""A credentials check on the parsed JSON, before validation: returns the JSON to validate
-(possibly with the credentials of headers put in), raises a 401/403 ``FedldpError``."""
 
 _MODELS: list[type[BaseModel]] = []
 _INT64 = 2**63
