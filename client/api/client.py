@@ -31,7 +31,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -92,6 +92,7 @@ from fedldp.protocol.core.wire import (
     TaskBatch,
     TaskBatchRequest,
 )
+from fedldp.protocol.core.wire.binary import BATCH_MEDIA_TYPE
 
 __all__ = [
     "ApiClient",
@@ -119,6 +120,15 @@ _TASK: TypeAdapter[Task] = TypeAdapter(Task)
 
 
 # --------------------------------------------------------------------------- retries
+
+
+def _batch_body(batch: BaseModel | bytes) -> dict[str, Any]:
+    """The ``_call`` arguments of a batch body: a wire model (sent as JSON), or the bytes of a
+    binary batch body (``fedldp.protocol.core.wire.binary``)."""
+    if isinstance(batch, bytes):
+        return {"content": batch, "media_type": BATCH_MEDIA_TYPE}
+    return {"content": batch.model_dump_json().encode()}
+
 
 _ALWAYS_RETRIED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _IDEMPOTENT_RETRIED = (
@@ -230,17 +240,18 @@ class ApiClient:
         idempotent: bool | None = None,
         exclude: set[str] | None = None,
         content: bytes | None = None,
+        media_type: str = "application/json",
     ) -> Answer:
         """Send one request with the retry policy; the 2xx answer, or raise an ``ApiError``
-        (``exclude``: fields of ``body`` not to send; ``content``: a JSON body encoded
-        already, instead of ``body``)."""
+        (``exclude``: fields of ``body`` not to send; ``content``: a body encoded already,
+        instead of ``body``, of the ``media_type`` given)."""
         if idempotent is None:
             idempotent = method in ("GET", "HEAD")
         headers: dict[str, str] = {}
         if body is not None:
             content = body.model_dump_json(exclude=exclude).encode()
         if content is not None:
-            headers["content-type"] = "application/json"
+            headers["content-type"] = media_type
         if token is not None:
             headers["authorization"] = f"Bearer {token}"
         if admin and self.admin_key is not None:
@@ -308,6 +319,7 @@ class ApiClient:
         idempotent: bool | None = None,
         exclude: set[str] | None = None,
         content: bytes | None = None,
+        media_type: str = "application/json",
     ) -> M:
         answer = await self.request(
             method,
@@ -318,6 +330,7 @@ class ApiClient:
             idempotent=idempotent,
             exclude=exclude,
             content=content,
+            media_type=media_type,
         )
         try:
             return model.model_validate_json(answer.content)
@@ -405,15 +418,16 @@ class ApiClient:
         )
 
     async def enroll_batch(
-        self, study_id: str, batch: EnrollBatch, lease: Lease | None = None
+        self, study_id: str, batch: EnrollBatch | bytes, lease: Lease | None = None
     ) -> EnrollmentBatch:
-        """Enroll many participants (explicit ``participant_ids`` need their ``lease``)."""
+        """Enroll many participants (explicit ``participant_ids`` need their ``lease``);
+        ``batch`` as bytes: a binary batch body (``fedldp.protocol.core.wire.binary``)."""
         return await self._call(
             EnrollmentBatch,
             "POST",
             f"/v1/studies/{study_id}/participants/batch",
-            body=batch,
             token=None if lease is None else lease.token,
+            **_batch_body(batch),
         )
 
     async def lease(self, study_id: str, size: int) -> Lease:
@@ -439,14 +453,17 @@ class ApiClient:
         except ValidationError as exc:
             raise bad_answer("GET", path, answer.status, exc) from exc
 
-    async def tasks(self, study_id: str, request: TaskBatchRequest, hold: float = 0.0) -> TaskBatch:
+    async def tasks(
+        self, study_id: str, request: TaskBatchRequest | bytes, hold: float = 0.0
+    ) -> TaskBatch:
         """The tasks of many participants; ``hold`` > 0 lets the server keep the answer up to
-        that many seconds while they would all only wait (a long poll)."""
+        that many seconds while they would all only wait (a long poll). ``request`` as bytes: a
+        binary batch body."""
         path = f"/v1/studies/{study_id}/tasks" + (f"?hold={hold:g}" if hold > 0 else "")
         # the request's bytes alone are kept through a held poll, not its list of Python ints
-        content = request.model_dump_json().encode()
+        body = _batch_body(request)
         del request
-        return await self._call(TaskBatch, "POST", path, content=content, idempotent=True)
+        return await self._call(TaskBatch, "POST", path, idempotent=True, **body)
 
     async def submit_report(self, study_id: str, report: ReportSubmit) -> Receipt:
         """One report; its token travels as ``Authorization: Bearer``, not in the body."""
@@ -460,13 +477,14 @@ class ApiClient:
             exclude={"token"},
         )
 
-    async def submit_reports(self, study_id: str, batch: ReportBatch) -> BatchReceipt:
+    async def submit_reports(self, study_id: str, batch: ReportBatch | bytes) -> BatchReceipt:
+        """Many participants' reports for one round; ``batch`` as bytes: a binary batch body."""
         return await self._call(
             BatchReceipt,
             "POST",
             f"/v1/studies/{study_id}/reports/batch",
-            body=batch,
             idempotent=True,
+            **_batch_body(batch),
         )
 
     async def rounds(self, study_id: str) -> RoundsView:

@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fedldp.client.api.client import ApiClient, AuthError, InvalidRequestError, PhaseError
 from fedldp.client.api.errors import SwarmError
@@ -24,12 +25,12 @@ from fedldp.protocol.core.wire import (
     EPSILON_MIN,
     MAX_BATCH,
     BlockToken,
-    EnrollBatch,
     EnrollmentBatch,
     Lease,
     StudyCreate,
     StudyView,
 )
+from fedldp.protocol.core.wire.binary import encode_batch
 
 __all__ = [
     "ENROLL_CHUNK",
@@ -108,18 +109,18 @@ def _enroll_batch(
     stop: int,
     block_only: bool = False,
     members: IntArray | None = None,
-) -> EnrollBatch:
-    """Participants ``start..stop-1`` as one columnar enrollment batch: participant id i is
-    population slot ``members[i]`` (slot i without ``members``); ``block_only`` asks for the
-    block token alone (see ``enroll``)."""
+    numbered: bool = True,
+) -> bytes:
+    """Participants ``start..stop-1`` as one columnar enrollment batch, a binary batch body
+    (``fedldp.protocol.core.wire.binary``): participant id i is population slot ``members[i]``
+    (slot i without ``members``; ``numbered=False``: no ids, the server numbers them);
+    ``block_only`` asks for the block token alone (see ``enroll``)."""
     rows = slice(start, stop) if members is None else members[start:stop]
-    metadata = {key: values[rows].tolist() for key, values in population.metadata.items()}
-    return EnrollBatch(
-        epsilons=population.epsilon[rows].tolist(),
-        metadata=metadata,
-        participant_ids=list(range(start, stop)),
-        block_only=block_only,
-    )
+    arrays: dict[str | tuple[str, str], NDArray[Any]] = {"epsilons": population.epsilon[rows]}
+    arrays |= {("metadata", key): values[rows] for key, values in population.metadata.items()}
+    if numbered:
+        arrays["participant_ids"] = np.arange(start, stop, dtype=np.int64)
+    return encode_batch({"block_only": block_only}, arrays)
 
 
 async def refuse_late_joiners(
@@ -130,9 +131,7 @@ async def refuse_late_joiners(
     (``study_not_enrolling``). How many it refused."""
     for start in range(0, joiners.size, ENROLL_CHUNK):
         stop = min(start + ENROLL_CHUNK, joiners.size)
-        batch = _enroll_batch(population, start, stop, members=joiners).model_copy(
-            update={"participant_ids": None}
-        )
+        batch = _enroll_batch(population, start, stop, members=joiners, numbered=False)
         try:
             await api.enroll_batch(study.id, batch)
         except PhaseError as exc:
@@ -298,7 +297,7 @@ async def enroll(
 
 
 async def _enrolled(
-    api: ApiClient, study_id: str, start: int, stop: int, batch: EnrollBatch, lease: Lease
+    api: ApiClient, study_id: str, start: int, stop: int, batch: bytes, lease: Lease
 ) -> EnrollmentBatch:
     """The server's answer to enrolling population slots ``start..stop-1``; a refusal is the
     swarm's end at once (SwarmError ``enrollment_refused`` naming the ids and the server's

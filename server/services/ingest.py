@@ -144,17 +144,16 @@ def _resent(
 
 @dataclass(frozen=True)
 class _Rows:
-    """A batch's payload rows: JSON lists, or one matrix unpacked from ``ReportBatch.packed``
-    (whose rows all have its width)."""
+    """A batch's payload rows: JSON lists, or one matrix (``ReportBatch.packed`` unpacked, or a
+    binary body's rows), whose rows all have its width."""
 
     lists: list[list[float]] | None = None
     packed: FloatArray | None = None
 
     @classmethod
     def of(cls, batch: ReportBatch) -> _Rows:
-        if batch.packed is not None:
-            return cls(packed=batch.packed_rows())
-        return cls(lists=batch.payloads)
+        matrix = batch.matrix()
+        return cls(lists=batch.payloads) if matrix is None else cls(packed=matrix)
 
     def lengths(self) -> IntArray:
         """How many numbers each row holds."""

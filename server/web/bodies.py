@@ -8,6 +8,8 @@ integer literal outside the 64-bit range (no field takes one; 422 ``invalid_requ
 may then check the caller's credentials on the parsed JSON (``authenticate``: callers without
 credentials get 401, never a detailed 422), and only then is the body validated against its
 strict wire model.
+A batch route's body sent as ``application/vnd.fedldp.batch`` is read by its ``binary`` reader
+(``fedldp.server.web.binary``) into the JSON value it stands for, then goes the same way.
 ``documented(Model)`` keeps the body in the OpenAPI document (see ``add_body_schemas``).
 
 Decoding takes orjson's parser first (a batch's tens of thousands of numbers cost the standard
@@ -31,6 +33,7 @@ import orjson
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ValidationError
 
+from fedldp.protocol.core.wire.binary import BATCH_MEDIA_TYPE
 from fedldp.server.errors import (
     DuplicateKey,
     InvalidEncoding,
@@ -39,9 +42,11 @@ from fedldp.server.errors import (
 
 __all__ = [
     "Authenticate",
+    "Binary",
     "add_body_schemas",
     "documented",
     "json_body",
+    "media_type",
     "parse_json",
     "parse_json_stdlib",
     "validation_detail",
@@ -52,6 +57,9 @@ M = TypeVar("M", bound=BaseModel)
 Authenticate = Callable[[Request, Any], Awaitable[Any]]
 """A credentials check on the parsed JSON, before validation: returns the JSON to validate
 (possibly with the credentials of headers put in), raises a 401/403 ``FedldpError``."""
+Binary = Callable[[bytes], tuple[Any, dict[str, Any]]]
+"""A batch route's reader of binary bodies (``fedldp.server.web.binary.binary_form``): the
+body's JSON value, and the validation context (arrays kept as they are)."""
 
 _MODELS: list[type[BaseModel]] = []
 _INT64 = 2**63
@@ -192,17 +200,29 @@ async def _read(request: Request) -> bytes:
     return b"".join([chunk async for chunk in request.stream()])
 
 
+def media_type(request: Request) -> str:
+    """The request's content type, without its parameters, in lower case."""
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
 def json_body(
-    model: type[M], authenticate: Authenticate | None = None
+    model: type[M], authenticate: Authenticate | None = None, *, binary: Binary | None = None
 ) -> Callable[[Request], Awaitable[M]]:
-    """A dependency: the request body as ``model``, after ``authenticate`` when given."""
+    """A dependency: the request body as ``model``, after ``authenticate`` when given; a batch
+    route's ``binary`` reads the bodies of the binary batch type (``BATCH_MEDIA_TYPE``)."""
 
     async def parse(request: Request) -> M:
-        data = parse_json(await _read(request))
+        raw = await _read(request)
+        context: dict[str, Any] | None = None
+        if binary is not None and media_type(request) == BATCH_MEDIA_TYPE:
+            data, context = binary(raw)
+        else:
+            data = parse_json(raw)
+        del raw
         if authenticate is not None:
             data = await authenticate(request, data)
         try:
-            return model.model_validate(data)
+            return model.model_validate(data, context=context)
         except ValidationError as exc:
             detail = validation_detail(exc.errors(), ("body",)) or "invalid request body"
             raise InvalidRequest(detail) from None
@@ -210,13 +230,24 @@ def json_body(
     return parse
 
 
-def documented(model: type[BaseModel], **extra: Any) -> dict[str, Any]:
-    """``openapi_extra`` of a route whose body ``json_body(model)`` parses (``extra``: more of
-    the operation, e.g. its ``security``)."""
+BINARY_SCHEMA = {
+    "type": "string",
+    "format": "binary",
+    "description": "the JSON body with its numeric lists as little-endian arrays after a JSON "
+    "header (docs/server.md, Binary batch bodies)",
+}
+
+
+def documented(model: type[BaseModel], *, binary: bool = False, **extra: Any) -> dict[str, Any]:
+    """``openapi_extra`` of a route whose body ``json_body(model)`` parses (``binary``: a batch
+    route that also takes ``BATCH_MEDIA_TYPE``; ``extra``: more of the operation, e.g. its
+    ``security``)."""
     _MODELS.append(model)
     ref = {"$ref": f"#/components/schemas/{model.__name__}"}
-    body = {"required": True, "content": {"application/json": {"schema": ref}}}
-    return {"requestBody": body, **extra}
+    content: dict[str, Any] = {"application/json": {"schema": ref}}
+    if binary:
+        content[BATCH_MEDIA_TYPE] = {"schema": BINARY_SCHEMA}
+    return {"requestBody": {"required": True, "content": content}, **extra}
 
 
 def add_body_schemas(app: FastAPI) -> None:

@@ -13,7 +13,8 @@ legitimate item, measured on that item written out with the longest float64 lite
 counted by items while it streams in (``ItemCount``, a scan of its JSON structure at C speed,
 strings skipped): a JSON array or object of more than ``MAX_BATCH`` members (no field of a batch
 takes more), or more values in all than the largest legitimate body of the route holds, plus the
-margin (``BATCH_VALUES``), is refused with 413 by the chunk that holds the excess. A body
+margin (``BATCH_VALUES``), is refused with 413 by the chunk that holds the excess (a binary
+batch body, ``BinaryCount``: its JSON header so, its arrays by their declared sizes). A body
 of 20 million ε's is thus refused after its first 250 kB, before it is held or parsed, where it
 was read and parsed whole (1 GB of memory) and refused only by validation.
 """
@@ -28,6 +29,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedldp.protocol.core.wire import MAX_BATCH, MAX_ID, MAX_PREDICT_ROWS
+from fedldp.protocol.core.wire.binary import BATCH_MEDIA_TYPE, BATCH_VERSION, MAGIC, PREFIX
 from fedldp.protocol.core.wire.common import MAX_SAMPLES
 from fedldp.protocol.semi_feature.common import MAX_DIMENSION
 from fedldp.server.errors import BodyTooLarge
@@ -41,6 +43,7 @@ __all__ = [
     "MARGIN",
     "MAX_DEPTH",
     "PACKED_ROW",
+    "BinaryCount",
     "BodyLimit",
     "ItemCount",
     "grown",
@@ -288,6 +291,32 @@ class ItemCount:
         )
 
 
+class BinaryCount:
+    """``ItemCount`` for a binary batch body (``fedldp.protocol.core.wire.binary``): its JSON
+    header is counted as a JSON body is, its arrays are not (fixed-width numbers, bounded by the
+    byte cap; ``fedldp.server.web.binary`` checks how many their header declares before any is
+    read). A body whose first bytes are not the format's is left to that reader to refuse."""
+
+    def __init__(self, *, values: int) -> None:
+        self.items = ItemCount(values=values)
+        self._prefix = b""
+        self._left: int | None = None  # header bytes still to count (None: prefix not read)
+
+    def feed(self, chunk: bytes) -> None:
+        start = 0  # where the header's bytes begin in the chunk (no copy of the arrays')
+        if self._left is None:
+            start = PREFIX.size - len(self._prefix)
+            self._prefix += chunk[:start]
+            if len(self._prefix) < PREFIX.size:
+                return
+            magic, version, length = PREFIX.unpack(self._prefix)
+            self._left = length if (magic, version) == (MAGIC, BATCH_VERSION) else 0
+        if self._left and start < len(chunk):
+            part = chunk[start : start + self._left]
+            self._left -= len(part)
+            self.items.feed(part)
+
+
 @dataclass(frozen=True)
 class _Route:
     cap: int
@@ -320,7 +349,10 @@ class BodyLimit:
             await _refuse(send, cap, length)
             return
         seen = 0
-        items = None if route.values is None else ItemCount(values=route.values)
+        items: ItemCount | BinaryCount | None = None
+        if route.values is not None:
+            binary = _content_type(scope) == BATCH_MEDIA_TYPE
+            items = (BinaryCount if binary else ItemCount)(values=route.values)
 
         async def counted() -> Message:
             nonlocal seen
@@ -335,6 +367,14 @@ class BodyLimit:
             return message
 
         await self.app(scope, counted, send)
+
+
+def _content_type(scope: Scope) -> str:
+    """The request's content type, without its parameters, in lower case."""
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            return bytes(value).decode("latin-1").partition(";")[0].strip().lower()
+    return ""
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -55,6 +55,7 @@ from fedldp.server.errors import (
 from fedldp.server.runtime.context import Context
 from fedldp.server.services import enrollment, ingest, leases, participants, streams, studies, tasks
 from fedldp.server.services.grouping import ReportGrouper
+from fedldp.server.web.binary import binary_form
 from fedldp.server.web.bodies import documented, json_body
 from fedldp.server.web.credentials import (
     PARTICIPANT_SCHEME,
@@ -150,7 +151,9 @@ class TaskAsk:
     credentials: wire.Credentials
 
 
-_task_batch_request = json_body(wire.TaskBatchRequest, batch_credentials)
+_task_batch_request = json_body(
+    wire.TaskBatchRequest, batch_credentials, binary=binary_form("/tasks")
+)
 
 
 async def task_ask(request: Request) -> TaskAsk:
@@ -164,7 +167,7 @@ async def task_ask(request: Request) -> TaskAsk:
     "/v1/studies/{study_id}/tasks",
     responses=_refusals(*_BODY, *_TOKEN, UnknownStudy, UnknownParticipant),
     tags=["participants"],
-    openapi_extra=documented(wire.TaskBatchRequest),
+    openapi_extra=documented(wire.TaskBatchRequest, binary=True),
 )
 async def get_tasks(
     study_id: str,
@@ -224,15 +227,22 @@ async def submit_report(
     return receipt
 
 
+_report_batch = json_body(
+    wire.ReportBatch,
+    batch_credentials,
+    binary=binary_form("/reports/batch", keep=frozenset({wire.ROWS_CONTEXT})),
+)
+
+
 @router.post(
     "/v1/studies/{study_id}/reports/batch",
     responses=_refusals(*_BODY, *_REPORT),
     tags=["reports"],
-    openapi_extra=documented(wire.ReportBatch),
+    openapi_extra=documented(wire.ReportBatch, binary=True),
 )
 def submit_reports(
     study_id: str,
-    body: Annotated[wire.ReportBatch, Depends(json_body(wire.ReportBatch, batch_credentials))],
+    body: Annotated[wire.ReportBatch, Depends(_report_batch)],
     ctx: Ctx,
     block: BlockBearer = None,
 ) -> wire.BatchReceipt:
@@ -405,16 +415,21 @@ def enroll(
     return enrolled.enrollments[0]
 
 
+_enroll_batch = json_body(
+    wire.EnrollBatch, enroll_credentials, binary=binary_form("/participants/batch")
+)
+
+
 @router.post(
     "/v1/studies/{study_id}/participants/batch",
     status_code=status.HTTP_201_CREATED,
     responses=_ENROLL,
     tags=["participants"],
-    openapi_extra=documented(wire.EnrollBatch),
+    openapi_extra=documented(wire.EnrollBatch, binary=True),
 )
 def enroll_batch(
     study_id: str,
-    body: Annotated[wire.EnrollBatch, Depends(json_body(wire.EnrollBatch, enroll_credentials))],
+    body: Annotated[wire.EnrollBatch, Depends(_enroll_batch)],
     ctx: Ctx,
     lease_token: LeaseBearer = None,
 ) -> wire.EnrollmentBatch:

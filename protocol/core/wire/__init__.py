@@ -74,6 +74,7 @@ from fedldp.protocol.core.wire.payloads import (
     payload_row,
 )
 from fedldp.protocol.core.wire.reports import (
+    ROWS_CONTEXT,
     BatchItemStatus,
     BatchReceipt,
     Receipt,
@@ -120,6 +121,7 @@ __all__ = [
     "MAX_ID",
     "MAX_PREDICT_ROWS",
     "MAX_TRUTH",
+    "ROWS_CONTEXT",
     "BatchItemStatus",
     "BatchReceipt",
     "BitPayload",

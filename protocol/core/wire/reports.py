@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
 from fedldp.protocol.core.base.records import FloatArray, PayloadKind
 from fedldp.protocol.core.wire.common import MAX_BATCH, Model, NonNegInt, Request, either
@@ -62,16 +62,22 @@ class ReportBatch(Credentials):
         "row after row, the same number of them for each participant (or payloads)",
     )
 
+    _rows: FloatArray | None = PrivateAttr(default=None)
+
     @model_validator(mode="after")
-    def _one_payload_form(self) -> ReportBatch:
+    def _one_payload_form(self, info: ValidationInfo) -> ReportBatch:
         self._one_token_each(len(self.participant_ids))
-        if (self.payloads is None) == (self.packed is None):
+        rows = info.context.get(ROWS_CONTEXT) if isinstance(info.context, dict) else None
+        forms = (self.payloads is not None) + (self.packed is not None) + (rows is not None)
+        if forms != 1:
             raise ValueError("give either payloads or packed")
         if self.payloads is not None and len(self.payloads) != len(self.participant_ids):
             n = len(self.participant_ids)
             raise ValueError(f"{n} participant ids but {len(self.payloads)} payloads")
         if self.packed is not None:
             self.packed_rows()  # decodable, one row per participant, finite
+        if rows is not None:
+            self._rows = _checked_rows(rows, len(self.participant_ids), "payloads")
         return self
 
     def packed_rows(self) -> FloatArray:
@@ -85,10 +91,29 @@ class ReportBatch(Credentials):
         n = len(self.participant_ids)
         if len(raw) % (8 * n):
             raise ValueError(f"packed holds {len(raw)} bytes: not {n} rows of float64 numbers")
-        rows = np.frombuffer(raw, dtype="<f8").astype(np.float64).reshape((n, -1))
-        if not np.isfinite(rows).all():
-            raise ValueError("packed holds a number that is not finite")
-        return rows
+        rows = np.frombuffer(raw, dtype="<f8").reshape((n, -1))
+        return _checked_rows(rows, n, "packed")
+
+    def matrix(self) -> FloatArray | None:
+        """The payload rows as an (n participants, k) matrix when they came packed or as a
+        binary body's array (``ROWS_CONTEXT``); None when they came as JSON lists."""
+        if self._rows is not None:
+            return self._rows
+        return None if self.packed is None else self.packed_rows()
+
+
+ROWS_CONTEXT = "payloads"
+"""The validation context's key of a binary report batch's payload rows, an (n, k) float64
+array (``fedldp.server.web.binary``): they stand for ``payloads`` and are checked as ``packed``."""
+
+
+def _checked_rows(rows: FloatArray, n: int, name: str) -> FloatArray:
+    """``rows`` as float64, if they make one row per participant of finite numbers."""
+    if rows.ndim != 2 or rows.shape[0] != n:
+        raise ValueError(f"{name} must hold {n} rows (one per participant id), not {rows.shape}")
+    if not np.isfinite(rows).all():
+        raise ValueError(f"{name} holds a number that is not finite")
+    return np.array(rows, dtype=np.float64)  # a copy the caller may write
 
 
 def pack_rows(rows: FloatArray) -> str:

@@ -29,9 +29,12 @@ from fedldp.client.swarm.agents import SwarmError
 from fedldp.client.swarm.prefetch import Prefetch
 from fedldp.client.swarm.run import SwarmResult, run_swarm
 from fedldp.protocol.catalogue import get_protocol
+from fedldp.protocol.core.wire import ROWS_CONTEXT
+from fedldp.protocol.core.wire.binary import BATCH_MEDIA_TYPE
 from fedldp.server.runtime.context import Context
 from fedldp.server.settings import Settings
 from fedldp.server.web.app import create_app
+from fedldp.server.web.binary import decode_batch
 
 REL = 1e-9
 URL = "http://fedldp.test"
@@ -129,25 +132,39 @@ async def test_leasing_swarms_share_one_study(app: FastAPI) -> None:
 
 class Recording(httpx.ASGITransport):
     """The app in process, remembering what enrollment answers were asked for, each batch
-    request's credentials (tokens or blocks) and whether report batches came packed."""
+    request's credentials (tokens or blocks), whether each batch body came binary
+    (``application/vnd.fedldp.batch``) and whether report batches carried their rows as one
+    float64 array (neither JSON lists nor base64)."""
 
     def __init__(self, app: FastAPI) -> None:
         super().__init__(app=app)
         self.credentials: list[tuple[str, bool, bool]] = []
         self.block_only: list[bool] = []
+        self.binary: list[bool] = []
         self.packed: list[bool] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
-        if path.endswith("/participants/batch"):
-            self.block_only.append(json.loads(await request.aread())["block_only"])
-        if path.endswith(("/tasks", "/reports/batch")):
-            body = json.loads(await request.aread())
-            sent = (path.rsplit("/", 1)[-1], body["tokens"] is not None, body["blocks"] is not None)
-            self.credentials.append(sent)
-            if "packed" in body:
-                self.packed.append(body["packed"] is not None and body["payloads"] is None)
+        if path.endswith(("/participants/batch", "/tasks", "/reports/batch")):
+            self.binary.append(request.headers["content-type"] == BATCH_MEDIA_TYPE)
+            body, kept = decode_batch(await request.aread(), values=10**7, keep=KEEP)
+            if path.endswith("/participants/batch"):
+                self.block_only.append(body["block_only"])
+            else:
+                tokens, blocks = body.get("tokens"), body.get("blocks")
+                self.credentials.append(
+                    (path.rsplit("/", 1)[-1], tokens is not None, blocks is not None)
+                )
+            if path.endswith("/reports/batch"):
+                rows = kept.get(ROWS_CONTEXT)
+                forms = ("payloads", "packed")
+                self.packed.append(
+                    rows is not None and rows.ndim == 2 and not any(f in body for f in forms)
+                )
         return await super().handle_async_request(request)
+
+
+KEEP = frozenset({ROWS_CONTEXT})
 
 
 @pytest.mark.parametrize("lease", [False, True])
@@ -174,6 +191,8 @@ async def test_batch_agents_send_block_tokens_not_each_token(app: FastAPI, lease
     assert all(transport.block_only)  # no user's own token was computed
     assert transport.packed
     assert all(transport.packed)
+    assert transport.binary
+    assert all(transport.binary)
 
 
 async def test_a_swarm_with_another_population_cannot_join(app: FastAPI) -> None:
