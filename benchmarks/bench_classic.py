@@ -13,7 +13,9 @@ run (reproducible per user, so a client's report equals the simulator's); ``one 
 every user from one ``numpy.random.Generator`` (the mechanism's own cost, which no study runs).
 The target, ours ≥ 10× the faster library for every mechanism, applies to the ``study``
 column; the table says MET or MISSED per mechanism, and the ``one rng`` ratio is shown beside
-it. Each rate is the best of three runs; multi-freq-ldpy's numba functions are compiled before
+it. Each rate is the best of five runs, ours and theirs taking turns (``rates``), each run
+timing what the users' reports cost from the parameters on (``Runner``: the population's
+arrays are its input, built before); multi-freq-ldpy's numba functions are compiled before
 timing. Then it times OLH's aggregation alone for 10^6 users at k = 1024 (target < 10
 CPU-seconds): the server's O(n·k) support count runs as L doublings of each user's hash table
 in uint8 on cache-sized chunks (``fedldp.protocol.classic.hashing``), once at one ε (one integer
@@ -53,8 +55,14 @@ from fedldp.threads import one_blas_thread
 RATIO_TARGET = 10.0
 OLH_TARGET_S = 10.0
 
-Runner = Callable[[np.ndarray, int, float], None]
-"""Privatize and aggregate the users holding ``items`` (k items, one ε)."""
+Step = Callable[[], None]
+Runner = Callable[[np.ndarray, int, float], Step]
+"""Given the users' ``items`` (k items, one ε), the timed step that privatizes and aggregates
+their reports. What the runner does before returning it is the population's input (its
+arrays, or the Python integers the libraries take), built once and not timed, for ours and
+theirs alike; the step starts from the parameters (ours: parse, plan, broadcast, then every
+client's report and the server's aggregate; theirs: the client and server objects, then the
+same)."""
 
 
 @dataclass(frozen=True)
@@ -73,47 +81,59 @@ def ours(name: str, streams: bool = False) -> Runner:
     per user, about 10 ns a 64-bit word on one core)."""
     protocol = get_protocol(name)
 
-    def run(items: np.ndarray, k: int, eps: float) -> None:
+    def prepare(items: np.ndarray, k: int, eps: float) -> Step:
         n = items.size
-        params = protocol.parse_params({"domain_size": k})
         epsilon = np.full(n, eps)
-        plan = protocol.plan(params, epsilon, {}, 0)
-        task = RoundTask.of(plan.rounds[0], protocol.broadcast(params, plan, 0, []))
         slots = np.arange(n, dtype=np.int64)
         group = np.zeros(n, dtype=np.int64)
         data = UserData(items, np.ones(n, dtype=np.int64))
-        rng = UserStreams(stream_key(1, 2), slots) if streams else np.random.default_rng(2)
-        payloads = protocol.privatize(params, task, data, epsilon, group, rng)
-        chunk = ReportChunk(slots, epsilon, group, payloads)
-        protocol.aggregate(params, plan, 0, task.broadcast, [chunk])
 
-    return run
+        def run() -> None:
+            params = protocol.parse_params({"domain_size": k})
+            plan = protocol.plan(params, epsilon, {}, 0)
+            task = RoundTask.of(plan.rounds[0], protocol.broadcast(params, plan, 0, []))
+            rng = UserStreams(stream_key(1, 2), slots) if streams else np.random.default_rng(2)
+            payloads = protocol.privatize(params, task, data, epsilon, group, rng)
+            chunk = ReportChunk(slots, epsilon, group, payloads)
+            protocol.aggregate(params, plan, 0, task.broadcast, [chunk])
+
+        return run
+
+    return prepare
 
 
-def _quiet(run: Runner) -> Runner:
-    def quiet(items: np.ndarray, k: int, eps: float) -> None:
+def _quiet(run: Step) -> Step:
+    def quiet() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            run(items, k, eps)
+            run()
 
     return quiet
 
 
 def pure_ldp(client_server: Callable[[int, float], tuple[Any, Any]]) -> Runner:
-    def run(items: np.ndarray, k: int, eps: float) -> None:
-        client, server = client_server(k, eps)
-        for x in items:
-            server.aggregate(client.privatise(int(x) + 1))
-        server.estimate_all(range(1, k + 1), suppress_warnings=True)
+    def prepare(items: np.ndarray, k: int, eps: float) -> Step:
+        xs = [int(x) + 1 for x in items]  # its items are 1..k
 
-    return _quiet(run)
+        def run() -> None:
+            client, server = client_server(k, eps)
+            for x in xs:
+                server.aggregate(client.privatise(x))
+            server.estimate_all(range(1, k + 1), suppress_warnings=True)
+
+        return _quiet(run)
+
+    return prepare
 
 
 def multi_freq(oracle: str) -> Runner:
     from multi_freq_ldpy.pure_frequency_oracles import GRR, LH, SS, UE
 
-    def run(items: np.ndarray, k: int, eps: float) -> None:
+    def prepare(items: np.ndarray, k: int, eps: float) -> Step:
         xs = [int(x) for x in items]
+        return _quiet(lambda: run(xs, k, eps))
+
+    def run(xs: list[int], k: int, eps: float) -> None:
         if oracle == "grr":
             GRR.GRR_Aggregator_MI([GRR.GRR_Client(x, k, eps) for x in xs], k, eps)
         elif oracle in ("sue", "oue"):
@@ -125,7 +145,7 @@ def multi_freq(oracle: str) -> Runner:
         else:
             SS.SS_Aggregator_MI([SS.SS_Client(x, k, eps) for x in xs], k, eps)
 
-    return _quiet(run)
+    return prepare
 
 
 def frequency_rows() -> list[Row]:
@@ -166,19 +186,24 @@ def frequency_rows() -> list[Row]:
     return rows
 
 
-REPEATS = 3
+REPEATS = 5
 """Each rate is the best of this many runs (the machine is shared: the fastest run is the one
 least disturbed)."""
 
 
-def rate(run: Runner, items: np.ndarray, k: int, eps: float) -> float:
-    """Reports privatized and aggregated per CPU-second (best of ``REPEATS``)."""
-    best = math.inf
+def rates(runs: dict[str, tuple[Runner, np.ndarray]], k: int, eps: float) -> dict[str, float]:
+    """Reports privatized and aggregated per CPU-second of each runner on its users, the best
+    of ``REPEATS`` runs, the runners taking turns (one run of each, then again): on a shared
+    machine whose load changes from second to second, each side of a ratio is then measured
+    under the same conditions, rather than ours in one second and theirs in the next."""
+    steps = {name: run(items, k, eps) for name, (run, items) in runs.items()}
+    best = dict.fromkeys(runs, math.inf)
     for _ in range(REPEATS):
-        started = time.process_time()
-        run(items, k, eps)
-        best = min(best, time.process_time() - started)
-    return items.size / best
+        for name, step in steps.items():
+            started = time.process_time()
+            step()
+            best[name] = min(best[name], time.process_time() - started)
+    return {name: runs[name][1].size / seconds for name, seconds in best.items()}
 
 
 def olh_aggregation(users: int, k: int, eps: float, mixed: bool) -> float:
@@ -269,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         if "multi-freq-ldpy" in row.theirs:
             random.seed(0)
-            row.theirs["multi-freq-ldpy"](items[:2], k, eps)
+            row.theirs["multi-freq-ldpy"](items[:2], k, eps)()
     print(
         f"reports privatized and aggregated per CPU-second (k = {k}, ε = {eps}; ours on "
         f"{args.users} users, theirs on {args.their_users}); target: the study column "
@@ -281,9 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     missed = []
     for row in rows:
-        mine = rate(row.ours_streams, items, k, eps)
-        mine_one = rate(row.ours, items, k, eps)
-        cells = {lib: rate(run, theirs_items, k, eps) for lib, run in row.theirs.items()}
+        runs = {"study": (row.ours_streams, items), "one rng": (row.ours, items)}
+        runs.update({lib: (run, theirs_items) for lib, run in row.theirs.items()})
+        measured = rates(runs, k, eps)
+        mine, mine_one = measured.pop("study"), measured.pop("one rng")
+        cells = measured
         ratio = mine / max(cells.values())
         if ratio < RATIO_TARGET:
             missed.append(row.mechanism)
