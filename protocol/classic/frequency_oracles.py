@@ -204,8 +204,9 @@ class _BitVector(ClassicFrequency):
         words: NDArray[np.uint64],
         out: FloatArray,
     ) -> None:
-        """Write into ``out`` (float64, one row per user) the k-bit reports of users holding
-        ``items`` from their ``words`` (``words`` of them a user) and ``constants``."""
+        """Write into ``out`` (float64, C-contiguous, one row per user) the k-bit reports of
+        users holding ``items`` from their ``words`` (``words`` of them a user) and
+        ``constants``."""
         raise NotImplementedError
 
     def encode(
@@ -303,14 +304,19 @@ class SymmetricUnaryEncoding(_BitVector):
         out: FloatArray,
     ) -> None:
         (threshold,) = constants
-        draws = halves(words)[:, :k]
+        if not out.flags.c_contiguous:
+            raise ValueError("unary encoding writes into a C-contiguous array")
+        every = halves(words)  # C-contiguous: (users, 2·words)
+        draws = every[:, :k]
         np.less(draws, threshold[:, None], out=out)
-        rows = np.arange(items.size)
-        own = draws[rows, items]
+        # the true bits, by flat index (a 1-d gather and scatter are the cheap ones)
+        rows = np.arange(items.size, dtype=np.int64)
+        own = every.reshape(-1)[rows * every.shape[1] + items]
+        at = rows * k + items
         if self.oracle == "sue":
-            out[rows, items] = own >= threshold  # 1 with probability 1 − q' = p'
+            out.reshape(-1)[at] = own >= threshold  # 1 with probability 1 − q' = p'
         else:
-            out[rows, items] = own < np.uint32(1 << (th.UNARY_BITS - 1))  # p' = 1/2
+            out.reshape(-1)[at] = own < np.uint32(1 << (th.UNARY_BITS - 1))  # p' = 1/2
 
     def promote(
         self, k: int, targets: IntArray, epsilon: FloatArray, rng: RandomSource

@@ -222,15 +222,22 @@ def test_blocks_are_the_draws_of_one_call(n: int, per_user: int, rows: int) -> N
         assert np.array_equal(np.concatenate([b for _, b in parts]), whole)
 
 
-def test_generator_blocks_are_its_draws_in_one_block() -> None:
-    words = list(random_word_blocks(np.random.default_rng(3), 10, 4, 3))
+def test_generator_blocks_are_its_draws_of_one_call() -> None:
+    gen = np.random.default_rng(3)
+    words = list(random_word_blocks(gen, 10, 4, 3))
+    after = gen.random()  # the blocks were drawn by the call
     uniforms = list(random_blocks(np.random.default_rng(3), 10, 4, 3))
-    assert len(words) == len(uniforms) == 1
-    assert words[0][0] == uniforms[0][0] == 0
-    assert np.array_equal(words[0][1], random_words(np.random.default_rng(3), (10, 4)))
-    assert np.array_equal(uniforms[0][1], np.random.default_rng(3).random((10, 4)))
+    assert [r0 for r0, _ in words] == [r0 for r0, _ in uniforms] == [0, 3, 6, 9]
+    want = np.random.default_rng(3)
+    assert np.array_equal(np.concatenate([w for _, w in words]), random_words(want, (10, 4)))
+    assert after == want.random()
+    want_uniforms = np.random.default_rng(3).random((10, 4))
+    assert np.array_equal(np.concatenate([u for _, u in uniforms]), want_uniforms)
     streams = UserStreams(KEY, [1, 2])
-    with pytest.raises(ValueError, match="rows must be positive"):
-        streams.word_blocks(2, 0)
-    with pytest.raises(ValueError, match="rows must be positive"):
-        streams.uniform_blocks(2, 0)
+    for refused in (
+        lambda: streams.word_blocks(2, 0),
+        lambda: streams.uniform_blocks(2, 0),
+        lambda: random_blocks(gen, 2, 2, 0),
+    ):
+        with pytest.raises(ValueError, match="rows must be positive"):
+            refused()
