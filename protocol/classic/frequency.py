@@ -285,22 +285,36 @@ class ClassicFrequency(Protocol[FrequencyParams]):
         support = np.zeros(k)
         offset = weight = sum_w2 = sum_w2_var = sum_w2_bar = 0.0
         count = 0
+        # per ε of a one-ε chunk: c and the five sums of one user (chunks repeat their ε)
+        known: dict[float, tuple[FloatArray, float, float, float, float, float]] = {}
         for chunk in chunks:
             eps = np.asarray(chunk.epsilon, dtype=np.float64)
             n = int(eps.size)
             one = one_if_equal(eps)  # users of one ε: every constant computed once
             times = n if one.size == 1 < n else 1
-            p, q = th.support_probabilities(self.oracle, one, k)
-            gap = p - q
-            w = th.user_weights(p, q, params.weights)
-            c = w / gap
+            terms = known.get(float(one[0])) if one.size == 1 else None
+            if terms is None:
+                p, q = th.support_probabilities(self.oracle, one, k)
+                gap = p - q
+                w = th.user_weights(p, q, params.weights)
+                terms = (
+                    w / gap,
+                    float(np.sum(w * q / gap)),
+                    float(np.sum(w)),
+                    float(np.sum(w**2)),
+                    float(np.sum(w**2 * th.summed_variance(p, q, k))),
+                    float(np.sum(w**2 / (4.0 * gap**2))),
+                )
+                if one.size == 1:
+                    known[float(one[0])] = terms
+            c = terms[0]
             c_all = np.broadcast_to(c, (n,)) if times > 1 else c  # a view: no array of n
             support += self.support(k, eps, chunk.payloads, c_all)
-            offset += float(np.sum(w * q / gap)) * times
-            weight += float(np.sum(w)) * times
-            sum_w2 += float(np.sum(w**2)) * times
-            sum_w2_var += float(np.sum(w**2 * th.summed_variance(p, q, k))) * times
-            sum_w2_bar += float(np.sum(w**2 / (4.0 * gap**2))) * times
+            offset += terms[1] * times
+            weight += terms[2] * times
+            sum_w2 += terms[3] * times
+            sum_w2_var += terms[4] * times
+            sum_w2_bar += terms[5] * times
             count += int(chunk.slots.size)
         if count == 0:
             raise ValueError("no reports to aggregate")

@@ -142,8 +142,16 @@ class GeneralizedRR(ClassicFrequency):
     source: ClassVar[str] = "Wang, Blocki, Li, Jha, USENIX Security 2017, §4.1 (GRR), eq. (2)"
 
     def report(self, k: int, items: IntArray, epsilon: FloatArray, u: FloatArray) -> FloatArray:
+        """The true item when u_0 < p, else ``_other``'s item from u_1, worked out in the
+        float64 payload itself (integers below k are exact): the same reports, no integer
+        temporaries."""
         p, _ = th.support_probabilities("grr", epsilon, k)
-        return np.where(u[:, 0] < p, items, _other(u[:, 1], k, items)).astype(np.float64)
+        y = np.multiply(u[:, 1], k - 1)
+        np.floor(y, out=y)
+        np.minimum(y, k - 2, out=y)  # uniform over 0..k − 2
+        np.add(y, y >= items, out=y)  # skip the true item
+        np.copyto(y, items, where=u[:, 0] < p)
+        return y
 
     def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
         return integral_in(payloads, k)
