@@ -111,10 +111,20 @@ _BLOCK_BYTES = 1 << 20
 (``_BitVector.privatize``)."""
 
 
+def _one_weight(c: FloatArray) -> bool:
+    """Whether every weight is the same: at once for the broadcast view of one weight that the
+    aggregation hands over for a chunk of one ε, else by a look at them."""
+    if c.size == 0:
+        return False
+    if c.ndim == 1 and c.strides[0] == 0:
+        return True
+    return bool(c.min() == c.max())
+
+
 def _weighted_counts(values: FloatArray, c: FloatArray, size: int) -> FloatArray:
     """Σ_i c_i·1[values_i = x] for x = 0..size − 1 (values integral): with one weight (a chunk
     of one ε), c times the counts, which need no array of weights."""
-    if c.size and c.min() == c.max():
+    if _one_weight(c):
         counts = np.zeros(size, dtype=np.int64)
         for start in range(0, values.size, _COUNT_CHUNK):  # no integer copy of n values
             part = values[start : start + _COUNT_CHUNK].astype(np.int64)
@@ -271,7 +281,7 @@ class _BitVector(ClassicFrequency):
         """Σ_i c_i·bits_i; with one weight (a chunk of one ε), c times the column sums, which
         are exact counts: one pass of additions over the payloads instead of a matrix–vector
         product."""
-        if c.size and c.min() == c.max():
+        if _one_weight(c):
             return np.asarray(c[0] * np.add.reduce(payloads, axis=0), dtype=np.float64)
         return np.asarray(c @ payloads, dtype=np.float64)
 
