@@ -53,8 +53,9 @@ the central noise calibrations (``gaussian_coefficient``, ``calibrated_alpha``, 
 (``UserStreams``, ``stream_key``, ``StreamKey``, ``RandomSource``: participant i's randomness is
 a function of the key and i only; ``UserStreams.device`` and ``labelled`` are the persistent device
 streams a memoized response is drawn from, the same in every study: docs/longitudinal.md;
-``random_words`` the raw 64-bit words of either kind of source, ``unit`` their uniforms and
-``halves`` their 32-bit halves, for samplers that spend bits rather than uniforms), the
+``random_words`` the raw 64-bit words of either kind of source, ``random_word_blocks`` the
+same words a block of users at a time (``random_blocks``: uniforms), ``unit`` their uniforms
+and ``halves`` their 32-bit halves, for samplers that spend bits rather than uniforms), the
 plausibility bounds of unbounded reports (``laplace_reach``, ``around``, …;
 ``IMPLAUSIBLE_PROBABILITY`` is the per-entry probability an honest report lands outside them,
 ``LAPLACE_TAIL`` the matching Laplace tail in scales), and the privacy audit of a protocol's own
@@ -103,6 +104,8 @@ from fedldp.protocol.core.streams import (
     UserStreams,
     halves,
     ragged_random,
+    random_blocks,
+    random_word_blocks,
     random_words,
     stream_key,
     unit,
@@ -266,6 +269,8 @@ __all__ = [
     "one_user",
     "paper_alpha_beta",
     "ragged_random",
+    "random_blocks",
+    "random_word_blocks",
     "random_words",
     "randomized_response",
     "rr_debias",

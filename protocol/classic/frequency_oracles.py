@@ -26,6 +26,7 @@ from fedldp.protocol.api import (
     RoundTask,
     UserData,
     halves,
+    random_word_blocks,
     random_words,
     unit,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "floyd_subsets",
     "insert_bit",
     "mask_bits",
+    "mask_octets",
 ]
 
 
@@ -104,6 +106,37 @@ def _null_space(rows: list[int], width: int) -> list[int]:
     return basis
 
 
+_BLOCK_BYTES = 1 << 20
+"""The bit-vector reports are encoded this many bytes of float64 payload at a time
+(``_BitVector.privatize``)."""
+
+
+def _one_weight(c: FloatArray) -> bool:
+    """Whether every weight is the same: at once for the broadcast view of one weight that the
+    aggregation hands over for a chunk of one ε, else by a look at them."""
+    if c.size == 0:
+        return False
+    if c.ndim == 1 and c.strides[0] == 0:
+        return True
+    return bool(c.min() == c.max())
+
+
+def _weighted_counts(values: FloatArray, c: FloatArray, size: int) -> FloatArray:
+    """Σ_i c_i·1[values_i = x] for x = 0..size − 1 (values integral): with one weight (a chunk
+    of one ε), c times the counts, which need no array of weights."""
+    if _one_weight(c):
+        counts = np.zeros(size, dtype=np.int64)
+        for start in range(0, values.size, _COUNT_CHUNK):  # no integer copy of n values
+            part = values[start : start + _COUNT_CHUNK].astype(np.int64)
+            counts += np.bincount(part, minlength=size)
+        return np.asarray(c[0] * counts, dtype=np.float64)
+    return np.bincount(values.astype(np.int64), weights=c, minlength=size).astype(np.float64)
+
+
+_COUNT_CHUNK = 1 << 15
+"""Values converted to integers at a time by ``_weighted_counts``."""
+
+
 def _bounds(task: RoundTask, epsilon: FloatArray, high: Any) -> tuple[FloatArray, FloatArray]:
     shape = (epsilon.shape[0], *task.payload_shape)
     return np.zeros(shape), np.broadcast_to(np.asarray(high, dtype=np.float64), shape).copy()
@@ -119,8 +152,16 @@ class GeneralizedRR(ClassicFrequency):
     source: ClassVar[str] = "Wang, Blocki, Li, Jha, USENIX Security 2017, §4.1 (GRR), eq. (2)"
 
     def report(self, k: int, items: IntArray, epsilon: FloatArray, u: FloatArray) -> FloatArray:
+        """The true item when u_0 < p, else ``_other``'s item from u_1, worked out in the
+        float64 payload itself (integers below k are exact): the same reports, no integer
+        temporaries."""
         p, _ = th.support_probabilities("grr", epsilon, k)
-        return np.where(u[:, 0] < p, items, _other(u[:, 1], k, items)).astype(np.float64)
+        y = np.multiply(u[:, 1], k - 1)
+        np.floor(y, out=y)
+        np.minimum(y, k - 2, out=y)  # uniform over 0..k − 2
+        np.add(y, y >= items, out=y)  # skip the true item
+        np.copyto(y, items, where=u[:, 0] < p)
+        return y
 
     def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
         return integral_in(payloads, k)
@@ -128,7 +169,7 @@ class GeneralizedRR(ClassicFrequency):
     def support(
         self, k: int, epsilon: FloatArray, payloads: FloatArray, c: FloatArray
     ) -> FloatArray:
-        return np.bincount(payloads.astype(np.int64), weights=c, minlength=k).astype(np.float64)
+        return _weighted_counts(payloads, c, k)
 
     def report_bounds(
         self, params: FrequencyParams, task: RoundTask, epsilon: FloatArray, group: IntArray
@@ -168,11 +209,32 @@ class _BitVector(ClassicFrequency):
         """Words each user's report spends (``encode``)."""
         raise NotImplementedError
 
+    def constants(self, k: int, epsilon: FloatArray) -> tuple[NDArray[Any], ...]:
+        """What ``fill`` needs of the users' ε, each one per user (or one for all when
+        ``epsilon`` is one ε): worked out once per call, not per block."""
+        raise NotImplementedError
+
+    def fill(
+        self,
+        k: int,
+        items: IntArray,
+        constants: tuple[NDArray[Any], ...],
+        words: NDArray[np.uint64],
+        out: FloatArray,
+    ) -> None:
+        """Write into ``out`` (float64, C-contiguous, one row per user) the k-bit reports of
+        users holding ``items`` from their ``words`` (``words`` of them a user) and
+        ``constants``."""
+        raise NotImplementedError
+
     def encode(
         self, k: int, items: IntArray, epsilon: FloatArray, words: NDArray[np.uint64]
     ) -> FloatArray:
-        """The k-bit reports of users holding ``items`` from their ``words``."""
-        raise NotImplementedError
+        """The k-bit reports of users holding ``items`` from their ``words`` (``epsilon`` one
+        per user, or one for all)."""
+        out = np.empty((items.size, k))
+        self.fill(k, items, self.constants(k, epsilon), words, out)
+        return out
 
     def privatize(
         self,
@@ -183,14 +245,26 @@ class _BitVector(ClassicFrequency):
         group: IntArray,
         rng: RandomSource,
     ) -> FloatArray:
+        """The reports, encoded ``_BLOCK_BYTES`` of payload at a time from that block's words
+        (``random_word_blocks``): a block's words, bits and reports stay in cache, and the only
+        array of the population's size is the float64 payload."""
         k = int(task.broadcast["k"])
         eps = one_if_equal(np.asarray(epsilon, dtype=np.float64))
         n = data.n_users
+        rows = max(1, _BLOCK_BYTES // (8 * k))
         if self.pick_first:
             items = sample_items(data, unit(random_words(rng, (n, 1))[:, 0]), k)
-            return self.encode(k, items, eps, random_words(rng, (n, self.words(k, eps))))
-        words = random_words(rng, (n, self.words(k, eps)))
-        return self.encode(k, sample_items(data, pick_uniforms(data, rng), k), eps, words)
+            blocks = random_word_blocks(rng, n, self.words(k, eps), rows)
+        else:  # the report's words first (drawn by the call), then the sample's
+            blocks = random_word_blocks(rng, n, self.words(k, eps), rows)
+            items = sample_items(data, pick_uniforms(data, rng), k)
+        constants = self.constants(k, eps)
+        out = np.empty((n, k))
+        for r0, words in blocks:
+            r1 = r0 + words.shape[0]
+            part = tuple(c if c.size == 1 else c[r0:r1] for c in constants)
+            self.fill(k, items[r0:r1], part, words, out[r0:r1])
+        return out
 
     pick_first: ClassVar[bool] = False
     """Whether the word that picks the sample comes first (always drawn): when the number of
@@ -204,6 +278,11 @@ class _BitVector(ClassicFrequency):
     def support(
         self, k: int, epsilon: FloatArray, payloads: FloatArray, c: FloatArray
     ) -> FloatArray:
+        """Σ_i c_i·bits_i; with one weight (a chunk of one ε), c times the column sums, which
+        are exact counts: one pass of additions over the payloads instead of a matrix–vector
+        product."""
+        if _one_weight(c):
+            return np.asarray(c[0] * np.add.reduce(payloads, axis=0), dtype=np.float64)
         return np.asarray(c @ payloads, dtype=np.float64)
 
     def report_bounds(
@@ -230,20 +309,32 @@ class SymmetricUnaryEncoding(_BitVector):
     def words(self, k: int, epsilon: FloatArray) -> int:
         return (k + 1) // 2
 
-    def encode(
-        self, k: int, items: IntArray, epsilon: FloatArray, words: NDArray[np.uint64]
-    ) -> FloatArray:
+    def constants(self, k: int, epsilon: FloatArray) -> tuple[NDArray[Any], ...]:
         _, q = th.support_probabilities(self.oracle, epsilon, k)
-        threshold = (q * 2.0**th.UNARY_BITS).astype(np.uint32)  # exact: q' ≤ 1/2
-        draws = halves(words)[:, :k]
-        bits = draws < threshold[:, None]
-        rows = np.arange(items.size)
-        own = draws[rows, items]
+        return ((q * 2.0**th.UNARY_BITS).astype(np.uint32),)  # T: exact, as q' ≤ 1/2
+
+    def fill(
+        self,
+        k: int,
+        items: IntArray,
+        constants: tuple[NDArray[Any], ...],
+        words: NDArray[np.uint64],
+        out: FloatArray,
+    ) -> None:
+        (threshold,) = constants
+        if not out.flags.c_contiguous:
+            raise ValueError("unary encoding writes into a C-contiguous array")
+        every = halves(words)  # C-contiguous: (users, 2·words)
+        draws = every[:, :k]
+        np.less(draws, threshold[:, None], out=out)
+        # the true bits, by flat index (a 1-d gather and scatter are the cheap ones)
+        rows = np.arange(items.size, dtype=np.int64)
+        own = every.reshape(-1)[rows * every.shape[1] + items]
+        at = rows * k + items
         if self.oracle == "sue":
-            bits[rows, items] = own >= threshold  # 1 with probability 1 − q' = p'
+            out.reshape(-1)[at] = own >= threshold  # 1 with probability 1 − q' = p'
         else:
-            bits[rows, items] = own < np.uint32(1 << (th.UNARY_BITS - 1))  # p' = 1/2
-        return bits.astype(np.float64)
+            out.reshape(-1)[at] = own < np.uint32(1 << (th.UNARY_BITS - 1))  # p' = 1/2
 
     def promote(
         self, k: int, targets: IntArray, epsilon: FloatArray, rng: RandomSource
@@ -293,9 +384,9 @@ def _floyd_draws(pool: int, size: int, words: NDArray[np.uint64]) -> NDArray[np.
 
 def _groups(d: IntArray) -> list[tuple[int, IntArray | slice]]:
     """(size, rows) for each distinct subset size (one ε: one group, all the rows)."""
+    if d.size and d.min() == d.max():  # no sort for the common case
+        return [(int(d[0]), slice(None))]
     sizes = np.unique(d)
-    if sizes.size == 1:
-        return [(int(sizes[0]), slice(None))]
     return [(int(v), np.flatnonzero(d == v)) for v in sizes]
 
 
@@ -345,24 +436,28 @@ def floyd_masks(
     """``floyd_subsets`` for a pool of at most 64 items, each row's subset a bit mask (bit x:
     item x of the pool, the true item not inserted, ``insert_bit``): the same words, the same
     subsets, but each step is a few operations on one word per row instead of a gather and a
-    scatter in an (n, k) array."""
+    scatter in an (n, k) array. The draws of every step are made at once (the words
+    transposed, so that a step's are contiguous), then each step is five passes over the
+    rows: (found & 1 << t), found |= 1 << t, and when t was in already found |= 1 << j."""
     if pool > 64:
         raise ValueError("bit masks hold a pool of at most 64 items")
     one = np.uint64(1)
     mask = np.zeros(d.size, dtype=np.uint64)
     for size, rows in _groups(d):
-        offered = one << _floyd_draws(pool, size, words[rows])  # 1 << t per step
-        offered[:, 0] *= ~np.asarray(skip_first, dtype=np.bool_)[rows]  # m = d − 1: no step 0
-        steps = np.ascontiguousarray(offered.T)  # a step's bits contiguous
-        found, collided = np.zeros_like(steps[0]), np.empty_like(steps[0])
-        hit = np.empty(found.shape, dtype=np.bool_)
-        for step in range(size):  # in place: no temporaries
-            bit = steps[step]
-            np.bitwise_and(found, bit, out=collided)
-            np.not_equal(collided, 0, out=hit)  # t already in: j instead (not in before step j)
+        steps = np.ascontiguousarray(words[rows, :size].T)  # step s's words: row s
+        steps >>= FLOYD_WORD_SHIFT  # t = ⌊x·(j + 1)/2^52⌋ (``_floyd_draws``), in place
+        steps *= np.arange(pool - size + 1, pool + 1, dtype=np.uint64)[:, None]
+        steps >>= np.uint64(52)
+        offered = np.left_shift(one, steps, out=steps)  # 1 << t
+        found = offered[0] * ~np.asarray(skip_first, dtype=np.bool_)[rows]  # m = d − 1: none
+        hit = np.empty_like(found)
+        for step in range(1, size):  # in place: no temporaries
+            bit = offered[step]
+            np.bitwise_and(found, bit, out=hit)
             np.bitwise_or(found, bit, out=found)
-            np.multiply(hit, one << np.uint64(pool - size + step), out=collided)
-            np.bitwise_or(found, collided, out=found)
+            np.not_equal(hit, 0, out=hit, casting="unsafe")  # t in already: j instead
+            np.left_shift(hit, np.uint64(pool - size + step), out=hit)
+            np.bitwise_or(found, hit, out=found)
         mask[rows] = found
     return mask
 
@@ -376,11 +471,15 @@ def insert_bit(mask: NDArray[np.uint64], at: IntArray, value: BoolArray) -> NDAr
     return low | high | (np.asarray(value, dtype=np.uint64) << position)
 
 
+def mask_octets(mask: NDArray[np.uint64], k: int) -> NDArray[np.uint8]:
+    """The k low bits of each row's mask as bytes 0/1, bit x in column x."""
+    octets = np.ascontiguousarray(mask.astype("<u8")).view(np.uint8).reshape(mask.size, 8)
+    return np.unpackbits(octets, axis=1, count=k, bitorder="little")
+
+
 def mask_bits(mask: NDArray[np.uint64], k: int) -> FloatArray:
     """The k low bits of each row's mask as 0.0/1.0, bit x in column x."""
-    octets = np.ascontiguousarray(mask.astype("<u8")).view(np.uint8).reshape(mask.size, 8)
-    bits = np.unpackbits(octets, axis=1, count=k, bitorder="little")
-    return np.asarray(bits, dtype=np.float64)
+    return np.asarray(mask_octets(mask, k), dtype=np.float64)
 
 
 class SubsetSelection(_BitVector):
@@ -405,21 +504,30 @@ class SubsetSelection(_BitVector):
     def words(self, k: int, epsilon: FloatArray) -> int:
         return 1 + (int(th.ss_size(epsilon, k).max()) if epsilon.size else 0)
 
-    def encode(
-        self, k: int, items: IntArray, epsilon: FloatArray, words: NDArray[np.uint64]
-    ) -> FloatArray:
+    def constants(self, k: int, epsilon: FloatArray) -> tuple[NDArray[Any], ...]:
         p, _ = th.support_probabilities("ss", epsilon, k)
-        d = th.ss_size(epsilon, k)
+        return p, th.ss_size(epsilon, k)
+
+    def fill(
+        self,
+        k: int,
+        items: IntArray,
+        constants: tuple[NDArray[Any], ...],
+        words: NDArray[np.uint64],
+        out: FloatArray,
+    ) -> None:
+        p, d = constants
         inside = unit(words[:, 0]) < p
         d = np.broadcast_to(d, items.shape)
         if k <= 64:  # a subset is one word: the same subsets, faster
             mask = floyd_masks(k - 1, d, inside, words[:, 1:])
-            return mask_bits(insert_bit(mask, items, inside), k)
+            np.copyto(out, mask_octets(insert_bit(mask, items, inside), k))
+            return
         bits = np.zeros((items.size, k), dtype=np.uint8)
         rows = np.flatnonzero(inside)
         bits[rows, items[rows]] = 1
         floyd_subsets(k - 1, d, inside, words[:, 1:], items, bits)
-        return bits.astype(np.float64)
+        np.copyto(out, bits)
 
     def admissible(self, k: int, epsilon: FloatArray, payloads: FloatArray) -> BoolArray:
         sizes = np.sum(payloads, axis=1)
@@ -603,8 +711,7 @@ class HadamardResponse(ClassicFrequency):
         self, k: int, epsilon: FloatArray, payloads: FloatArray, c: FloatArray
     ) -> FloatArray:
         order = th.hadamard_order(k)
-        histogram = np.bincount(payloads.astype(np.int64), weights=c, minlength=order)
-        transform = th.walsh_hadamard(histogram.astype(np.float64))
+        transform = th.walsh_hadamard(_weighted_counts(payloads, c, order))
         return np.asarray((float(np.sum(c)) + transform[1 : k + 1]) / 2.0, dtype=np.float64)
 
     def report_bounds(

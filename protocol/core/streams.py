@@ -35,8 +35,8 @@ as long as that key.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from typing import TypeAlias
+from collections.abc import Iterator, Sequence
+from typing import TypeAlias, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -47,10 +47,14 @@ __all__ = [
     "UserStreams",
     "halves",
     "ragged_random",
+    "random_blocks",
+    "random_word_blocks",
     "random_words",
     "stream_key",
     "unit",
 ]
+
+_T = TypeVar("_T", bound=np.generic)
 
 _INDEX_BITS = 40
 _COUNTER_BITS = 24
@@ -60,6 +64,8 @@ MAX_DRAWS = 1 << _COUNTER_BITS
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _TWO_POW_M52 = 2.0**-52
+_ONE_BITS = np.uint64(0x3FF << 52)  # the float64 1.0
+_ONE_MINUS_HALF_ULP = 1.0 - 2.0**-53
 _S12, _S27, _S30, _S31 = np.uint64(12), np.uint64(27), np.uint64(30), np.uint64(31)
 _FALLBACK = 0x44455649  # purpose word of the device key derived from a key without one
 _LABEL_SALT = 0x9E3779B97F4A7C15
@@ -81,10 +87,20 @@ core's cache rather than on the whole draw (3× fewer trips to memory than array
 temporaries the size of the draw); the words are the same either way."""
 
 
-def _mix_block(w: NDArray[np.uint64], key: StreamKey, t: NDArray[np.uint64]) -> None:
+_NARROW = 8
+"""Below this many words a participant, ``_draw`` packs (participant, counter) one counter
+column at a time: numpy's broadcast of a (rows, 1) by (1, m) operation runs an inner loop of m
+elements per row, 2.5 ns a word at m = 2 against 0.8 ns for a column pass (measured)."""
+
+
+def _mix_block(
+    w: NDArray[np.uint64], key: StreamKey, t: NDArray[np.uint64], keyed: bool = False
+) -> None:
     """H(key, word) in place on a contiguous block ``w`` (``t``: scratch of its size): two
-    SplitMix64 finalisers with the key words before and between them."""
-    w ^= key.k1
+    SplitMix64 finalisers with the key words before and between them (``keyed``: the words
+    hold word ^ k1 already)."""
+    if not keyed:
+        w ^= key.k1
     for after in (key.k2, None):
         np.right_shift(w, _S30, out=t)
         w ^= t
@@ -119,9 +135,17 @@ def _draw(
     uniforms: NDArray[np.float64] | None = None,
 ) -> NDArray[np.uint64]:
     """Words ``start``..``start + per_user − 1`` of every participant (``base``: its packed
-    index, one row each), hashed a block of rows at a time. With ``uniforms`` (an (n, per_user)
-    array) they are converted to uniforms (``_unit``) into it in the same pass, so that it is
-    the only array of its size, and the words returned are only the last block's."""
+    index xor the key's first word, ``UserStreams._keyed``, one row each), hashed a block of
+    rows at a time. With ``uniforms`` (an (n, per_user) array) they are converted to uniforms
+    (``_unit``) into it in the same pass, so that it is the only array of its size, and the
+    words returned are only the last block's.
+
+    The packed word is (i << 24) | j, and (i << 24) ^ k1 ^ j equals it xor k1, as i << 24 and
+    j < 2^24 share no bit: the key's first word is taken once per participant, not per word.
+    The uniform (k + 1/2)·2^-52 of a word's top 52 bits k is the float64 of bits
+    0x3FF << 52 | k, i.e. 1 + k·2^-52, minus (1 − 2^-53): both lie in [1/2, 2] within a factor
+    2 of each other, so the difference is exact (Sterbenz), (2k + 1)·2^-53, as ``_unit``
+    computes it; three passes and no integer-to-float conversion."""
     n = base.shape[0]
     raw = uniforms is None
     words = np.empty((n, per_user) if raw else (0, per_user), dtype=np.uint64)
@@ -138,14 +162,18 @@ def _draw(
         m = (r1 - r0) * per_user
         # raw words are hashed where they are returned; uniforms go through a word block
         w = flat[r0 * per_user : r1 * per_user] if raw else staging[:m]
-        np.bitwise_or(base[r0:r1], counters, out=w.reshape(r1 - r0, per_user))
-        _mix_block(w, key, scratch[:m])
+        packed = w.reshape(r1 - r0, per_user)
+        if per_user < _NARROW:  # one column at a time: a broadcast's inner loop is too short
+            for j in range(per_user):
+                np.bitwise_xor(base[r0:r1, 0], counters[0, j], out=packed[:, j])
+        else:
+            np.bitwise_xor(base[r0:r1], counters, out=packed)
+        _mix_block(w, key, scratch[:m], keyed=True)
         if uniforms is not None:
             o = uniforms.reshape(-1)[r0 * per_user : r1 * per_user]
             np.right_shift(w, _S12, out=w)
-            np.copyto(o, w, casting="unsafe")  # < 2^52: exact
-            np.add(o, 0.5, out=o)
-            np.multiply(o, _TWO_POW_M52, out=o)
+            np.bitwise_or(w, _ONE_BITS, out=w)  # 1 + k·2^-52
+            np.subtract(w.view(np.float64), _ONE_MINUS_HALF_ULP, out=o)  # exact
     return words if raw else staging
 
 
@@ -207,7 +235,12 @@ class UserStreams:
             raise ValueError(f"participant indices must lie in [0, 2**{_INDEX_BITS})")
         self._key = key
         self._participants = idx
-        self._base = (idx.astype(np.uint64) << np.uint64(_COUNTER_BITS))[:, None]
+        # each participant's packed index i << 24 xor the key's first word (``_draw``), built
+        # in place: one array of n
+        keyed = idx.astype(np.uint64)
+        keyed <<= np.uint64(_COUNTER_BITS)
+        keyed ^= key.k1
+        self._keyed = keyed[:, None]
         self._next = 0
 
     def device(self, purpose: int) -> UserStreams:
@@ -238,15 +271,14 @@ class UserStreams:
         # ↦ word is the bijection of ``_hash``; different labels use different keys
         row_k2 = _mix(lab.astype(np.uint64) ^ np.uint64(_LABEL_SALT))
         row_k2 ^= self._key.k2
-        z = self._base | np.arange(width, dtype=np.uint64)[None, :]
-        z ^= self._key.k1
+        z = self._keyed ^ np.arange(width, dtype=np.uint64)[None, :]  # (i << 24 | j) ^ k1
         z = _mix(z)
         z ^= _mix(row_k2)[:, None]
         return _unit(_mix(z))
 
     @property
     def n(self) -> int:
-        return int(self._base.shape[0])
+        return int(self._keyed.shape[0])
 
     @property
     def draws_used(self) -> int:
@@ -260,7 +292,42 @@ class UserStreams:
         return start
 
     def _words(self, per_user: int) -> NDArray[np.uint64]:
-        return _draw(self._key, self._base, self._advance(per_user), per_user)
+        return _draw(self._key, self._keyed, self._advance(per_user), per_user)
+
+    def word_blocks(self, per_user: int, rows: int) -> Iterator[tuple[int, NDArray[np.uint64]]]:
+        """``words((n, per_user))`` a block of at most ``rows`` participants at a time: pairs
+        (first row r0, the (rows', per_user) words of rows r0..r0 + rows' − 1), the same words
+        as ``words`` gives, for a sampler that consumes them block by block in cache rather
+        than through one (n, per_user) array. The counters are consumed by the call itself,
+        before any block is read: a draw made next comes after these, whether or not the
+        blocks have been read yet."""
+        if rows < 1:
+            raise ValueError(f"rows must be positive, got {rows}")
+        start = self._advance(per_user)
+        return self._word_blocks(start, per_user, rows)
+
+    def _word_blocks(
+        self, start: int, per_user: int, rows: int
+    ) -> Iterator[tuple[int, NDArray[np.uint64]]]:
+        for r0 in range(0, self.n, rows):
+            yield r0, _draw(self._key, self._keyed[r0 : r0 + rows], start, per_user)
+
+    def uniform_blocks(self, per_user: int, rows: int) -> Iterator[tuple[int, NDArray[np.float64]]]:
+        """``random((n, per_user))`` a block of at most ``rows`` participants at a time, as
+        ``word_blocks`` gives ``words``: the same uniforms, the counters consumed by the call."""
+        if rows < 1:
+            raise ValueError(f"rows must be positive, got {rows}")
+        start = self._advance(per_user)
+        return self._uniform_blocks(start, per_user, rows)
+
+    def _uniform_blocks(
+        self, start: int, per_user: int, rows: int
+    ) -> Iterator[tuple[int, NDArray[np.float64]]]:
+        for r0 in range(0, self.n, rows):
+            base = self._keyed[r0 : r0 + rows]
+            uniforms = np.empty((base.shape[0], per_user), dtype=np.float64)
+            _draw(self._key, base, start, per_user, uniforms)
+            yield r0, uniforms
 
     def _per_user(self, size: int | Sequence[int] | None) -> tuple[int, ...]:
         shape = (size,) if isinstance(size, int) else tuple(size or ())
@@ -279,7 +346,7 @@ class UserStreams:
         shape = self._per_user(size)
         k = int(np.prod(shape[1:], dtype=np.int64))
         uniforms = np.empty((self.n, k), dtype=np.float64)
-        _draw(self._key, self._base, self._advance(k), k, uniforms)
+        _draw(self._key, self._keyed, self._advance(k), k, uniforms)
         return uniforms.reshape(shape)
 
     def words(self, size: int | Sequence[int] | None = None) -> NDArray[np.uint64]:
@@ -363,6 +430,35 @@ def random_words(rng: RandomSource, size: int | Sequence[int]) -> NDArray[np.uin
     if isinstance(rng, UserStreams):
         return rng.words(size)
     return np.asarray(rng.integers(0, 1 << 64, size=size, dtype=np.uint64), dtype=np.uint64)
+
+
+def random_word_blocks(
+    rng: RandomSource, n: int, per_user: int, rows: int
+) -> Iterator[tuple[int, NDArray[np.uint64]]]:
+    """``random_words(rng, (n, per_user))`` in blocks of at most ``rows`` users (first row,
+    words): a block's per-participant words (``UserStreams.word_blocks``), or a Generator's,
+    drawn by one ``random_words`` call and handed on a block at a time. Either way the draws
+    are made by the call, before the blocks are read."""
+    if isinstance(rng, UserStreams):
+        return rng.word_blocks(per_user, rows)
+    return _row_blocks(random_words(rng, (n, per_user)), rows)
+
+
+def _row_blocks(a: NDArray[_T], rows: int) -> Iterator[tuple[int, NDArray[_T]]]:
+    if rows < 1:
+        raise ValueError(f"rows must be positive, got {rows}")
+    return ((r0, a[r0 : r0 + rows]) for r0 in range(0, a.shape[0], rows))
+
+
+def random_blocks(
+    rng: RandomSource, n: int, per_user: int, rows: int
+) -> Iterator[tuple[int, NDArray[np.float64]]]:
+    """``rng.random((n, per_user))`` in blocks of at most ``rows`` users (first row,
+    uniforms), as ``random_word_blocks`` gives words: a block's per-participant uniforms
+    (``UserStreams.uniform_blocks``), or a Generator's, drawn by one ``rng.random`` call."""
+    if isinstance(rng, UserStreams):
+        return rng.uniform_blocks(per_user, rows)
+    return _row_blocks(np.asarray(rng.random((n, per_user)), dtype=np.float64), rows)
 
 
 def unit(words: NDArray[np.uint64]) -> NDArray[np.float64]:

@@ -95,6 +95,8 @@ FROZEN = [
     "one_user",
     "paper_alpha_beta",
     "ragged_random",
+    "random_blocks",
+    "random_word_blocks",
     "random_words",
     "randomized_response",
     "rr_debias",

@@ -14,6 +14,7 @@ from scipy.stats import chi2
 
 from fedldp.protocol.api import RoundTask, UserData
 from fedldp.protocol.classic import oracles as th
+from fedldp.protocol.classic.frequency import ClassicFrequency, sample_items
 from fedldp.protocol.classic.frequency_oracles import (
     SubsetSelection,
     SymmetricUnaryEncoding,
@@ -219,3 +220,48 @@ def test_a_users_report_is_its_own_whatever_the_block(oracle: str) -> None:
         UserStreams(key, ids[5:6]),
     )
     assert np.array_equal(alone[0], block[5])
+
+
+@pytest.mark.parametrize("oracle", ["grr", "sue", "oue", "ss", "blh", "olh", "hr"])
+def test_block_by_block_reports_are_those_of_one_pass(oracle: str) -> None:
+    # privatize draws and encodes a block of users at a time (random_blocks,
+    # random_word_blocks); the reports are those of the whole population's draws in one pass,
+    # a user's alone in any block: 20 000 users span several blocks of every oracle
+    from fedldp.protocol.classic.frequency_oracles import PROTOCOLS
+
+    protocol = next(p for p in PROTOCOLS if p.name == f"classic-{oracle}")
+    k, n = 40, 20_000
+    rng = np.random.default_rng(11)
+    eps = rng.choice([0.5, 1.0, 4.0], n)
+    counts = rng.integers(1, 3, n)
+    values = rng.integers(0, k, int(counts.sum()))
+    data = UserData(values, counts)
+    params = protocol.parse_params({"domain_size": k})
+    plan = protocol.plan(params, eps, {}, 0)
+    task = RoundTask.of(plan.rounds[0], protocol.broadcast(params, plan, 0, []))
+    key, ids = stream_key(8, 1), np.arange(7, 7 + n)
+    group = np.zeros(n, dtype=np.int64)
+    blocks = protocol.privatize(params, task, data, eps, group, UserStreams(key, ids))
+    one = UserStreams(key, ids)
+    if isinstance(protocol, SymmetricUnaryEncoding | SubsetSelection):
+        width = protocol.words(k, eps)
+        if protocol.pick_first:
+            pick = unit(one.words((n, 1))[:, 0])
+            words = one.words((n, width))
+        else:
+            words = one.words((n, width))
+            pick = one.random((n, 1))[:, 0]
+        whole = protocol.encode(k, sample_items(data, pick, k), eps, words)
+    else:
+        assert isinstance(protocol, ClassicFrequency)
+        u = one.random((n, protocol.draws(params) - 1))
+        items = sample_items(data, one.random((n, 1))[:, 0], k)
+        whole = protocol.report(k, items, eps, u)
+    assert np.array_equal(blocks, whole)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    for i in (n // 2, n - 1):
+        own = UserData(values[offsets[i] : offsets[i + 1]], counts[i : i + 1])
+        alone = protocol.privatize(
+            params, task, own, eps[i : i + 1], group[:1], UserStreams(key, ids[i : i + 1])
+        )
+        assert np.array_equal(alone[0], blocks[i])

@@ -13,6 +13,9 @@ from fedldp.protocol.core.streams import (
     StreamKey,
     UserStreams,
     ragged_random,
+    random_blocks,
+    random_word_blocks,
+    random_words,
     stream_key,
 )
 
@@ -170,3 +173,71 @@ def test_device_streams_and_labelled_draws() -> None:
             UserStreams(a, idx).device(1).labelled(labels, width)
     with pytest.raises(ValueError, match="purpose must be non-negative"):
         UserStreams(a, idx).device(-1)
+
+
+def _splitmix_reference(key: StreamKey, participant: int, counter: int) -> int:
+    """H(key, participant, counter) word by word in Python integers (the module docstring: two
+    SplitMix64 finalisers, the key words before and between them)."""
+    mask = (1 << 64) - 1
+
+    def mix(z: int) -> int:
+        z ^= z >> 30
+        z = (z * 0xBF58476D1CE4E5B9) & mask
+        z ^= z >> 27
+        z = (z * 0x94D049BB133111EB) & mask
+        return z ^ (z >> 31)
+
+    z = (participant << 24 | counter) ^ int(key.k1)
+    return mix(mix(z) ^ int(key.k2))
+
+
+@pytest.mark.parametrize("per_user", [1, 2, 3, 7, 8, 9, 16, 33])
+def test_words_are_the_hash_of_participant_and_counter(per_user: int) -> None:
+    # every way of packing (participant, counter) (one counter column at a time below 8 words,
+    # a broadcast above) gives H itself, as a scalar reference computes it
+    ids = np.array([0, 1, 5, 2**39 + 3, 2**40 - 1])
+    s = UserStreams(KEY, ids)
+    s.random((ids.size, 2))  # the draws start at counter 2
+    words = s.words((ids.size, per_user))
+    for r, i in enumerate(ids):
+        want = [_splitmix_reference(KEY, int(i), 2 + j) for j in range(per_user)]
+        assert [int(w) for w in words[r]] == want
+
+
+@pytest.mark.parametrize(("n", "per_user", "rows"), [(1, 1, 1), (37, 2, 5), (5000, 3, 999)])
+def test_blocks_are_the_draws_of_one_call(n: int, per_user: int, rows: int) -> None:
+    ids = np.arange(3, 3 + 2 * n, 2)
+    one = UserStreams(KEY, ids)
+    words, after_words = one.words((n, per_user)), one.random((n, 1))
+    uniforms, after_uniforms = one.random((n, per_user)), one.random((n, 1))
+    blocked = UserStreams(KEY, ids)
+    word_blocks = blocked.word_blocks(per_user, rows)
+    assert np.array_equal(blocked.random((n, 1)), after_words)  # counters taken by the call
+    uniform_blocks = blocked.uniform_blocks(per_user, rows)
+    assert np.array_equal(blocked.random((n, 1)), after_uniforms)
+    for blocks, whole in ((word_blocks, words), (uniform_blocks, uniforms)):
+        parts = list(blocks)
+        assert [r0 for r0, _ in parts] == list(range(0, n, rows))
+        assert all(b.shape[0] <= rows for _, b in parts)
+        assert np.array_equal(np.concatenate([b for _, b in parts]), whole)
+
+
+def test_generator_blocks_are_its_draws_of_one_call() -> None:
+    gen = np.random.default_rng(3)
+    words = list(random_word_blocks(gen, 10, 4, 3))
+    after = gen.random()  # the blocks were drawn by the call
+    uniforms = list(random_blocks(np.random.default_rng(3), 10, 4, 3))
+    assert [r0 for r0, _ in words] == [r0 for r0, _ in uniforms] == [0, 3, 6, 9]
+    want = np.random.default_rng(3)
+    assert np.array_equal(np.concatenate([w for _, w in words]), random_words(want, (10, 4)))
+    assert after == want.random()
+    want_uniforms = np.random.default_rng(3).random((10, 4))
+    assert np.array_equal(np.concatenate([u for _, u in uniforms]), want_uniforms)
+    streams = UserStreams(KEY, [1, 2])
+    for refused in (
+        lambda: streams.word_blocks(2, 0),
+        lambda: streams.uniform_blocks(2, 0),
+        lambda: random_blocks(gen, 2, 2, 0),
+    ):
+        with pytest.raises(ValueError, match="rows must be positive"):
+            refused()
