@@ -78,9 +78,8 @@ def installed() -> Iterator[None]:
 
 def test_the_page_shows_the_example_as_it_is() -> None:
     module = (EXAMPLE / "fedldp_example_krr" / "krr.py").read_text(encoding="utf-8")
-    assert module in blocks(
-        "python"
-    )  # verbatim, one block (the contract's shorter ones precede it)
+    # verbatim, as one block (the contract's shorter snippets come before it)
+    assert module in blocks("python")
     assert blocks("toml") == [(EXAMPLE / "pyproject.toml").read_text(encoding="utf-8")]
     assert "[docs/extending.md](docs/extending.md)" in (ROOT / "README.md").read_text("utf-8")
 
