@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 
 from fedldp.protocol.catalogue import CATALOGUE
 from fedldp.protocol.core.base.records import JSON, ReportChunk, jsonable
-from fedldp.protocol.core.ledger import check_plan_budget
+from fedldp.protocol.core.ledger import check_plan_fits
 from fedldp.server.errors import ProtocolVersionMismatch
 from fedldp.server.runtime.context import Context, shred_after_commit
 from fedldp.server.runtime.keys import KeyMissing
@@ -156,7 +156,7 @@ def start_study(
     give_back()  # the enrolled record's parts, joined and dropped, before the plan's arrays
     try:
         splan = build_plan(study, epsilon, metadata)
-        check_plan_budget(splan.plan, epsilon)
+        check_plan_fits(splan.plan, epsilon)
     except ValueError as exc:
         return refuse(f"the plan is infeasible: {exc}")
     except Exception as exc:

@@ -8,9 +8,16 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 from fastapi import FastAPI
 
-from fedldp.server.runtime.plans import Enrolled, EnrolledCache, build_plan
+from fedldp.server.runtime.plans import (
+    Enrolled,
+    EnrolledCache,
+    MetadataRuns,
+    build_plan,
+    metadata_arrays,
+)
 from fedldp.server.store import participant_rows
 from fedldp.server.store import repository as repo
 from tests.server.helpers import app_context, create_study, start
@@ -80,3 +87,27 @@ async def test_a_start_plans_from_the_enrolled_record_as_from_the_database(
         assert got.cohort.tolist() == want.cohort.tolist()
         assert got.epsilon.tolist() == want.epsilon.tolist()
     assert started.plan.public == expected.public
+
+
+def test_metadata_arrays_are_everyones_values_built_when_read() -> None:
+    shared = {"samples": 8, "w": [1.0, 2.0]}
+    rows = [shared] * 3 + [{"samples": 9, "w": [0.5, 0.0], "only": 1}] + [shared] * 2
+    for given in (rows, MetadataRuns([(shared, 3), (rows[3], 1), (shared, 2)])):
+        arrays = metadata_arrays(given)
+        assert sorted(arrays) == ["samples", "w"]  # "only" is missing for some
+        assert len(arrays) == 2
+        assert "only" not in arrays
+        assert arrays._arrays == {}  # type: ignore[attr-defined]  # nothing built yet
+        assert arrays["samples"].tolist() == [8, 8, 8, 9, 8, 8]
+        assert arrays["w"].tolist() == [row["w"] for row in rows]
+        assert arrays["w"] is arrays["w"]  # built once
+        assert list(arrays._arrays) == ["samples", "w"]  # type: ignore[attr-defined]
+        with pytest.raises(KeyError):
+            arrays["only"]
+    assert metadata_arrays([]) == {}
+
+
+def test_metadata_that_make_no_array_are_refused_before_a_protocol_reads_them() -> None:
+    rows = [{"w": [1.0, 2.0]}] * 2 + [{"w": [1.0]}]
+    with pytest.raises(ValueError, match="inhomogeneous"):
+        metadata_arrays(rows)
