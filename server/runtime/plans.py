@@ -8,6 +8,7 @@ same plan and caching it is safe. The cache holds a bounded number of studies.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import threading
 from collections import OrderedDict
@@ -179,15 +180,27 @@ def build_plan(
     # a central-trust protocol's only randomness is the server's noise: its secret seed
     seed = study.noise_seed if study.noise_seed is not None else study.seed
     plan = protocol.plan(params, epsilon, metadata_arrays(metadata), seed)
-    return StudyPlan(protocol, params, plan, _compact(epsilon))
+    return StudyPlan(protocol, params, _compact_rounds(plan), _compact(epsilon))
 
 
 def _compact(values: FloatArray) -> FloatArray:
     """``values``, as a read-only view of one of them when they are all equal (everyone
     declared the same ε: 80 MB at 10^7 participants, held as long as the plan)."""
     if values.size and bool(np.all(values == values[0])):
-        return np.broadcast_to(np.float64(values[0]), values.shape)
+        return np.broadcast_to(values[0], values.shape)  # the value, of the array's dtype
     return values
+
+
+def _compact_rounds(plan: Plan) -> Plan:
+    """``plan`` with the ε's of each round that charges all its members the same held as one
+    value (``_compact``): at equal ε's user-mean's two rounds held 80 MB at 10^7 participants
+    for as long as the study ran. The same values: every use indexes or reduces them (a
+    reduction of the view sums as the array's does), none writes (the view is read-only)."""
+    rounds = []
+    for rp in plan.rounds:
+        epsilon = _compact(rp.epsilon) if rp.epsilon.ndim == 1 else rp.epsilon
+        rounds.append(rp if epsilon is rp.epsilon else dataclasses.replace(rp, epsilon=epsilon))
+    return dataclasses.replace(plan, rounds=tuple(rounds))
 
 
 class PlanCache:

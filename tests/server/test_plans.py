@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 from fastapi import FastAPI
 
+from fedldp.protocol.core.base.records import Plan, RoundPlan
 from fedldp.server.runtime.plans import (
     Enrolled,
     EnrolledCache,
     MetadataRuns,
+    _compact_rounds,
     build_plan,
     metadata_arrays,
 )
@@ -111,3 +113,23 @@ def test_metadata_that_make_no_array_are_refused_before_a_protocol_reads_them() 
     rows = [{"w": [1.0, 2.0]}] * 2 + [{"w": [1.0]}]
     with pytest.raises(ValueError, match="inhomogeneous"):
         metadata_arrays(rows)
+
+
+def test_a_round_that_charges_everyone_the_same_holds_one_value() -> None:
+    n = 1_000_003  # odd: numpy's pairwise sums split it unevenly
+    same = RoundPlan(0, "same", np.arange(n), np.full(n, 0.7), "scalar", ())
+    varied = RoundPlan(1, "varied", np.arange(3), np.array([0.5, 0.7, 0.7]), "scalar", ())
+    plan = Plan(n, (same, varied), {"k": 1})
+    compact = _compact_rounds(plan)
+    held = compact.rounds[0].epsilon
+    assert held.strides == (0,)  # one value
+    assert not held.flags.writeable
+    assert held.tolist() == same.epsilon.tolist()
+    assert compact.rounds[0].cohort is same.cohort
+    assert compact.rounds[1] is varied  # not all equal: the array as planned
+    assert compact.public == plan.public
+    # what the server does with a round's ε's gives the planned array's values, bit for bit
+    where = np.array([5, 0, n - 1])
+    assert held[where].tolist() == same.epsilon[where].tolist()
+    assert float(np.sum(held)) == float(np.sum(same.epsilon))
+    assert float(np.sum(1 / held**2)) == float(np.sum(1 / same.epsilon**2))
