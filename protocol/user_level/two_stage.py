@@ -311,7 +311,9 @@ def predicted_mse(design: Design, epsilon_stage_two: ArrayLike) -> float:
 def stage_one_score(epsilon_stage_one: ArrayLike) -> float:
     """Σ over stage-I users of min(ε_i², 1); equals ⌊n_c/2⌋·min(ε_c², 1) for equal ε (§1.5, §8)."""
     eps = check_epsilons(epsilon_stage_one)
-    return float(np.sum(np.minimum(eps * eps, 1.0)))
+    squares = np.atleast_1d(eps * eps)
+    np.minimum(squares, 1.0, out=squares)  # no second temporary of the stage's size
+    return float(np.sum(squares))
 
 
 def check_stage_one(

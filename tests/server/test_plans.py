@@ -8,9 +8,18 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 from fastapi import FastAPI
 
-from fedldp.server.runtime.plans import Enrolled, EnrolledCache, build_plan
+from fedldp.protocol.core.base.records import Plan, RoundPlan
+from fedldp.server.runtime.plans import (
+    Enrolled,
+    EnrolledCache,
+    MetadataRuns,
+    _compact_rounds,
+    build_plan,
+    metadata_arrays,
+)
 from fedldp.server.store import participant_rows
 from fedldp.server.store import repository as repo
 from tests.server.helpers import app_context, create_study, start
@@ -80,3 +89,47 @@ async def test_a_start_plans_from_the_enrolled_record_as_from_the_database(
         assert got.cohort.tolist() == want.cohort.tolist()
         assert got.epsilon.tolist() == want.epsilon.tolist()
     assert started.plan.public == expected.public
+
+
+def test_metadata_arrays_are_everyones_values_built_when_read() -> None:
+    shared = {"samples": 8, "w": [1.0, 2.0]}
+    rows = [shared] * 3 + [{"samples": 9, "w": [0.5, 0.0], "only": 1}] + [shared] * 2
+    for given in (rows, MetadataRuns([(shared, 3), (rows[3], 1), (shared, 2)])):
+        arrays = metadata_arrays(given)
+        assert sorted(arrays) == ["samples", "w"]  # "only" is missing for some
+        assert len(arrays) == 2
+        assert "only" not in arrays
+        assert arrays._arrays == {}  # type: ignore[attr-defined]  # nothing built yet
+        assert arrays["samples"].tolist() == [8, 8, 8, 9, 8, 8]
+        assert arrays["w"].tolist() == [row["w"] for row in rows]
+        assert arrays["w"] is arrays["w"]  # built once
+        assert list(arrays._arrays) == ["samples", "w"]  # type: ignore[attr-defined]
+        with pytest.raises(KeyError):
+            arrays["only"]
+    assert metadata_arrays([]) == {}
+
+
+def test_metadata_that_make_no_array_are_refused_before_a_protocol_reads_them() -> None:
+    rows = [{"w": [1.0, 2.0]}] * 2 + [{"w": [1.0]}]
+    with pytest.raises(ValueError, match="inhomogeneous"):
+        metadata_arrays(rows)
+
+
+def test_a_round_that_charges_everyone_the_same_holds_one_value() -> None:
+    n = 1_000_003  # odd: numpy's pairwise sums split it unevenly
+    same = RoundPlan(0, "same", np.arange(n), np.full(n, 0.7), "scalar", ())
+    varied = RoundPlan(1, "varied", np.arange(3), np.array([0.5, 0.7, 0.7]), "scalar", ())
+    plan = Plan(n, (same, varied), {"k": 1})
+    compact = _compact_rounds(plan)
+    held = compact.rounds[0].epsilon
+    assert held.strides == (0,)  # one value
+    assert not held.flags.writeable
+    assert held.tolist() == same.epsilon.tolist()
+    assert compact.rounds[0].cohort is same.cohort
+    assert compact.rounds[1] is varied  # not all equal: the array as planned
+    assert compact.public == plan.public
+    # what the server does with a round's ε's gives the planned array's values, bit for bit
+    where = np.array([5, 0, n - 1])
+    assert held[where].tolist() == same.epsilon[where].tolist()
+    assert float(np.sum(held)) == float(np.sum(same.epsilon))
+    assert float(np.sum(1 / held**2)) == float(np.sum(1 / same.epsilon**2))

@@ -232,7 +232,10 @@ class Protocol(ABC, Generic[ParamsT]):
 
         ``epsilon[i]`` is participant slot i's declared ε (finite, > 0, inside the study's
         range); ``metadata`` maps each public enrollment field to one array row per slot (a
-        field some participant did not declare is absent). Deterministic given its arguments:
+        field some participant did not declare is absent); a ``Mapping``, not necessarily a
+        ``dict``: the server builds a field's array when the plan first reads it, so a plan that
+        reads none builds none (80 MB a field at 10^7 participants), and the arrays are not to
+        be written to. Deterministic given its arguments:
         randomness (cohorts) comes from ``seed`` (``cohort_permutation``), since every replica
         and every restart plans again and must get the same plan. No round may charge a
         participant more than it declared in total (the server checks the plan's charges).

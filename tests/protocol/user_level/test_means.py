@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from scipy import stats
 
 from fedldp.protocol.catalogue import CATALOGUE
-from fedldp.protocol.core.base.protocol import Params, Protocol
+from fedldp.protocol.core.base.protocol import Params, Protocol, cohort_permutation
 from fedldp.protocol.core.base.records import (
     JSON,
     FloatArray,
@@ -408,3 +408,21 @@ def test_the_minimum_population_is_exactly_where_the_plan_becomes_feasible(epsil
     assert protocol.min_participants(epsilon, many_bins) == n  # the plan's own search agrees
     two_bins = protocol.parse_params({"samples_per_user": 16})
     assert protocol.min_participants(epsilon, two_bins) == 2
+
+
+def test_the_stages_are_the_sorted_halves_of_the_seeds_permutation() -> None:
+    """§2.3's split, as drawn before the cohorts became views of one permutation sorted in
+    place (issue 27 item 4): the same cohorts, ε's and stage-one score for the same seed."""
+    rng = np.random.default_rng(11)
+    for n in (2, 3, 1001):
+        eps = rng.uniform(0.2, 2.0, n)
+        params = ul.UserMeanParams(samples_per_user=64, enforce_feasibility=False)
+        plan = ul.UserMean().plan(params, eps, {}, 42)
+        order = cohort_permutation(n, 42)
+        one, two = np.sort(order[: n // 2]), np.sort(order[n // 2 :])
+        assert plan.rounds[0].cohort.tolist() == one.tolist()
+        assert plan.rounds[1].cohort.tolist() == two.tolist()
+        assert plan.rounds[0].epsilon.tolist() == eps[one].tolist()
+        assert plan.rounds[1].epsilon.tolist() == eps[two].tolist()
+        score = float(np.sum(np.minimum(eps[one] * eps[one], 1.0)))
+        assert plan.public["stage_one_score"] == score  # bit for bit
