@@ -111,24 +111,21 @@ async def test_swarm_reproduces_the_simulator(
 
 
 @pytest.mark.parametrize(
-    ("name", "spec", "rounds"),
-    [
-        ("user-mean", PopulationSpec(users=3000, samples=32, distribution="two-point"), 2),
-        (
-            "hetero-frequency",
-            PopulationSpec(users=1500, distribution="categorical", items=6, epsilon=1.0),
-            1,
-        ),
-    ],
+    ("name", "users", "rounds"), [("user-mean", 3000, 2), ("hetero-frequency", 1500, 1)]
 )
 async def test_a_block_asks_once_per_round_and_stops_after_its_last_report(
-    app: FastAPI, name: str, spec: PopulationSpec, rounds: int
+    app: FastAPI, name: str, users: int, rounds: int
 ) -> None:
     """A batch answer says when its reporters' task is their last (``RoundTasks.final``): a
     block asks for its tasks once per round it has members in (held while it waits), and not
     again to learn that they are done."""
-    run = await swarm(app, name, spec, 11, batch=500)
-    blocks = -(-spec.users // 500)
+    if name == "user-mean":
+        spec = PopulationSpec(users=users, samples=32, distribution="two-point")
+    else:
+        spec = PopulationSpec(users=users, distribution="categorical", items=6, epsilon=1.0)
+    batch = 500
+    run = await swarm(app, name, spec, 11, batch=batch)
+    blocks = -(-users // batch)
     assert run.study.phase == "finished"
     assert run.stats.report_requests == blocks * rounds
     assert run.stats.task_requests == blocks * rounds + run.stats.waits
