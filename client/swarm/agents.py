@@ -188,6 +188,7 @@ class BlockAgent(_Agent):
             # or, for a batch resent after a lost answer, because the first send completed it.
             ctx.stats.report_requests += 1
             ctx.stats.late += int(positions.size)
+            self._finish(tasks, positions)
             return
         ctx.stats.report_requests += 1
         late = [item for item in receipt.items if item.code in LATE]
@@ -208,6 +209,14 @@ class BlockAgent(_Agent):
             )
         ctx.stats.reports += receipt.accepted + receipt.duplicates
         ctx.stats.late += len(late)
+        self._finish(tasks, positions)
+
+    def _finish(self, tasks: RoundTasks, positions: IntArray) -> None:
+        """The users at ``positions`` are done once their reports of ``tasks`` are in (or
+        late) when it was their last task (``final``): the block asks no more for them (at the
+        end of a study, one task request less per block)."""
+        if tasks.final:
+            self.active[positions] = False
 
     async def _send(self, tasks: RoundTasks, positions: IntArray, rows: FloatArray) -> BatchReceipt:
         """One report batch, built once its slot is taken (its lists are not held while

@@ -260,7 +260,10 @@ class _Kept:
             int(ids.size),
             None if consecutive else ids,
             enrolled.epsilon,
-            runs_of(enrolled.metadata),
+            # runs given as runs (an enrollment with no metadata: one), else found in the rows
+            list(enrolled.metadata.runs)
+            if isinstance(enrolled.metadata, MetadataRuns)
+            else runs_of(enrolled.metadata),
         )
 
     def id_array(self) -> IntArray:

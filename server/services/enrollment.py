@@ -21,7 +21,7 @@ from fedldp.server.errors import (
 )
 from fedldp.server.runtime.auth import block_token_for, tokens_for
 from fedldp.server.runtime.context import Context
-from fedldp.server.runtime.plans import Enrolled
+from fedldp.server.runtime.plans import Enrolled, MetadataRuns
 from fedldp.server.services import leases
 from fedldp.server.services.rounds import advance, start_study
 from fedldp.server.services.studies import require_study
@@ -133,7 +133,8 @@ def enroll(
                 tokens=[] if block_only else tokens_for(study.secret, study_id, ids),
                 block=_block_token(study, ids),
             )
-            stored = metadata if any(metadata) else [{}] * len(ids)
+            # none has any: one run of one object, not a list of 10^4 references to walk
+            stored = metadata if any(metadata) else MetadataRuns([({}, len(ids))])
             enrolled = Enrolled(
                 np.asarray(ids, dtype=np.int64), np.asarray(epsilons, dtype=np.float64), stored
             )

@@ -92,6 +92,7 @@ class _Answer:
     pids: IntArray
     report: BoolArray | None = None  # None: not running (all wait while enrolling, else done)
     waiting: BoolArray | None = None
+    later: BoolArray | None = None  # a later round of the fixed plan has them
 
     @property
     def ready(self) -> bool:
@@ -110,7 +111,7 @@ class _Answer:
                 retry_after_s=ENROLLING_WAIT_S,
             )
         r, splan, report, waiting = state.round, state.plan, self.report, self.waiting
-        if r is None or splan is None or report is None or waiting is None:
+        if r is None or splan is None or report is None or waiting is None or self.later is None:
             return TaskBatch(phase=state.phase, done=pids.tolist())
         k = r.index
         reports = []
@@ -128,6 +129,8 @@ class _Answer:
                     participant_ids=pids[report].tolist(),
                     groups=rp.groups_at(pos).tolist(),
                     epsilons=rp.epsilon[pos].tolist(),
+                    # the reporters' last task: the block need not ask for them again
+                    final=not bool(self.later[report].any()),
                 )
             )
         return TaskBatch(
@@ -153,13 +156,9 @@ def _tasks(
     now_in = splan.membership(k, pids)
     members = pids[now_in.member]
     done_k = reported(k, members) if members.size else members
-    report, waiting = _decide(
-        now_in.member,
-        np.isin(pids, done_k),
-        _in_later_round(splan, k, pids),
-        r.status == "open",
-    )
-    return _Answer(state, pids, report, waiting)
+    later = _in_later_round(splan, k, pids)
+    report, waiting = _decide(now_in.member, np.isin(pids, done_k), later, r.status == "open")
+    return _Answer(state, pids, report, waiting, later)
 
 
 def _checked(

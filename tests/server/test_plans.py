@@ -42,6 +42,23 @@ def test_a_complete_record_comes_back_in_id_order_and_once() -> None:
     assert cache.take("s", 5) is None  # dropped once taken
 
 
+def test_metadata_given_as_runs_come_back_as_the_rows_they_stand_for() -> None:
+    """An enrollment without metadata records one run (``MetadataRuns``), not a row each: the
+    record then reads as the rows would have (in id order, mixed with parts given as rows)."""
+    cache = EnrolledCache()
+    epsilon = np.full(3, 0.5)
+    cache.add("s", Enrolled(np.arange(3, 6), epsilon, MetadataRuns([({}, 3)])))
+    cache.add("s", part([0, 1, 2]))
+    got = cache.take("s", 6)
+    assert got is not None
+    assert list(got[1]) == [{"k": 0}, {"k": 1}, {"k": 2}, {}, {}, {}]
+    cache.add("t", Enrolled(np.array([2, 0, 1]), epsilon, MetadataRuns([({}, 3)])))
+    cache.add("t", part([3, 4]))
+    got = cache.take("t", 5)  # ids not in order: the rows are put in id order
+    assert got is not None
+    assert list(got[1]) == [{}, {}, {}, {"k": 3}, {"k": 4}]
+
+
 def test_an_incomplete_or_foreign_record_is_not_used() -> None:
     cache = EnrolledCache()
     cache.add("s", part([0, 1]))

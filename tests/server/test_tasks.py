@@ -131,6 +131,48 @@ async def test_a_report_task_with_a_later_round_is_not_final(client: httpx.Async
     assert (cell.round, cell.final) == (1, True)
 
 
+async def batch_tasks(
+    client: httpx.AsyncClient, study_id: str, people: list[Enrollment]
+) -> TaskBatch:
+    response = await client.post(
+        f"/v1/studies/{study_id}/tasks",
+        json={
+            "participant_ids": [e.participant_id for e in people],
+            "tokens": [e.token for e in people],
+        },
+    )
+    assert response.status_code == 200, response.text
+    return TaskBatch.model_validate_json(response.content)
+
+
+async def test_a_batch_says_when_its_reporters_last_task_is_due(
+    client: httpx.AsyncClient,
+) -> None:
+    """``RoundTasks.final``: histoftree's label round (everyone has a cell round after it) is
+    not the last, its cell round is; each of user-mean's stages is its cohort's last."""
+    population = synthetic_population(400, 3, 4.0, mask="aligned", private=2, test_size=10)
+    study = await create_study(client, "histoftree", population.params(depth=2, bins=2), seed=9)
+    body = {
+        "epsilons": population.epsilon.tolist(),
+        "metadata": {k: v.tolist() for k, v in population.metadata.items()},
+    }
+    response = await client.post(f"/v1/studies/{study.id}/participants/batch", json=body)
+    people = EnrollmentBatch.model_validate_json(response.content).enrollments
+    await start(client, study.id)
+    [label] = (await batch_tasks(client, study.id, people)).reports
+    assert (label.round, label.final) == (0, False)
+    await submit_batch(client, study.id, 0, "scalar", people, [[0.5]] * len(people))
+    [cell] = (await batch_tasks(client, study.id, people)).reports
+    assert (cell.round, cell.final) == (1, True)
+
+    study_id, one, two = await user_mean(client)
+    [first] = (await batch_tasks(client, study_id, one + two)).reports
+    assert (first.round, first.final) == (0, True)
+    await submit_batch(client, study_id, 0, "histogram", one, [[0.5]] * len(one))
+    [second] = (await batch_tasks(client, study_id, one + two)).reports
+    assert (second.round, second.final) == (1, True)
+
+
 @pytest.mark.parametrize("hold", [None, 2])
 async def test_a_done_participant_is_told_at_once(
     client: httpx.AsyncClient, hold: float | None
@@ -189,9 +231,10 @@ async def test_batch_tasks_know_who_reported_in_a_round_however_its_block_is_cut
 async def every_task_agrees(
     client: httpx.AsyncClient, study_id: str, people: list[Enrollment]
 ) -> None:
-    """Each participant's own task is its item of the batch answer (``final`` and a done
-    participant's ``reported_rounds`` aside: batch answers do not say them), as worked out for
-    one participant by ``tasks._one_task``."""
+    """Each participant's own task is its item of the batch answer (a done participant's
+    ``reported_rounds`` aside: batch answers do not say them; ``final`` is said for a round's
+    reporters together, so an item that says it is final is final on its own too), as worked
+    out for one participant by ``tasks._one_task``."""
     response = await client.post(
         f"/v1/studies/{study_id}/tasks",
         json={
@@ -205,7 +248,8 @@ async def every_task_agrees(
     }
     for e in people:
         own = await task_of(client, study_id, e)
-        if isinstance(own, TaskReport):
+        item = batch[e.participant_id]
+        if isinstance(own, TaskReport) and isinstance(item, TaskReport) and not item.final:
             own = own.model_copy(update={"final": False})
         elif isinstance(own, TaskDone):
             own = own.model_copy(update={"reported_rounds": []})

@@ -256,7 +256,8 @@ class TaskReport(Model):
         description=(
             "true when, by the study's fixed plan, this participant has no task in any later "
             "round: it may stop once this report is stored, without asking for a task again; "
-            "false when it has one or when the server does not say (batch answers)"
+            "false when it has one or when the server does not say (a batch answer says it for "
+            "a round's participants together: ``RoundTasks.final``)"
         ),
     )
 
@@ -322,6 +323,14 @@ class RoundTasks(Model):
     participant_ids: list[int]
     groups: list[int]
     epsilons: list[float]
+    final: bool = Field(
+        default=False,
+        description=(
+            "true when, by the study's fixed plan, none of these participants has a task in any "
+            "later round: each may stop once its report is stored, without asking for a task "
+            "again (a block of them asks once less); false when some of them have one"
+        ),
+    )
 
     def task(self, i: int) -> TaskReport:
         """The task of the i-th participant listed."""
@@ -334,6 +343,7 @@ class RoundTasks(Model):
             group=self.groups[i],
             epsilon=self.epsilons[i],
             deadline=self.deadline,
+            final=self.final,
         )
 
 

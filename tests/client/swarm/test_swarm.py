@@ -110,6 +110,27 @@ async def test_swarm_reproduces_the_simulator(
     json.dumps(summary, allow_nan=False)
 
 
+@pytest.mark.parametrize(
+    ("name", "users", "rounds"), [("user-mean", 3000, 2), ("hetero-frequency", 1500, 1)]
+)
+async def test_a_block_asks_once_per_round_and_stops_after_its_last_report(
+    app: FastAPI, name: str, users: int, rounds: int
+) -> None:
+    """A batch answer says when its reporters' task is their last (``RoundTasks.final``): a
+    block asks for its tasks once per round it has members in (held while it waits), and not
+    again to learn that they are done."""
+    if name == "user-mean":
+        spec = PopulationSpec(users=users, samples=32, distribution="two-point")
+    else:
+        spec = PopulationSpec(users=users, distribution="categorical", items=6, epsilon=1.0)
+    batch = 500
+    run = await swarm(app, name, spec, 11, batch=batch)
+    blocks = -(-users // batch)
+    assert run.study.phase == "finished"
+    assert run.stats.report_requests == blocks * rounds
+    assert run.stats.task_requests == blocks * rounds + run.stats.waits
+
+
 async def test_leasing_swarms_share_one_study(app: FastAPI) -> None:
     spec = PopulationSpec(users=5000, samples=8, distribution="two-point", mean=-0.2)
     kw: dict[str, Any] = {"batch": 1000, "name": "shared", "lease": True}
