@@ -111,8 +111,9 @@ async def test_a_one_round_protocol_s_report_is_final(client: httpx.AsyncClient)
         assert found.final
 
 
-async def test_a_report_task_with_a_later_round_is_not_final(client: httpx.AsyncClient) -> None:
-    """histoftree: everyone reports a label (round 0), then a cell (round 1)."""
+async def histoftree_started(client: httpx.AsyncClient) -> tuple[str, list[Enrollment]]:
+    """A started histoftree study of 400 participants: everyone reports a label (round 0),
+    then a cell (round 1)."""
     population = synthetic_population(400, 3, 4.0, mask="aligned", private=2, test_size=10)
     study = await create_study(client, "histoftree", population.params(depth=2, bins=2), seed=9)
     body = {
@@ -122,11 +123,17 @@ async def test_a_report_task_with_a_later_round_is_not_final(client: httpx.Async
     response = await client.post(f"/v1/studies/{study.id}/participants/batch", json=body)
     people = EnrollmentBatch.model_validate_json(response.content).enrollments
     await start(client, study.id)
-    label = await task_of(client, study.id, people[0])
+    return study.id, people
+
+
+async def test_a_report_task_with_a_later_round_is_not_final(client: httpx.AsyncClient) -> None:
+    """histoftree: everyone reports a label (round 0), then a cell (round 1)."""
+    study_id, people = await histoftree_started(client)
+    label = await task_of(client, study_id, people[0])
     assert isinstance(label, TaskReport)
     assert (label.round, label.final) == (0, False)
-    await submit_batch(client, study.id, 0, "scalar", people, [[0.5]] * len(people))
-    cell = await task_of(client, study.id, people[0])
+    await submit_batch(client, study_id, 0, "scalar", people, [[0.5]] * len(people))
+    cell = await task_of(client, study_id, people[0])
     assert isinstance(cell, TaskReport)
     assert (cell.round, cell.final) == (1, True)
 
@@ -150,19 +157,11 @@ async def test_a_batch_says_when_its_reporters_last_task_is_due(
 ) -> None:
     """``RoundTasks.final``: histoftree's label round (everyone has a cell round after it) is
     not the last, its cell round is; each of user-mean's stages is its cohort's last."""
-    population = synthetic_population(400, 3, 4.0, mask="aligned", private=2, test_size=10)
-    study = await create_study(client, "histoftree", population.params(depth=2, bins=2), seed=9)
-    body = {
-        "epsilons": population.epsilon.tolist(),
-        "metadata": {k: v.tolist() for k, v in population.metadata.items()},
-    }
-    response = await client.post(f"/v1/studies/{study.id}/participants/batch", json=body)
-    people = EnrollmentBatch.model_validate_json(response.content).enrollments
-    await start(client, study.id)
-    [label] = (await batch_tasks(client, study.id, people)).reports
+    study_id, people = await histoftree_started(client)
+    [label] = (await batch_tasks(client, study_id, people)).reports
     assert (label.round, label.final) == (0, False)
-    await submit_batch(client, study.id, 0, "scalar", people, [[0.5]] * len(people))
-    [cell] = (await batch_tasks(client, study.id, people)).reports
+    await submit_batch(client, study_id, 0, "scalar", people, [[0.5]] * len(people))
+    [cell] = (await batch_tasks(client, study_id, people)).reports
     assert (cell.round, cell.final) == (1, True)
 
     study_id, one, two = await user_mean(client)
