@@ -30,6 +30,26 @@ def test_campaign_simulate_prints_what_simulate_campaign_returns(
     assert "cumulative ε per device: min 30, mean 30, max 30" in table
 
 
+def test_the_central_example_admits_what_its_comment_says(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """examples/campaigns/central-weekly-mean.yaml: a lifetime budget of 2 at δ = 1e-6 admits
+    five of seven daily central-wme-vector releases, composed by the PLD accountant."""
+    central = EXAMPLE.with_name("central-weekly-mean.yaml")
+    assert main(["campaign", "simulate", str(central), "--seed", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [o["enrolled"] for o in out["occurrences"]] == [20_000] * 5 + [0, 0]
+    assert 1.9 < min(out["devices"]) == max(out["devices"]) <= 2.0
+
+
+@pytest.mark.parametrize(
+    "example", sorted(EXAMPLE.parent.glob("*.yaml")), ids=lambda path: path.stem
+)
+def test_every_example_campaign_runs(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["campaign", "simulate", str(example), "--seed", "1"]) == 0
+    assert "cumulative ε" in capsys.readouterr().out
+
+
 def test_a_bad_campaign_file_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
