@@ -257,17 +257,7 @@ class _Due:
     def task(self) -> TaskReport:
         """The task the users share (``RoundTasks.task(0)``: each one's ε and group come from
         the arrays)."""
-        t = self.tasks
-        return TaskReport(
-            round=t.round,
-            name=t.name,
-            broadcast=t.broadcast,
-            payload_kind=t.payload_kind,
-            payload_shape=t.payload_shape,
-            group=int(self.groups[0]),
-            epsilon=float(self.epsilons[0]),
-            deadline=t.deadline,
-        )
+        return self.tasks.task_at(int(self.groups[0]), float(self.epsilons[0]))
 
 
 async def _run_block(agent: BlockAgent) -> None:

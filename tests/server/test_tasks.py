@@ -234,16 +234,8 @@ async def every_task_agrees(
     ``reported_rounds`` aside: batch answers do not say them; ``final`` is said for a round's
     reporters together, so an item that says it is final is final on its own too), as worked
     out for one participant by ``tasks._one_task``."""
-    response = await client.post(
-        f"/v1/studies/{study_id}/tasks",
-        json={
-            "participant_ids": [e.participant_id for e in people],
-            "tokens": [e.token for e in people],
-        },
-    )
-    assert response.status_code == 200, response.text
     batch = {
-        i.participant_id: i.task for i in TaskBatch.model_validate_json(response.content).items()
+        i.participant_id: i.task for i in (await batch_tasks(client, study_id, people)).items()
     }
     for e in people:
         own = await task_of(client, study_id, e)

@@ -334,14 +334,19 @@ class RoundTasks(Model):
 
     def task(self, i: int) -> TaskReport:
         """The task of the i-th participant listed."""
+        return self.task_at(self.groups[i], self.epsilons[i])
+
+    def task_at(self, group: int, epsilon: float) -> TaskReport:
+        """The task the listed participants share, for one in ``group`` charged ``epsilon``
+        (a caller holding the groups and ε's as arrays takes them from there)."""
         return TaskReport(
             round=self.round,
             name=self.name,
             broadcast=self.broadcast,
             payload_kind=self.payload_kind,
             payload_shape=self.payload_shape,
-            group=self.groups[i],
-            epsilon=self.epsilons[i],
+            group=group,
+            epsilon=epsilon,
             deadline=self.deadline,
             final=self.final,
         )
