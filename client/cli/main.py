@@ -137,12 +137,11 @@ def _run_protocols(args: argparse.Namespace) -> int:
         "parameters (default, range)",
         least,
     ):
+        # No min_width: rich's layout shrinks every column to fit and then widens the one with
+        # a minimum back to it, so the table came out wider than the console and its right edge
+        # was cut off. At the console's 200 columns the parameters still get 29, every name whole.
         table.add_column(
-            col,
-            overflow="fold",
-            ratio=3 if col in ("description", "unequal ε") else 1,
-            # one parameter a line, never folded mid-name
-            min_width=30 if col == "parameters (default, range)" else None,
+            col, overflow="fold", ratio=3 if col in ("description", "unequal ε") else 1
         )
     for p in catalogue["protocols"]:
         params = "\n".join(

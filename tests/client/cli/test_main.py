@@ -74,6 +74,24 @@ def test_protocols_table(catalogue: Mapping[str, Any], capsys: pytest.CaptureFix
     assert " ".join(ToyMean.heterogeneity.split()[:3]) in " ".join(out.split("│"))
 
 
+def test_protocols_table_is_not_cut_off(
+    catalogue: Mapping[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The table is laid out within the console it prints to (200 columns on a narrower
+    terminal): every line of it ends with the table's right border. A column with a minimum
+    width made rich widen it again after fitting the others, and cut the last column off."""
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(capsys, "protocols")
+    assert code == 0
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("┏"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("└"))
+    cut = [line for line in lines[start : end + 1] if line[-1] not in "┓┃┩│┤┘"]
+    assert not cut, f"{len(cut)} of the table's lines are cut off, e.g. {cut[0]!r}"
+
+
 def test_simulate_json(catalogue: Mapping[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(
         capsys,
