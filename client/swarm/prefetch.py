@@ -5,7 +5,8 @@ privatization is a sum and a noise draw; the 256 samples behind it are 256 draws
 device holds its data already. While the server enrolls the swarm's users and starts the study,
 the swarm has nothing else to do: ``Prefetch.draw_ahead`` draws its blocks' data then, block after
 block, in the event loop between the enrollment requests, and stops when the study starts (the
-agents draw what is left as they need it) or when ``budget`` bytes are held. ``data`` takes a
+agents draw what is left as they need it) or when ``budget`` bytes are held: by default what
+keeps the process under ``SWARM_MEMORY`` (``prefetch_budget``). ``data`` takes a
 block's users from what was drawn; a block's data are dropped once its agent is done
 (``release``).
 
@@ -17,17 +18,51 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import resource
+import sys
 
 import numpy as np
 
 from fedldp.client.population.build import Population
 from fedldp.protocol.core.base.records import IntArray, UserData
 
-__all__ = ["PREFETCH_BUDGET", "Prefetch"]
+__all__ = ["Prefetch", "prefetch_budget"]
 
-PREFETCH_BUDGET = 256 * 2**20
-"""Most bytes of local data a swarm process draws ahead (at 10^6 users × 256 samples the whole
-population's data are 2 GB; this keeps the swarm's peak RSS under 1 GiB)."""
+SWARM_MEMORY = 2**30
+"""The peak RSS a swarm process keeps under (issue 27: 1 GiB at 10^7 users): the draw-ahead takes
+what this leaves once the process's own memory and ``HEADROOM`` are counted."""
+
+HEADROOM = 384 * 2**20
+"""What a swarm process comes to hold beyond its drawn-ahead data and the memory it had when the
+drawing started: its agents' blocks, reports and request bodies, and the drawn data's pages,
+which the allocator keeps after a block is released. Measured at 10^7 users × 16 samples, 240
+MiB more during the rounds (10^6 × 256: 60 MiB); the rest is margin."""
+
+PREFETCH_MIN = 64 * 2**20
+"""The least a swarm draws ahead, however much memory it already holds."""
+
+
+def prefetch_budget(rss: int | None = None) -> int:
+    """The bytes of local data a swarm process may draw ahead when it holds ``rss`` bytes (its
+    resident memory now, by default): ``SWARM_MEMORY - HEADROOM - rss``, at least
+    ``PREFETCH_MIN``. At 10^6 users × 256 samples (2 GB of data in all) that is about 520 MiB, a
+    quarter of the population drawn while the server enrolls it; at 10^7 users × 16 samples,
+    whose metadata already hold 270 MiB, about 370 MiB."""
+    if rss is None:
+        rss = _resident_bytes()
+    return max(PREFETCH_MIN, SWARM_MEMORY - HEADROOM - rss)
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory in bytes: ``/proc/self/statm`` on Linux, elsewhere its peak
+    so far (``getrusage``, never less than the resident memory)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024  # bytes there, KiB elsewhere
 
 
 STEP_SAMPLES = 2**17
@@ -92,7 +127,7 @@ class Prefetch:
     by ``draw_ahead`` within ``budget`` bytes (see the module docstring)."""
 
     def __init__(
-        self, population: Population, slots: IntArray, block: int, budget: int = PREFETCH_BUDGET
+        self, population: Population, slots: IntArray, block: int, budget: int | None = None
     ) -> None:
         if block < 1:
             raise ValueError("block must be >= 1")
@@ -102,6 +137,7 @@ class Prefetch:
             raise ValueError("the slots must be increasing (a roster's order)")
         self.block = block
         self.budget = budget
+        """Bytes to draw ahead at most; None: ``prefetch_budget()`` when the drawing starts."""
         self._drawn: dict[int, _Drawn] = {}
         probe = population.data(self.slots[:1])  # the bytes of one sample, with its label
         labels = 0 if probe.labels is None else probe.labels.nbytes
@@ -111,11 +147,12 @@ class Prefetch:
         """Draw the blocks in order, yielding to the event loop after each, until the budget is
         held (run it as a task; cancel it when the agents start)."""
         held = 0
+        budget = prefetch_budget() if self.budget is None else self.budget
         samples = self.population.metadata["samples"]
         for i, a in enumerate(range(0, self.slots.size, self.block)):
             block = self.slots[a : a + self.block]
             held += int(samples[block].sum()) * self._sample_bytes
-            if held > self.budget:
+            if held > budget:
                 return
             parts: list[UserData] = []
             ends = np.cumsum(samples[block])

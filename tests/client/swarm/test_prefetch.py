@@ -48,7 +48,7 @@ def same(a: UserData, b: UserData) -> None:
         np.testing.assert_array_equal(a.labels, b.labels)
 
 
-def ahead(population: Any, slots: IntArray, block: int, budget: int = 2**30) -> Prefetch:
+def ahead(population: Any, slots: IntArray, block: int, budget: int | None = 2**30) -> Prefetch:
     prefetch = Prefetch(population, slots, block, budget)
     asyncio.run(prefetch.draw_ahead())
     return prefetch
@@ -105,6 +105,28 @@ def test_the_budget_bounds_what_is_drawn_ahead_and_release_drops_a_block() -> No
     assert counting.drawn == 214  # released: drawn again when asked
     same(prefetch.data(slots[100:103]), population.data(slots[100:103]))
     assert counting.drawn == 214  # block 1 is still held
+
+
+def test_the_default_budget_is_what_keeps_the_process_under_its_memory_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a budget, the draw-ahead takes what SWARM_MEMORY leaves beside the process's
+    resident memory and the agents' HEADROOM, read when the drawing starts."""
+    mib = 2**20
+    assert prefetch_module.prefetch_budget(100 * mib) == prefetch_module.SWARM_MEMORY - (
+        prefetch_module.HEADROOM + 100 * mib
+    )
+    assert prefetch_module.prefetch_budget(2**30) == prefetch_module.PREFETCH_MIN
+    assert 0 < prefetch_module._resident_bytes() < 2**40  # this process, read for real
+    population = built(UNIFORM, 7)
+    block_bytes = 100 * int(population.metadata["samples"][0]) * 8
+    # a process holding all but two blocks of the budget draws two blocks ahead
+    holds = prefetch_module.SWARM_MEMORY - prefetch_module.HEADROOM - 2 * block_bytes
+    monkeypatch.setattr(prefetch_module, "PREFETCH_MIN", 0)
+    monkeypatch.setattr(prefetch_module, "_resident_bytes", lambda: holds)
+    counting = Counting(population)
+    ahead(counting, np.arange(population.n, dtype=np.int64), block=100, budget=None)
+    assert counting.drawn == 1 + 200
 
 
 async def test_drawing_ahead_yields_to_the_event_loop() -> None:
