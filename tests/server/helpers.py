@@ -16,6 +16,7 @@ from fedldp.protocol.core.wire import (
     ErrorBody,
     RoundView,
     StudyView,
+    TaskBatch,
 )
 from fedldp.server.runtime.context import Context
 from fedldp.server.store import report_rows
@@ -24,6 +25,7 @@ from fedldp.server.store.tables import utcnow
 
 __all__ = [
     "app_context",
+    "batch_tasks",
     "create_study",
     "enroll",
     "expect_error",
@@ -99,6 +101,21 @@ async def submit_batch(
     response = await client.post(f"/v1/studies/{study_id}/reports/batch", json=body)
     assert response.status_code == 200, response.text
     return BatchReceipt.model_validate_json(response.content)
+
+
+async def batch_tasks(
+    client: httpx.AsyncClient, study_id: str, people: Sequence[Enrollment]
+) -> TaskBatch:
+    """The batch task answer for ``people`` (their ids and tokens in one request; 200 or fail)."""
+    response = await client.post(
+        f"/v1/studies/{study_id}/tasks",
+        json={
+            "participant_ids": [e.participant_id for e in people],
+            "tokens": [e.token for e in people],
+        },
+    )
+    assert response.status_code == 200, response.text
+    return TaskBatch.model_validate_json(response.content)
 
 
 async def round_of(client: httpx.AsyncClient, study_id: str, index: int) -> RoundView:

@@ -21,7 +21,14 @@ from fedldp.protocol.core.wire import (
     StudyView,
     Task,
 )
-from tests.server.helpers import create_study, enroll, expect_error, round_of, start
+from tests.server.helpers import (
+    batch_tasks,
+    create_study,
+    enroll,
+    expect_error,
+    round_of,
+    start,
+)
 
 TASK: TypeAdapter[Task] = TypeAdapter(Task)
 
@@ -507,14 +514,7 @@ async def test_leased_blocks_enrolled_in_any_order_start_the_study(
         )
         assert response.status_code == 200, response.text
         assert TASK.validate_json(response.content).kind == "wait"
-    tasks = await client.post(
-        f"/v1/studies/{study.id}/tasks",
-        json={
-            "participant_ids": [e.participant_id for e in late],
-            "tokens": [e.token for e in late],
-        },
-    )
-    assert tasks.status_code == 200, tasks.text
+    await batch_tasks(client, study.id, late)
     assert (await study_view(client, study.id)).phase == "enrolling"
 
     await enroll_lease(client, study.id, low)

@@ -23,7 +23,14 @@ from fedldp.protocol.core.wire import (
     TaskWait,
 )
 from fedldp.server.services import tasks as tasks_module
-from tests.server.helpers import create_study, enroll, expect_error, start, submit_batch
+from tests.server.helpers import (
+    batch_tasks,
+    create_study,
+    enroll,
+    expect_error,
+    start,
+    submit_batch,
+)
 
 TASK: TypeAdapter[Task] = TypeAdapter(Task)
 
@@ -138,20 +145,6 @@ async def test_a_report_task_with_a_later_round_is_not_final(client: httpx.Async
     assert (cell.round, cell.final) == (1, True)
 
 
-async def batch_tasks(
-    client: httpx.AsyncClient, study_id: str, people: list[Enrollment]
-) -> TaskBatch:
-    response = await client.post(
-        f"/v1/studies/{study_id}/tasks",
-        json={
-            "participant_ids": [e.participant_id for e in people],
-            "tokens": [e.token for e in people],
-        },
-    )
-    assert response.status_code == 200, response.text
-    return TaskBatch.model_validate_json(response.content)
-
-
 async def test_a_batch_says_when_its_reporters_last_task_is_due(
     client: httpx.AsyncClient,
 ) -> None:
@@ -186,16 +179,6 @@ async def test_a_done_participant_is_told_at_once(
     assert time.monotonic() - started < 1
 
 
-async def tasks_of(client: httpx.AsyncClient, study_id: str, people: list[Enrollment]) -> TaskBatch:
-    body = {
-        "participant_ids": [e.participant_id for e in people],
-        "tokens": [e.token for e in people],
-    }
-    answer = await client.post(f"/v1/studies/{study_id}/tasks", json=body)
-    assert answer.status_code == 200, answer.text
-    return TaskBatch.model_validate_json(answer.content)
-
-
 def reporting(batch: TaskBatch) -> set[int]:
     return {pid for tasks in batch.reports for pid in tasks.participant_ids}
 
@@ -209,22 +192,22 @@ async def test_batch_tasks_know_who_reported_in_a_round_however_its_block_is_cut
     study_id, one, _ = await user_mean(client)
     one.sort(key=lambda e: e.participant_id)
     every = {e.participant_id for e in one}
-    assert reporting(await tasks_of(client, study_id, one)) == every  # none reported: count 0
+    assert reporting(await batch_tasks(client, study_id, one)) == every  # none reported: count 0
     sent = [one[0], one[2], one[5]]  # the span's ends among them
     await submit_batch(client, study_id, 0, "histogram", sent, [[0.5]] * len(sent))
     unsent = every - {e.participant_id for e in sent}
-    assert reporting(await tasks_of(client, study_id, one)) == unsent  # some of the span
-    assert reporting(await tasks_of(client, study_id, one[1:5])) == unsent  # not the whole span
-    assert reporting(await tasks_of(client, study_id, [one[1], one[3]])) == {
+    assert reporting(await batch_tasks(client, study_id, one)) == unsent  # some of the span
+    assert reporting(await batch_tasks(client, study_id, one[1:5])) == unsent  # not the whole span
+    assert reporting(await batch_tasks(client, study_id, [one[1], one[3]])) == {
         one[1].participant_id,
         one[3].participant_id,
     }
-    assert reporting(await tasks_of(client, study_id, sent)) == set()  # not the whole span
+    assert reporting(await batch_tasks(client, study_id, sent)) == set()  # not the whole span
     rest = [e for e in one if e.participant_id in unsent]
     await submit_batch(client, study_id, 0, "histogram", rest[:2], [[0.5]] * 2)
     last = [e for e in one if e.participant_id in unsent][2:]
-    assert reporting(await tasks_of(client, study_id, one)) == {e.participant_id for e in last}
-    assert reporting(await tasks_of(client, study_id, one[:2])) == set()  # all of its span
+    assert reporting(await batch_tasks(client, study_id, one)) == {e.participant_id for e in last}
+    assert reporting(await batch_tasks(client, study_id, one[:2])) == set()  # all of its span
 
 
 async def every_task_agrees(
