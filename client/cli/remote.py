@@ -47,6 +47,7 @@ from fedldp.client.population.build import (
     population_spec_from_args,
 )
 from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.client.swarm.driving import MAX_THREADS
 from fedldp.client.swarm.run import SwarmResult, run_swarm
 from fedldp.client.swarm.server_process import ServerProcess, exec_server, free_port, sqlite_url
 from fedldp.client.swarm.spread import run_swarm_cluster
@@ -99,6 +100,13 @@ def _add_swarm_options(parser: argparse.ArgumentParser, *, default_batch: int | 
         )
     parser.add_argument(
         "--processes", type=int, default=1, metavar="K", help="worker processes (default 1)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="T",
+        help="threads privatizing the blocks of batch mode, per process (default: one per CPU, "
+        f"at most {MAX_THREADS})",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--progress", action="store_true", help="progress bars on stderr")
@@ -205,6 +213,7 @@ def _run_swarm(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             batch=args.batch,
             processes=args.processes,
+            threads=args.threads,
             progress=_progress(args),
             admin_key=args.admin_key,
             name=args.name,
@@ -240,6 +249,7 @@ def _run_swarm_cluster(
         admin_key=args.admin_key,
         concurrency=args.concurrency,
         batch=args.batch,
+        threads=args.threads,
         epsilon_min=args.epsilon_min,
         epsilon_max=args.epsilon_max,
         retry=retry,
@@ -377,6 +387,7 @@ def _run_run(args: argparse.Namespace) -> int:
                     concurrency=args.concurrency,
                     batch=args.batch,
                     processes=args.processes,
+                    threads=args.threads,
                     progress=_progress(args),
                 )
             )

@@ -17,6 +17,7 @@ reason.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from fedldp.client.swarm.driving import (
     DriveStats,
     Gate,
     WaitPolicy,
+    checked_threads,
     first_error,
     refuse_overspend,
     study_ended_error,
@@ -85,6 +87,7 @@ class BlockAgent(_Agent):
         # behaviour: users whose late answer is on its way are not asked for tasks meanwhile
         self.holding = np.zeros(len(roster), dtype=np.bool_)
         self.late_posts: list[asyncio.Task[None]] = []
+        self.asked = False  # whether the block has asked for tasks yet
 
     async def run(self) -> None:
         while True:
@@ -98,10 +101,20 @@ class BlockAgent(_Agent):
         ctx, roster = self.ctx, self.roster
         if not (self.active & ~self.holding).any():
             return None
-        # Outside the gate: a held poll must not keep other blocks from reporting (the pool has a
-        # connection per block beside the gate's, see run_swarm). The request is made in the
-        # call: the client keeps its bytes only, not its list of Python ints, through the poll.
-        answer = await ctx.api.tasks(ctx.study_id, self._ask(), hold=BATCH_HOLD_S)
+        if self.asked:
+            # Outside the gate: a held poll must not keep other blocks from reporting (the pool
+            # has a connection per block beside the gate's, see run_swarm). The request is made
+            # in the call: the client keeps its bytes only, not its list of Python ints, through
+            # the poll.
+            answer = await ctx.api.tasks(ctx.study_id, self._ask(), hold=BATCH_HOLD_S)
+        else:
+            # A block's first ask goes through the gate, after the reports waiting for it, and
+            # is answered at once: at the start every block asks, and the server, working out
+            # a hundred answers side by side, sent the first ones late while the reports of the
+            # blocks it had answered queued behind them (half a second of stage one at 10^6).
+            async with ctx.gate:
+                answer = await ctx.api.tasks(ctx.study_id, self._ask())
+            self.asked = True
         ctx.stats.task_requests += 1
         if answer.done and answer.phase in ("failed", "cancelled"):
             raise await study_ended_error(ctx.api, ctx.study_id)
@@ -146,8 +159,10 @@ class BlockAgent(_Agent):
             return
         task = due.task()
         # privatized once a slot is free (the payload rows of blocks queued for one are not held)
-        async with self.ctx.gate:
-            rows = refuse_overspend(self.block.respond, task, positions, epsilons, groups)
+        async with self.ctx.gate.urgent():
+            rows = await self.ctx.compute(
+                refuse_overspend, self.block.respond, task, positions, epsilons, groups
+            )
             if not late.all():
                 await self._post(tasks, positions[~late], rows[~late], LATE, gated=True)
         if late.any():  # in the background: the others go on to the next rounds meanwhile
@@ -179,7 +194,7 @@ class BlockAgent(_Agent):
         the gate (else this takes one)."""
         ctx, roster, k = self.ctx, self.roster, tasks.round
         try:
-            async with contextlib.nullcontext() if gated else ctx.gate:
+            async with contextlib.nullcontext() if gated else ctx.gate.urgent():
                 receipt = await self._send(tasks, positions, rows)
         except PhaseError as exc:
             if exc.code not in late_codes:
@@ -276,20 +291,31 @@ async def drive(
     batch: int | None,
     concurrency: int,
     waits: WaitPolicy | None = None,
+    threads: int | None = None,
 ) -> DriveStats:
     """Run ``roster``'s users until each is done: one agent per user (``batch`` None) or one
-    ``BlockAgent`` per block of ``batch`` consecutive users."""
+    ``BlockAgent`` per block of ``batch`` consecutive users, privatized on ``threads`` threads
+    (default ``default_threads()``; 1: on the event loop's thread). A block's payloads are the
+    same on any thread: every user draws from its own stream."""
     ctx = DriveContext(api, study_id, Gate(concurrency), waits or WaitPolicy(), DriveStats())
     if batch is not None and batch < 1:
         raise ValueError("batch size must be >= 1")
+    threads = checked_threads(threads, batch)
     try:
         if batch is None:
             await run_users(ctx, roster, privatizer)
         else:
-            async with asyncio.TaskGroup() as group:
-                for start in range(0, len(roster), batch):
-                    agent = BlockAgent(ctx, roster.part(start, start + batch), privatizer)
-                    group.create_task(_run_block(agent))
+            with contextlib.ExitStack() as stack:
+                if threads > 1:
+                    ctx.pool = concurrent.futures.ThreadPoolExecutor(
+                        threads, thread_name_prefix="fedldp-privatize"
+                    )
+                    # a failed swarm does not wait for blocks still privatizing
+                    stack.callback(ctx.pool.shutdown, wait=False, cancel_futures=True)
+                async with asyncio.TaskGroup() as group:
+                    for start in range(0, len(roster), batch):
+                        agent = BlockAgent(ctx, roster.part(start, start + batch), privatizer)
+                        group.create_task(_run_block(agent))
     except BaseExceptionGroup as errors:
         raise first_error(errors) from None
     return ctx.stats

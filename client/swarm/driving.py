@@ -1,15 +1,18 @@
 """What the swarm's agents share in one process: the API client, the study, the request gate, the
-wait policy and the counters (``fedldp.client.swarm.agents`` for blocks of users,
-``fedldp.client.swarm.peruser`` for one agent per user).
+wait policy, the threads that privatize and the counters (``fedldp.client.swarm.agents`` for
+blocks of users, ``fedldp.client.swarm.peruser`` for one agent per user).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
+import functools
+import os
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
 
@@ -22,11 +25,14 @@ __all__ = [
     "BATCH_HOLD_S",
     "DELIBERATELY_LATE",
     "LATE",
+    "MAX_THREADS",
     "TASK_HOLD_S",
     "DriveContext",
     "DriveStats",
     "Gate",
     "WaitPolicy",
+    "checked_threads",
+    "default_threads",
     "ended",
     "first_error",
     "refuse_overspend",
@@ -40,6 +46,9 @@ BATCH_HOLD_S = 10.0
 """How long a block's task request may wait (the server's most, ``MAX_HOLD_S``): each block
 polls for the next round as soon as it reported, and every poll that comes back "wait" is a
 batch answer worked out again (at 10^7 users, 1,000 blocks' polls through a round)."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 LATE = frozenset({"round_closed", "wrong_round"})
 """Report answers that mean "too late for that round" (it closed at its deadline): a dropout."""
@@ -123,6 +132,15 @@ class Gate:
     async def __aexit__(self, *exc_info: object) -> None:
         self.leave()
 
+    @contextlib.asynccontextmanager
+    async def urgent(self) -> AsyncIterator[None]:
+        """A slot taken as ``async with gate`` does, before the others waiting."""
+        await self.enter(urgent=True)
+        try:
+            yield
+        finally:
+            self.leave()
+
     def leave(self) -> None:
         for queue in self._queues:
             while queue:
@@ -133,6 +151,31 @@ class Gate:
         self.free += 1
 
 
+MAX_THREADS = 4
+"""The most threads a swarm process privatizes on by default (``default_threads``)."""
+
+
+def default_threads() -> int:
+    """Threads a batch-mode swarm process privatizes its blocks on: one per CPU, at most
+    ``MAX_THREADS``. Drawing a block's data and privatizing it is numpy work, which leaves the
+    interpreter lock to the other threads and to the event loop, so a swarm uses the cores its
+    server leaves idle; each thread holds one block's data at a time."""
+    return max(1, min(MAX_THREADS, os.cpu_count() or 1))
+
+
+def checked_threads(threads: int | None, batch: int | None) -> int:
+    """The threads a swarm process privatizes on: ``threads``, by default ``default_threads()``
+    (1 without ``batch``: one agent per user privatizes one user at a time). ValueError if
+    ``threads`` is below 1 or given without batch mode."""
+    if threads is None:
+        return 1 if batch is None else default_threads()
+    if batch is None:
+        raise ValueError("threads apply to batch mode: give a batch size too")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    return threads
+
+
 @dataclass
 class DriveContext:
     api: ApiClient
@@ -141,6 +184,15 @@ class DriveContext:
     waits: WaitPolicy
     stats: DriveStats
     rng: random.Random = field(default_factory=random.Random)
+    pool: concurrent.futures.Executor | None = None
+    """Where blocks are privatized; None: on the event loop's thread."""
+
+    async def compute(self, function: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """``function(*args, **kwargs)`` on the pool's threads (awaited), or here without one."""
+        if self.pool is None:
+            return function(*args, **kwargs)
+        call = functools.partial(function, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, call)
 
 
 def ended(task: TaskDone) -> bool:
@@ -153,10 +205,6 @@ async def study_ended_error(api: ApiClient, study_id: str) -> SwarmError:
     study = await api.study(study_id)
     reason = study.failure_reason or "no reason given"
     return SwarmError(f"study_{study.phase}", f"study {study_id} {study.phase}: {reason}")
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def refuse_overspend(respond: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:

@@ -60,6 +60,7 @@ from fedldp.client.population.ranges import check_data_range
 from fedldp.client.results import plain, result_summary
 from fedldp.client.seeds import noise_seed, occurrence_study_seed, population_digest
 from fedldp.client.swarm.agents import DriveStats, Roster, SwarmError, WaitPolicy, drive
+from fedldp.client.swarm.driving import checked_threads
 from fedldp.client.swarm.enrolling import (
     check_served,
     enroll,
@@ -294,6 +295,7 @@ class _Job:
     concurrency: int
     retry: RetryPolicy | None
     behaviour: Behaviour | None = None
+    threads: int | None = None
 
 
 def _work(job: _Job) -> DriveStats:
@@ -316,6 +318,7 @@ async def _work_async(job: _Job) -> DriveStats:
             privatizer,
             batch=job.batch,
             concurrency=job.concurrency,
+            threads=job.threads,
         )
 
 
@@ -350,6 +353,7 @@ async def run_swarm(
     concurrency: int | None = None,
     batch: int | None = None,
     processes: int = 1,
+    threads: int | None = None,
     progress: bool | None = None,
     admin_key: str | None = None,
     name: str | None = None,
@@ -369,9 +373,11 @@ async def run_swarm(
     Give either ``create=(protocol, params)`` (a new study, seeded from ``seed``) or ``study_id``
     (an existing, empty study). ``batch`` None runs one agent per user on the single-participant
     endpoints with ``concurrency`` requests in flight (default 64); ``batch=B`` runs blocks of B
-    users on the batch endpoints (default 8 requests in flight). ``progress`` None shows progress
-    bars when stderr is a terminal. ``transport`` (tests) replaces the network; it cannot be
-    combined with ``processes`` > 1.
+    users on the batch endpoints (default 8 requests in flight), privatized on ``threads`` threads
+    per process (default: one per CPU, at most 4, ``default_threads`` in
+    ``fedldp.client.swarm.driving``). ``progress`` None shows progress bars when stderr is a
+    terminal. ``transport`` (tests) replaces the network; it cannot be combined with
+    ``processes`` > 1.
 
     ``lease=True`` (with ``create`` and a ``name``) lets several swarms share one study: the
     first creates it (enrollment target = the population size), the others (same seed,
@@ -398,6 +404,7 @@ async def run_swarm(
         raise ValueError(f"batch must lie in [1, {MAX_BATCH}]")
     if processes < 1 or (processes > 1 and transport is not None):
         raise ValueError("processes must be >= 1 (and 1 with a custom transport)")
+    checked_threads(threads, batch)
     pop, digest = _population(population, seed, behaviour)
     roles = _roles(behaviour, pop.population_seed)
     if roles is not None and roles.behaviour.join_late > 0 and lease:
@@ -500,6 +507,7 @@ async def run_swarm(
                         batch=batch,
                         concurrency=concurrency,
                         waits=waits,
+                        threads=threads,
                     )
                 else:
                     stats = await _drive_in_processes(
@@ -515,6 +523,7 @@ async def run_swarm(
                                 concurrency,
                                 retry,
                                 behaviour,
+                                threads,
                             )
                             for lo, hi in _bounds(len(roster), processes)
                         ]

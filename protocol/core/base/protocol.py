@@ -279,7 +279,9 @@ class Protocol(ABC, Generic[ParamsT]):
         user axis), so a user's report depends only on its data, ε, group, the task and its own
         stream, never on who else is in the block. It must satisfy ε-LDP for each user at the
         ε it is charged (the privacy audit checks it). ``ValueError`` for data it cannot
-        privatize (outside the declared domain), never a report computed from it."""
+        privatize (outside the declared domain), never a report computed from it. The swarm
+        calls it for several blocks at once from threads of its own: it keeps no state between
+        calls."""
 
     def check(
         self, params: ParamsT, task: RoundTask, epsilon: FloatArray, payloads: FloatArray

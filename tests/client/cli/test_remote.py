@@ -119,6 +119,14 @@ def test_cli_errors_are_one_line_with_the_code(
     assert code == 2
     assert "nope" in err
     assert "Traceback" not in err
+    swarm = ["swarm", "--server", server, "--create", "user-mean", "--users", "9", "--seed", "1"]
+    for extra, says in (
+        (["--threads", "2"], "threads apply to batch mode"),
+        (["--threads", "0", "--batch", "3"], "threads must be >= 1, got 0"),
+    ):
+        code, _, err = run_cli(capsys, *swarm, *extra)
+        assert code == 2
+        assert err.startswith(f"error: {says}"), err
 
 
 def test_a_swarm_with_another_population_is_refused_not_answered(

@@ -6,8 +6,12 @@ server process in tests/e2e/test_e2e.py.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import pickle
 import random
+import threading
+from typing import Any
 
 import httpx
 import numpy as np
@@ -18,10 +22,25 @@ from hypothesis import strategies as st
 from fedldp.client.api.client import ApiClient, PhaseError
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population
-from fedldp.client.swarm.agents import Roster, SwarmError, WaitPolicy, drive, first_error
-from fedldp.client.swarm.user import Privatizer
+from fedldp.client.swarm.agents import (
+    DriveStats,
+    Roster,
+    SwarmError,
+    WaitPolicy,
+    drive,
+    first_error,
+)
+from fedldp.client.swarm.driving import MAX_THREADS, checked_threads
+from fedldp.client.swarm.user import Privatizer, UserBlock
 from fedldp.protocol.catalogue import get_protocol
-from fedldp.protocol.core.wire import BlockToken, Credentials, RoundTasks, TaskBatch
+from fedldp.protocol.core.wire import (
+    BatchReceipt,
+    BlockToken,
+    Credentials,
+    RoundTasks,
+    TaskBatch,
+)
+from fedldp.server.web.binary import decode_batch
 
 
 @given(
@@ -145,3 +164,124 @@ async def test_a_block_whose_round_closed_first_is_late_not_failed(code: str, la
         stats = await drive(api, "s", roster, privatizer, batch=4, concurrency=1)
     assert asked == ["tasks", "batch", "tasks"]
     assert (stats.reports, stats.late, stats.report_requests) == (0, 4, 1)
+
+
+class FakeServer:
+    """A study of one round over ``users`` users, answered by hand (``httpx.MockTransport``):
+    every user's report task at ε ``charge`` on its first ask, "done" after; each batch's
+    payload rows are kept by participant id. Counts the requests in flight that go through the
+    swarm's gate (first asks and reports), the most at once, and each ask's ``hold``."""
+
+    def __init__(self, users: int, charge: float = 1.0) -> None:
+        self.users, self.charge = users, charge
+        self.asked: set[int] = set()
+        self.holds: list[tuple[bool, str | None]] = []  # (a block's first ask, its hold)
+        self.rows: dict[int, float] = {}
+        self.gated = self.most = 0
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        body, _ = decode_batch(request.content, values=10**6)
+        ids = [int(i) for i in body["participant_ids"]]
+        first = request.url.path.endswith("/tasks") and ids[0] not in self.asked
+        gated = first or request.url.path.endswith("/batch")
+        self.gated += gated
+        self.most = max(self.most, self.gated)
+        await asyncio.sleep(0.01)  # the others get to send theirs meanwhile
+        self.gated -= gated
+        if request.url.path.endswith("/batch"):
+            self.rows.update(zip(ids, np.ravel(body["payloads"]).tolist(), strict=True))
+            receipt = BatchReceipt(round=0, accepted=len(ids), duplicates=0, rejected=0, items=[])
+            return httpx.Response(200, content=receipt.model_dump_json())
+        self.holds.append((first, request.url.params.get("hold")))
+        if not first:
+            return httpx.Response(
+                200, content=TaskBatch(phase="finished", done=ids).model_dump_json()
+            )
+        self.asked.update(ids)
+        tasks = RoundTasks(
+            round=0,
+            name="mean",
+            broadcast={"lo": -1.0, "hi": 1.0},
+            payload_kind="scalar",
+            payload_shape=[],
+            deadline=None,
+            participant_ids=ids,
+            groups=[0] * len(ids),
+            epsilons=[self.charge] * len(ids),
+        )
+        return httpx.Response(
+            200, content=TaskBatch(phase="running", reports=[tasks]).model_dump_json()
+        )
+
+
+async def drive_fake(server: FakeServer, **options: Any) -> DriveStats:
+    n = server.users
+    population = build_population(PopulationSpec(users=n, samples=4), seed=3)
+    protocol = get_protocol("hetero-mean-laplace")
+    params = protocol.parse_params(fill_from_population(protocol, {}, population))
+    roster = Roster(np.arange(n), list(range(n)), [f"t{i}" for i in range(n)], np.ones(n))
+    privatizer = Privatizer(protocol, params, population, population.population_seed)
+    async with ApiClient("http://fedldp.test", transport=httpx.MockTransport(server)) as api:
+        return await drive(api, "s", roster, privatizer, **options)
+
+
+async def test_a_block_s_first_ask_waits_for_the_gate_and_is_answered_at_once() -> None:
+    """At the start every block asks for its tasks: those first asks go through the gate (after
+    the reports waiting for it) and are not held, so that the server works out a few answers at
+    a time and the blocks it answered get their reports in; a block's later asks are held
+    polls, outside the gate."""
+    server = FakeServer(users=12)
+    stats = await drive_fake(server, batch=2, concurrency=2)
+    assert stats.reports == 12
+    assert server.most == 2  # never more first asks and reports in flight than the gate's 2
+    assert sorted(server.holds) == [(False, "10")] * 6 + [(True, None)] * 6
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+async def test_blocks_are_privatized_on_threads_of_their_own(
+    threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``threads`` > 1: each block's privatization runs on one of the swarm's threads (the event
+    loop goes on meanwhile); the payloads are the same, bit for bit, on whichever thread."""
+    where: list[str] = []
+    respond = UserBlock.respond
+
+    def spy(self: UserBlock, *args: Any) -> Any:
+        where.append(threading.current_thread().name)
+        return respond(self, *args)
+
+    monkeypatch.setattr(UserBlock, "respond", spy)
+    server = FakeServer(users=12)
+    await drive_fake(server, batch=3, concurrency=4, threads=threads)
+    alone = FakeServer(users=12)
+    monkeypatch.setattr(UserBlock, "respond", respond)
+    await drive_fake(alone, batch=12, concurrency=1, threads=1)
+    assert server.rows == alone.rows  # the same payload for every user
+    assert len(where) == 4
+    if threads == 1:
+        assert set(where) == {threading.current_thread().name}
+    else:
+        assert all(name.startswith("fedldp-privatize") for name in where)
+
+
+async def test_an_overspend_found_on_a_thread_stops_the_swarm() -> None:
+    server = FakeServer(users=4, charge=2.0)  # each user declared ε = 1
+    with pytest.raises(SwarmError) as refused:
+        await drive_fake(server, batch=2, concurrency=2, threads=2)
+    assert refused.value.code == "budget_exceeded"
+    assert server.rows == {}  # nothing privatized was sent
+
+
+def test_threads_apply_to_batch_mode_and_number_at_least_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert checked_threads(None, 100) == MAX_THREADS
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert checked_threads(None, 100) == 1
+    assert checked_threads(None, None) == 1  # one agent per user
+    assert checked_threads(6, 100) == 6
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        checked_threads(0, 100)
+    with pytest.raises(ValueError, match="batch mode"):
+        checked_threads(2, None)
