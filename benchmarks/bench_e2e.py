@@ -17,7 +17,9 @@ batch mode against it; then simulates the same seed in process (the median of th
 time went (from the server's own timestamps: enrollment and start, each round from opening to
 closing), the CPU seconds and peak RSS of the server (all its processes) and of the swarm, the
 database's bytes per stored report (its size once the study finished and the server stopped,
-everything in it, over the reports stored), and checks that every run gives the in-process
+everything in it, over the reports stored), the CPU seconds swarm and server spent together
+against the in-process run's (the swarm privatizes on ``--threads`` threads, by default one per
+CPU up to 4: the ratio judged is of wall times), and checks that every run gives the in-process
 estimate (1e-9 relative, docs/architecture.md). Each swarm runs in a process of its own (spawned:
 it builds its population from the spec and seed, as ``fedldp swarm`` does), and so does the
 in-process simulation, so that each peak RSS is that run's alone (``ru_maxrss`` of the process,
@@ -31,7 +33,8 @@ below 10^6 users and <= 1.5 from 10^6 on; at 10^6 users and more the peak RSS: s
 
     python benchmarks/bench_e2e.py [--study user-mean|user-sgd] [--users N] [--samples M]
                                    [--workers K[,K...]] [--batch B] [--concurrency C]
-                                   [--processes P] [--seed S] [--database sqlite|postgres]
+                                   [--processes P] [--threads T] [--seed S]
+                                   [--database sqlite|postgres]
                                    [--no-targets]
 """
 
@@ -61,6 +64,7 @@ import psycopg
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.client.swarm.agents import DriveStats
+from fedldp.client.swarm.driving import checked_threads
 from fedldp.client.swarm.run import DEFAULT_CONCURRENCY, run_swarm
 from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
@@ -106,6 +110,7 @@ class LocalRun:
     """What the in-process simulation's process sends back."""
 
     times: list[float]
+    cpu_s: list[float]  # each run's CPU seconds (user + system)
     estimate: Any
     rss_mib: float
 
@@ -189,6 +194,7 @@ def _swarm_process(args: argparse.Namespace, url: str, params: dict[str, Any]) -
             batch=args.batch,
             concurrency=args.concurrency,
             processes=args.processes,
+            threads=args.threads,
             progress=False,
         )
     )
@@ -202,11 +208,13 @@ def _local_process(args: argparse.Namespace, params: dict[str, Any], runs: int) 
     population = build_population(_spec(args), args.seed)
     protocol = get_protocol(args.study)
     times: list[float] = []
+    cpu: list[float] = []
     for _ in range(runs):
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), _own_usage(False)[0]
         local = simulate(protocol, protocol.parse_params(params), population, args.seed)
         times.append(time.perf_counter() - started)
-    return LocalRun(times, local.result.estimate, _own_usage(False)[1])
+        cpu.append(_own_usage(False)[0] - cpu_before)
+    return LocalRun(times, cpu, local.result.estimate, _own_usage(False)[1])
 
 
 @contextlib.contextmanager
@@ -284,9 +292,11 @@ def report(args: argparse.Namespace, h: HttpRun, in_process: float) -> bool:
     """Print one HTTP run; whether its RSS targets (at 10^6 users) are met."""
     run = h.run
     ratio = run.elapsed_s / in_process
+    threads = checked_threads(args.threads, args.batch)  # as the swarm worked them out
     print(
         f"  over HTTP, {h.workers} worker(s): {run.elapsed_s:8.2f} s  (batch {args.batch}, "
-        f"concurrency {args.concurrency}, {args.processes} proc.)  ratio {ratio:.2f}"
+        f"concurrency {args.concurrency}, {args.processes} proc., {threads} thread(s))  "
+        f"ratio {ratio:.2f}"
     )
     accounted = 0.0
     if h.rounds and h.rounds[0].opened_at is not None:
@@ -352,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         "--concurrency", type=int, default=DEFAULT_CONCURRENCY["batch"], help="the swarm's default"
     )
     parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="the swarm's privatizing threads per process (default: the swarm's, one per CPU "
+        "up to 4)",
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--database",
@@ -391,6 +407,15 @@ def main(argv: list[str] | None = None) -> int:
         f"  in process : {in_process:8.2f} s  (median of {len(times)}; its process's peak RSS "
         f"{local.rss_mib:.0f} MiB)"
     )
+    # the swarm privatizes on several threads and the server runs beside it: wall time is the
+    # ratio judged, and the CPU both spent is printed beside the in-process run's
+    local_cpu = statistics.median(local.cpu_s)
+    for h in runs:
+        spent = h.swarm_cpu_s + h.server_cpu_s
+        print(
+            f"  CPU, {h.workers} worker(s): swarm + server {spent:.2f} s = "
+            f"{spent / local_cpu:.2f} x the in-process run's {local_cpu:.2f} s"
+        )
     # as bench_peruser: the target is the server's best worker count on this database and
     # machine (on SQLite with 2 cores, which the swarm shares, one worker; see
     # docs/benchmarks.md); at 10^6 users issue 15 sets targets for the peak RSS only, and the
