@@ -34,6 +34,7 @@ from fedldp.client.swarm.driving import (
     DriveContext,
     DriveStats,
     Gate,
+    Told,
     WaitPolicy,
     checked_threads,
     first_error,
@@ -88,6 +89,7 @@ class BlockAgent(_Agent):
         self.holding = np.zeros(len(roster), dtype=np.bool_)
         self.late_posts: list[asyncio.Task[None]] = []
         self.asked = False  # whether the block has asked for tasks yet
+        self.told: Told | None = None  # the study's state when the block was last told to wait
 
     async def run(self) -> None:
         while True:
@@ -101,12 +103,15 @@ class BlockAgent(_Agent):
         ctx, roster = self.ctx, self.roster
         if not (self.active & ~self.holding).any():
             return None
-        if self.asked:
+        held = self.asked
+        if held:
             # Outside the gate: a held poll must not keep other blocks from reporting (the pool
             # has a connection per block beside the gate's, see run_swarm). The request is made
             # in the call: the client keeps its bytes only, not its list of Python ints, through
-            # the poll.
-            answer = await ctx.api.tasks(ctx.study_id, self._ask(), hold=BATCH_HOLD_S)
+            # the poll. A block told to wait lets another block's poll watch for it (Quiet).
+            await ctx.quiet.wait_unless_polled(self.told)
+            with ctx.quiet.poll():
+                answer = await ctx.api.tasks(ctx.study_id, self._ask(), hold=BATCH_HOLD_S)
         else:
             # A block's first ask goes through the gate, after the reports waiting for it, and
             # is answered at once: at the start every block asks, and the server, working out
@@ -123,6 +128,10 @@ class BlockAgent(_Agent):
         # answers at 10^7 users held 600 MB of Python ints while the blocks queued (issue 27)
         due = [_Due.of(tasks, roster) for tasks in sorted(answer.reports, key=lambda rt: rt.round)]
         changed, retry_after = bool(answer.reports or answer.done), answer.retry_after_s
+        waits = not changed and bool(answer.waiting)
+        self.told = (answer.phase, answer.wait_reason) if waits else None
+        if held:  # a first ask's tasks say nothing of the study moving on; a held poll's do
+            ctx.quiet.saw(self.told)
         del answer
         for tasks in due:
             await self._report(tasks)

@@ -172,8 +172,11 @@ class FakeServer:
     payload rows are kept by participant id. Counts the requests in flight that go through the
     swarm's gate (first asks and reports), the most at once, and each ask's ``hold``."""
 
-    def __init__(self, users: int, charge: float = 1.0) -> None:
+    def __init__(self, users: int, charge: float = 1.0, quiet_s: float = 0.0) -> None:
         self.users, self.charge = users, charge
+        self.quiet_s = quiet_s  # held asks are told to wait this long after the first one
+        self.quiet_until: float | None = None
+        self.told_to_wait = 0
         self.asked: set[int] = set()
         self.holds: list[tuple[bool, str | None]] = []  # (a block's first ask, its hold)
         self.rows: dict[int, float] = {}
@@ -194,9 +197,16 @@ class FakeServer:
             return httpx.Response(200, content=receipt.model_dump_json())
         self.holds.append((first, request.url.params.get("hold")))
         if not first:
-            return httpx.Response(
-                200, content=TaskBatch(phase="finished", done=ids).model_dump_json()
-            )
+            now = asyncio.get_running_loop().time()
+            if self.quiet_until is None:
+                self.quiet_until = now + self.quiet_s
+            if now < self.quiet_until:  # a held poll that found the study had not moved on
+                await asyncio.sleep(0.05)
+                self.told_to_wait += 1
+                wait = TaskBatch(phase="running", waiting=ids, wait_reason="round 0 is in progress")
+                return httpx.Response(200, content=wait.model_dump_json())
+            done = TaskBatch(phase="finished", done=ids)
+            return httpx.Response(200, content=done.model_dump_json())
         self.asked.update(ids)
         tasks = RoundTasks(
             round=0,
@@ -285,3 +295,19 @@ def test_threads_apply_to_batch_mode_and_number_at_least_one(
         checked_threads(0, 100)
     with pytest.raises(ValueError, match="batch mode"):
         checked_threads(2, None)
+
+
+async def test_blocks_told_to_wait_let_one_held_poll_watch_for_them() -> None:
+    """Held polls that come back "wait" (the study has not moved on) are asked again by one
+    block at a time, not by every block (``Quiet``): at 10^7 users a thousand blocks asking
+    again every ten seconds were most of the server's work in stage one."""
+    server = FakeServer(users=40, quiet_s=0.6)
+    waits = WaitPolicy(min_delay=0.01, max_delay=0.01)
+    # a block left waiting with nobody polling for it would wait forever
+    stats = await asyncio.wait_for(drive_fake(server, batch=4, concurrency=4, waits=waits), 30)
+    blocks = 10
+    assert stats.reports == 40
+    # every block polls once it has reported, then one at a time, ~0.06 s each, through the
+    # rest of the 0.6 s: every block asking again after each answer would be ten times as many
+    assert 0 < server.told_to_wait <= blocks + 2 * 0.6 / 0.05
+    assert stats.task_requests == blocks * 2 + server.told_to_wait  # first, watched, last asks
