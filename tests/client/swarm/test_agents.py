@@ -120,6 +120,21 @@ def test_errors_cross_process_boundaries(error: Exception) -> None:
     assert str(back) == str(error)
 
 
+def mean_tasks(ids: list[int], charge: float = 1.0) -> RoundTasks:
+    """Round 0 of a hetero-mean study for ``ids``, each charged ``charge``."""
+    return RoundTasks(
+        round=0,
+        name="mean",
+        broadcast={"lo": -1.0, "hi": 1.0},
+        payload_kind="scalar",
+        payload_shape=[],
+        deadline=None,
+        participant_ids=ids,
+        groups=[0] * len(ids),
+        epsilons=[charge] * len(ids),
+    )
+
+
 @pytest.mark.parametrize(("code", "late"), [("round_closed", True), ("study_not_running", False)])
 async def test_a_block_whose_round_closed_first_is_late_not_failed(code: str, late: bool) -> None:
     """A batch refused whole because its round closed (at the deadline, or completed by this
@@ -128,17 +143,7 @@ async def test_a_block_whose_round_closed_first_is_late_not_failed(code: str, la
     population = build_population(PopulationSpec(users=4, samples=2), seed=3)
     protocol = get_protocol("hetero-mean-laplace")
     params = protocol.parse_params(fill_from_population(protocol, {}, population))
-    tasks = RoundTasks(
-        round=0,
-        name="mean",
-        broadcast={"lo": -1.0, "hi": 1.0},
-        payload_kind="scalar",
-        payload_shape=[],
-        deadline=None,
-        participant_ids=[0, 1, 2, 3],
-        groups=[0] * 4,
-        epsilons=[1.0] * 4,
-    )
+    tasks = mean_tasks([0, 1, 2, 3])
     asked: list[str] = []
 
     def server(request: httpx.Request) -> httpx.Response:
@@ -208,17 +213,7 @@ class FakeServer:
             done = TaskBatch(phase="finished", done=ids)
             return httpx.Response(200, content=done.model_dump_json())
         self.asked.update(ids)
-        tasks = RoundTasks(
-            round=0,
-            name="mean",
-            broadcast={"lo": -1.0, "hi": 1.0},
-            payload_kind="scalar",
-            payload_shape=[],
-            deadline=None,
-            participant_ids=ids,
-            groups=[0] * len(ids),
-            epsilons=[self.charge] * len(ids),
-        )
+        tasks = mean_tasks(ids, self.charge)
         return httpx.Response(
             200, content=TaskBatch(phase="running", reports=[tasks]).model_dump_json()
         )
