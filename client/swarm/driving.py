@@ -46,7 +46,8 @@ TASK_HOLD_S = 5.0
 BATCH_HOLD_S = 10.0
 """How long a block's task request may wait (the server's most, ``MAX_HOLD_S``): each block
 polls for the next round as soon as it reported, and every poll that comes back "wait" is a
-batch answer worked out again (at 10^7 users, 1,000 blocks' polls through a round)."""
+batch answer worked out again (at 10^7 users, 1,000 blocks' polls through a round, until
+``Quiet`` had the waiting blocks share one)."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
