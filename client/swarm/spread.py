@@ -33,7 +33,7 @@ from fedldp.client.api.errors import SwarmError
 from fedldp.client.cluster import connect, worker_count
 from fedldp.client.population.build import AnyPopulation, PopulationSpec, build_population
 from fedldp.client.population.features import SemiFeaturePopulation
-from fedldp.client.swarm.driving import DriveStats
+from fedldp.client.swarm.driving import DriveStats, checked_threads
 from fedldp.client.swarm.enrolling import study_named
 from fedldp.client.swarm.progress import SwarmProgress, watch_study
 from fedldp.client.swarm.run import SwarmResult, final_result, run_swarm_sync
@@ -84,6 +84,7 @@ def run_swarm_cluster(
     for option in ("processes", "lease", "study_id", "transport"):
         if option in options:
             raise ValueError(f"{option} does not apply to a cluster swarm")
+    checked_threads(options.get("threads"), options.get("batch"))  # here, not on the workers
     name = name or f"swarm-{uuid.uuid4().hex[:12]}"
     local = build_population(population, seed)  # the truth stays with the driver
     shared = {

@@ -105,6 +105,8 @@ def test_a_failing_part_stops_the_run_with_its_error(server: ServerProcess, sche
     [
         (["--study", "abc"], "--cluster needs --create"),
         (["--create", "user-mean", "--processes", "2"], "no --processes or --lease"),
+        (["--create", "user-mean", "--threads", "2"], "threads apply to batch mode"),
+        (["--create", "user-mean", "--batch", "--threads", "0"], "threads must be >= 1"),
     ],
 )
 def test_options_that_do_not_fit_are_refused_before_anything_runs(
