@@ -68,7 +68,10 @@ __all__ = ["submit_batch", "submit_many"]
 class _Outcome:
     errors: list[FedldpError | None]  # each report's refusal; None: accepted or duplicate
     duplicates: set[int]
-    stored: dict[int, tuple[str, datetime]]  # digest and time of each accepted or duplicate
+    stored: dict[int, tuple[str, datetime]]
+    """Digest and time of each accepted or duplicate report, where receipts were asked for
+    (a batch's receipt counts them: ``kept``)."""
+    kept: int  # reports accepted now or before (duplicates)
     complete: bool
     fresh: tuple[IntArray, FloatArray, FloatArray] | None = None
     """The reports inserted now (ids, payload rows, ε charges) of a local-trust study, for
@@ -305,8 +308,9 @@ def _ingest(
         report_rows.insert_contributions(session, study_id, k, inserted, sealed)
     stored: dict[int, tuple[str, datetime]] = {}  # digest "": not worked out (no receipt)
     conflicts: list[tuple[int, int]] = []  # (position in the batch, among the accepted)
-    if everyone:  # the usual case: built in C
-        stored = dict(zip(accepted_ids, zip(digests or repeat(""), repeat(now)), strict=False))
+    if everyone:  # the usual case: built in C, and only for receipts (a batch's counts them)
+        if receipts:
+            stored = dict(zip(accepted_ids, zip(digests or repeat(""), repeat(now)), strict=False))
     else:
         for a, (i, pid) in enumerate(zip(accepted.tolist(), accepted_ids, strict=True)):
             if fresh_mask[a]:
@@ -337,7 +341,8 @@ def _ingest(
     if inserted and not central:
         new = accepted if everyone else accepted[fresh_mask]
         recorded = (pids[new], payloads[new], charge[new])
-    return _Outcome(errors, duplicates, stored, received >= r.expected, recorded)
+    kept = len(accepted_ids) if everyone else len(stored)
+    return _Outcome(errors, duplicates, stored, kept, received >= r.expected, recorded)
 
 
 def _receipt(pid: int, index: int, stored: tuple[str, datetime], duplicate: bool) -> Receipt:
@@ -448,7 +453,7 @@ def submit_batch(ctx: Context, study_id: str, batch: ReportBatch) -> BatchReceip
     )
     return BatchReceipt(
         round=batch.round,
-        accepted=len(outcome.stored) - len(outcome.duplicates),
+        accepted=outcome.kept - len(outcome.duplicates),
         duplicates=len(outcome.duplicates),
         rejected=len(rejected),
         items=rejected,
