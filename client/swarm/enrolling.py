@@ -1,7 +1,8 @@
 """Enrollment of a swarm's population (docs/architecture.md, "Flow of a study"): the whole
-population into a new study with participant id = population index, given explicitly from leases of
-each batch's ids (two batches in flight), or, for swarms sharing a study, leased blocks until none
-are left; the start; and the users who try to join after it (behaviour ``join_late``).
+population into a new study with participant id = population index, given explicitly from leases
+of each batch's ids (leased one after the other while the first batches enroll, two batches in
+flight), or, for swarms sharing a study, leased blocks until none are left; the start; and the
+users who try to join after it (behaviour ``join_late``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from numpy.typing import NDArray
 from fedldp.client.api.client import ApiClient, AuthError, InvalidRequestError, PhaseError
 from fedldp.client.api.errors import SwarmError
 from fedldp.client.population.build import AnyPopulation
+from fedldp.client.swarm.driving import first_error
 from fedldp.client.swarm.progress import SwarmProgress
 from fedldp.client.swarm.roster import Roster
 from fedldp.protocol.catalogue import CATALOGUE, origin_mismatch
@@ -267,11 +269,18 @@ async def enroll(
     enrolled = 0
     gate = asyncio.Semaphore(ENROLL_IN_FLIGHT)
 
-    async def block(start: int, stop: int) -> None:
+    async def lease_all() -> None:
+        # one chunk after the other (a new, empty study hands out each chunk's ids in turn),
+        # while the first chunks enroll: 20 leases at 10^6 users took 0.2 s before any enrolled
+        for (start, stop), lease in zip(chunks, leases, strict=True):
+            lease.set_result(await _lease_chunk(api, study.id, start, stop))
+
+    async def block(start: int, stop: int, lease: asyncio.Future[Lease]) -> None:
         nonlocal enrolled
+        await lease
         async with gate:  # built inside the gate: one batch is built while another is stored
             batch = _enroll_batch(population, start, stop, block_only, members)
-            answer = await _enrolled(api, study.id, start, stop, batch, leases[start])
+            answer = await _enrolled(api, study.id, start, stop, batch, lease.result())
         if answer.participant_ids != list(range(start, stop)):
             raise SwarmError(
                 "enrollment_mismatch",
@@ -289,8 +298,15 @@ async def enroll(
     # lease and study checks) was most of the server's time at 10^4 users a request (issue 27:
     # 20 requests of 50,000 users enroll 10^6 in two thirds of the time 100 of 10,000 took)
     chunks = [(start, min(start + MAX_BATCH, n)) for start in range(0, n, MAX_BATCH)]
-    leases = await _lease_chunks(api, study.id, chunks)
-    await asyncio.gather(*(block(start, stop) for start, stop in chunks))
+    loop = asyncio.get_running_loop()
+    leases: list[asyncio.Future[Lease]] = [loop.create_future() for _ in chunks]
+    try:
+        async with asyncio.TaskGroup() as group:  # a failure cancels the others
+            group.create_task(lease_all())
+            for (start, stop), lease in zip(chunks, leases, strict=True):
+                group.create_task(block(start, stop, lease))
+    except BaseExceptionGroup as errors:
+        raise first_error(errors) from None
     # participant id i is slot slots[i] (checked above): without members, the slots themselves
     ids = slots if members is None else np.arange(n, dtype=np.int64)
     tokens = [token for start in sorted(answers) for token in answers[start][0]]
@@ -315,23 +331,18 @@ async def _enrolled(
         ) from None
 
 
-async def _lease_chunks(
-    api: ApiClient, study_id: str, chunks: list[tuple[int, int]]
-) -> dict[int, Lease]:
-    """A lease of each chunk's ids (in a new, empty study they come in order), so that the
-    chunks enroll with explicit ids (which only their lease's token enrolls), a few at once."""
-    leases: dict[int, Lease] = {}
-    for start, stop in chunks:
-        lease = await api.lease(study_id, stop - start)
-        if (lease.start, lease.stop) != (start, stop):
-            raise SwarmError(
-                "enrollment_mismatch",
-                f"study {study_id} leased ids {lease.start}..{lease.stop - 1}, not population "
-                f"slots {start}..{stop - 1}: it is not new and empty",
-                server_side=True,
-            )
-        leases[start] = lease
-    return leases
+async def _lease_chunk(api: ApiClient, study_id: str, start: int, stop: int) -> Lease:
+    """A lease of a chunk's ids (in a new, empty study they come in order), so that the chunk
+    enrolls with explicit ids (which only its lease's token enrolls)."""
+    lease = await api.lease(study_id, stop - start)
+    if (lease.start, lease.stop) != (start, stop):
+        raise SwarmError(
+            "enrollment_mismatch",
+            f"study {study_id} leased ids {lease.start}..{lease.stop - 1}, not population "
+            f"slots {start}..{stop - 1}: it is not new and empty",
+            server_side=True,
+        )
+    return lease
 
 
 async def start(api: ApiClient, study_id: str) -> StudyView:

@@ -466,6 +466,32 @@ async def test_a_swarm_says_at_once_which_users_were_not_enrolled(
     assert re.search(r"participant ids \d+\.\.\d+", str(caught.value))
 
 
+async def test_a_swarm_joining_a_study_whose_ids_were_leased_stops_before_enrolling(
+    app: FastAPI,
+) -> None:
+    """A study with no participant yet but some ids leased by another caller: the swarm's first
+    chunk lease answers other ids than its population slots, and the swarm stops with
+    ``enrollment_mismatch`` (a SwarmError, not an exception group of its enrollment tasks),
+    leaving nobody enrolled while the following chunks were being leased."""
+    spec = PopulationSpec(users=120_000, samples=1, distribution="two-point", mean=0.1)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url=URL) as http:
+        protocol = get_protocol("user-mean")
+        params = fill_from_population(protocol, {}, build_population(spec, 1))
+        body = {"protocol": "user-mean", "params": params, "seed": 1}
+        study = (await http.post("/v1/studies", json=body)).json()
+        taken = await http.post(f"/v1/studies/{study['id']}/leases", json={"size": 7})
+        assert taken.status_code == 201
+    with pytest.raises(SwarmError) as caught:
+        await run_swarm(
+            URL, population=spec, seed=1, study_id=study["id"], progress=False, transport=transport
+        )
+    assert caught.value.code == "enrollment_mismatch"
+    assert "leased ids 7..50006, not population slots 0..49999" in str(caught.value)
+    async with httpx.AsyncClient(transport=transport, base_url=URL) as http:
+        assert (await http.get(f"/v1/studies/{study['id']}")).json()["n_participants"] == 0
+
+
 async def test_a_swarm_with_other_round_rules_cannot_join(app: FastAPI) -> None:
     """Another quorum, round deadline or ε range than the creator's: refused, naming the field
     (the swarm would print the creator's result under its own rules)."""
