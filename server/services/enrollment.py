@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.exc import IntegrityError
 
+from fedldp.protocol.core.base.records import FloatArray, IntArray
 from fedldp.protocol.core.wire import EPSILON_MAX, EPSILON_MIN, BlockToken, EnrollmentBatch
 from fedldp.server.errors import (
     EnrollmentClosed,
@@ -21,7 +22,7 @@ from fedldp.server.errors import (
 )
 from fedldp.server.runtime.auth import block_token_for, tokens_for
 from fedldp.server.runtime.context import Context
-from fedldp.server.runtime.plans import Enrolled, MetadataRuns
+from fedldp.server.runtime.plans import Enrolled, MetadataRuns, runs_of
 from fedldp.server.services import leases
 from fedldp.server.services.rounds import advance, start_study
 from fedldp.server.services.studies import require_study
@@ -32,7 +33,7 @@ from fedldp.server.store.tables import StudyRow, utcnow
 __all__ = ["enroll"]
 
 
-def _check_epsilons(study: StudyRow, epsilons: Sequence[float]) -> None:
+def _check_epsilons(study: StudyRow, epsilons: FloatArray) -> None:
     """EpsilonOutOfRange unless every ε is finite and inside the study's range (its own
     ``epsilon_min``/``epsilon_max``, else the global ``EPSILON_MIN``..``EPSILON_MAX``, which
     also keeps subnormal ε's out: they overflow the protocols' noise scales)."""
@@ -49,20 +50,40 @@ def _check_epsilons(study: StudyRow, epsilons: Sequence[float]) -> None:
         )
 
 
-def _exists(study_id: str, explicit: list[int]) -> ParticipantExists:
+def _exists(study_id: str, explicit: IntArray | None) -> ParticipantExists:
     # only explicit ids can be enrolled already: the server numbers the others outside leases
-    span = f"{min(explicit)}..{max(explicit)}" if explicit else "numbered by the server"
+    span = (
+        "numbered by the server"
+        if explicit is None
+        else f"{int(explicit.min())}..{int(explicit.max())}"
+    )
     return ParticipantExists(
         f"some of participant ids {span} of study {study_id} are enrolled already"
     )
 
 
+def _explicit_ids(requested: Sequence[int | None]) -> IntArray | None:
+    """The participant ids a batch gives, as an array (None: it gives none, the server numbers
+    them); InvalidRequest if it gives some and not others, or one twice. Checked on an array:
+    a batch holds up to ``MAX_BATCH`` of them."""
+    missing = requested.count(None)
+    if missing == len(requested):
+        return None
+    if missing:
+        raise InvalidRequest("give a participant_id for every participant of a batch, or none")
+    ids = np.asarray(requested, dtype=np.int64)
+    increasing = bool(np.all(ids[1:] > ids[:-1]))  # as a swarm's batches are: no sort
+    if not increasing and np.unique(ids).size != ids.size:
+        raise InvalidRequest("a participant_id appears twice in the batch")
+    return ids
+
+
 def enroll(
     ctx: Context,
     study_id: str,
-    epsilons: list[float],
+    epsilons: Sequence[float],
     metadata: list[dict[str, Any]],
-    requested: list[int | None],
+    requested: Sequence[int | None],
     *,
     block_only: bool = False,
     lease_token: str | None = None,
@@ -74,28 +95,32 @@ def enroll(
     when reached, starts the study. The answer holds each participant's token and, for consecutive
     ids, their block token; ``block_only``: the block token alone (the tokens are not even
     computed)."""
-    explicit = [p for p in requested if p is not None]
-    if explicit and len(explicit) != len(requested):
-        raise InvalidRequest("give a participant_id for every participant of a batch, or none")
-    if len(set(explicit)) != len(explicit):
-        raise InvalidRequest("a participant_id appears twice in the batch")
-    if block_only and explicit and max(explicit) - min(explicit) + 1 != len(explicit):
+    explicit = _explicit_ids(requested)
+    if block_only and explicit is not None and _block_span(explicit) is None:
         raise InvalidRequest("a block token alone needs consecutive participant ids")
+    eps = np.asarray(epsilons, dtype=np.float64)
+    # the metadata as runs of one object, walked once (the wire shares one dict between equal
+    # rows, ``EnrollBatch.rows``): stored once per block when everyone's is the same
+    runs = runs_of(metadata)
+    declared = any(row for row, _ in runs)
+    kept: Sequence[dict[str, Any]] | dict[str, Any] = (
+        {} if not declared else dict(runs[0][0]) if len(runs) == 1 else metadata
+    )
     now = utcnow()
     try:
         with ctx.transaction() as session:
             study = require_study(session, study_id)
             if study.phase != "enrolling":
                 raise StudyNotEnrolling(f"study {study_id} is {study.phase}; enrollment is closed")
-            _check_epsilons(study, epsilons)
+            _check_epsilons(study, eps)
             target = study.enrollment_target
-            if target is not None and study.n_participants + len(epsilons) > target:
+            if target is not None and study.n_participants + eps.size > target:
                 raise EnrollmentFull(
                     f"study {study_id} has {study.n_participants} of its {target} participants; "
-                    f"{len(epsilons)} more do not fit"
+                    f"{eps.size} more do not fit"
                 )
             lease = None
-            if explicit:
+            if explicit is not None:
                 lease = leases.authorise(session, study, explicit, lease_token, now)
                 ids = explicit
             else:
@@ -104,40 +129,39 @@ def enroll(
                         f"study {study_id} enrolls only holders of a lease, with their block's "
                         "participant ids (its enrollment policy is 'leased')"
                     )
-                first = lease_rows.take_ids(session, study_id, len(epsilons), None)
+                first = lease_rows.take_ids(session, study_id, eps.size, None)
                 if first is None:
                     raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
-                if target is not None and first + len(epsilons) > target:
+                if target is not None and first + eps.size > target:
                     raise EnrollmentFull(
-                        f"study {study_id} has no {len(epsilons)} participant ids below its "
+                        f"study {study_id} has no {eps.size} participant ids below its "
                         f"target {target} left outside its leases"
                     )
-                ids = list(range(first, first + len(epsilons)))
-            total = repo.count_participants(session, study_id, len(epsilons))
+                ids = np.arange(first, first + eps.size, dtype=np.int64)
+            total = repo.count_participants(session, study_id, eps.size)
             if total is None:
                 raise StudyNotEnrolling(f"study {study_id} closed its enrollment")
             if lease is not None:
-                lease_rows.count_enrolled(session, study_id, lease.serial, len(ids))
+                lease_rows.count_enrolled(session, study_id, lease.serial, ids.size)
             fresh = participant_rows.add_participants(
                 session,
                 study_id,
                 now,
                 ids,
-                epsilons,
-                metadata if any(metadata) else {},  # none has any: one stored value for all
+                eps,
+                kept,
             )
             if not fresh:  # nothing stored; the transaction rolls back
                 raise _exists(study_id, explicit)
+            listed = ids.tolist()
             out = EnrollmentBatch(
-                participant_ids=ids,
-                tokens=[] if block_only else tokens_for(study.secret, study_id, ids),
+                participant_ids=listed,
+                tokens=[] if block_only else tokens_for(study.secret, study_id, listed),
                 block=_block_token(study, ids),
             )
-            # none has any: one run of one object, not a list of 10^4 references to walk
-            stored = metadata if any(metadata) else MetadataRuns([({}, len(ids))])
-            enrolled = Enrolled(
-                np.asarray(ids, dtype=np.int64), np.asarray(epsilons, dtype=np.float64), stored
-            )
+            # runs of one object, not a list of 10^4 references to walk again
+            stored = MetadataRuns(runs if declared else [({}, ids.size)])
+            enrolled = Enrolled(ids, eps, stored)
             full = target is not None and total >= target
             if full:
                 start_study(ctx, session, require_study(session, study_id), now, enrolling=enrolled)
@@ -150,11 +174,18 @@ def enroll(
     return out
 
 
-def _block_token(study: StudyRow, ids: list[int]) -> BlockToken | None:
+def _block_span(ids: IntArray) -> tuple[int, int] | None:
+    """(first, last + 1) of distinct ``ids`` when they are consecutive, else None."""
+    start, stop = int(ids.min()), int(ids.max()) + 1
+    return (start, stop) if stop - start == ids.size else None
+
+
+def _block_token(study: StudyRow, ids: IntArray) -> BlockToken | None:
     """The block token of a batch of distinct ids, when they are consecutive."""
-    start, stop = min(ids), max(ids) + 1
-    if stop - start != len(ids):
+    span = _block_span(ids)
+    if span is None:
         return None
+    start, stop = span
     return BlockToken(
         start=start, stop=stop, token=block_token_for(study.secret, study.id, start, stop)
     )

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from fedldp.protocol.core.base.records import IntArray
 from fedldp.protocol.core.wire import MAX_ID, Lease
 from fedldp.server.errors import (
     LeaseExpired,
@@ -66,13 +67,13 @@ def grant(ctx: Context, study_id: str, size: int) -> Lease:
 
 
 def authorise(
-    session: Session, study: StudyRow, ids: list[int], token: str | None, now: datetime
+    session: Session, study: StudyRow, ids: IntArray, token: str | None, now: datetime
 ) -> LeaseRow:
     """The caller's lease, which must hold every one of ``ids`` and match ``token``; NotLeased
     or LeaseExpired otherwise."""
-    if not ids:
+    if ids.size == 0:
         raise NotLeased("no participant ids to enroll")
-    low, high = min(ids), max(ids)
+    low, high = int(ids.min()), int(ids.max())
     lease = lease_rows.lease_of(session, study.id, low)
     if (
         lease is None

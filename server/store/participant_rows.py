@@ -87,8 +87,8 @@ def add_participants(
     session: Session,
     study_id: str,
     enrolled_at: datetime,
-    participant_ids: Sequence[int],
-    epsilons: Sequence[float],
+    participant_ids: Sequence[int] | IntArray,
+    epsilons: Sequence[float] | FloatArray,
     metadata: Sequence[dict[str, Any]] | dict[str, Any],
 ) -> bool:
     """Store an enrollment (``metadata``: each participant's, or one for all of them) as blocks,
