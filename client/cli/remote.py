@@ -47,7 +47,7 @@ from fedldp.client.population.build import (
     population_spec_from_args,
 )
 from fedldp.client.simulate import fill_from_population, simulate
-from fedldp.client.swarm.driving import MAX_THREADS
+from fedldp.client.swarm.driving import MAX_THREADS, MIN_BLOCK, auto_batch, checked_threads
 from fedldp.client.swarm.run import SwarmResult, run_swarm
 from fedldp.client.swarm.server_process import ServerProcess, exec_server, free_port, sqlite_url
 from fedldp.client.swarm.spread import run_swarm_cluster
@@ -57,7 +57,8 @@ from fedldp.protocol.core.wire import EPSILON_MAX, EPSILON_MIN, MAX_BATCH
 __all__ = ["REMOTE_COMMANDS", "add_run_parser", "add_server_parser", "add_swarm_parser"]
 
 Subparsers = Any
-DEFAULT_BATCH = 10_000
+AUTO = "auto"
+"""``--batch``'s default: ``auto_batch`` of the population (``fedldp.client.swarm.driving``)."""
 RUN_DEFAULTS: dict[str, Any] = {
     "users": 20_000,
     "samples": 256,
@@ -73,30 +74,43 @@ def _add_param_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params-json", metavar="JSON", help="protocol parameters as an object")
 
 
-def _add_swarm_options(parser: argparse.ArgumentParser, *, default_batch: int | None) -> None:
+def _batch_size(text: str) -> int | str:
+    """``--batch``'s value: a number of users, or ``auto``."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid batch size {text!r}: give a number of users or {AUTO}"
+        ) from None
+
+
+def _add_swarm_options(parser: argparse.ArgumentParser, *, per_user: bool) -> None:
     parser.add_argument(
         "--concurrency",
         type=int,
         metavar="N",
         help="requests in flight per process (default 64 per-user, 8 in batch mode)",
     )
-    if default_batch is None:
+    auto = f"auto: two blocks per privatizing thread, each of {MIN_BLOCK} to {MAX_BATCH} users"
+    if per_user:
         parser.add_argument(
             "--batch",
-            type=int,
+            type=_batch_size,
             nargs="?",
-            const=DEFAULT_BATCH,
+            const=AUTO,
             metavar="SIZE",
-            help=f"batch mode: blocks of SIZE users on the batch endpoints (default size "
-            f"{DEFAULT_BATCH}); without it every user polls and reports on its own",
+            help=f"batch mode: blocks of SIZE users on the batch endpoints (default size {auto}); "
+            "without it every user polls and reports on its own",
         )
     else:
         parser.add_argument(
             "--batch",
-            type=int,
-            default=default_batch,
+            type=_batch_size,
+            default=AUTO,
             metavar="SIZE",
-            help=f"users per batch request (default {default_batch})",
+            help=f"users per batch request (default {auto})",
         )
     parser.add_argument(
         "--processes", type=int, default=1, metavar="K", help="worker processes (default 1)"
@@ -117,9 +131,17 @@ def _progress(args: argparse.Namespace) -> bool | None:
     return False if args.quiet else (True if args.progress else None)
 
 
-def _check_batch(batch: int | None) -> None:
-    if batch is not None and not 1 <= batch <= MAX_BATCH:
+def _batch(args: argparse.Namespace, users: int) -> int | None:
+    """The swarm's block size: ``--batch`` (None: per user), ``auto`` worked out for ``users``
+    (``auto_batch``); ValueError outside [1, MAX_BATCH]."""
+    batch: int | str | None = args.batch
+    if batch == AUTO:
+        # (a bad --threads or --processes is refused here or by run_swarm, with its message)
+        threads = checked_threads(args.threads, MIN_BLOCK)
+        return auto_batch(users, threads, max(1, args.processes))
+    if batch is not None and not (isinstance(batch, int) and 1 <= batch <= MAX_BATCH):
         raise ValueError(f"--batch must lie in [1, {MAX_BATCH}], got {batch}")
+    return batch
 
 
 # --------------------------------------------------------------------------- fedldp server
@@ -185,8 +207,8 @@ def add_server_parser(subparsers: Subparsers) -> None:
 
 
 def _run_swarm(args: argparse.Namespace) -> int:
-    _check_batch(args.batch)
     population = build_population(population_spec_from_args(args), args.seed)
+    batch = _batch(args, population.n)
     create = None
     if args.create is not None:
         protocol = get_protocol(args.create)
@@ -202,7 +224,7 @@ def _run_swarm(args: argparse.Namespace) -> int:
         raise ValueError("--lease needs --create PROTOCOL and --name NAME (the study to share)")
     retry = retry_policy(args)
     if args.cluster is not None:
-        return _run_swarm_cluster(args, create, retry)
+        return _run_swarm_cluster(args, create, retry, batch)
     study_id = None if args.study is None else asyncio.run(_resolve(args.server, args.study, retry))
     run = asyncio.run(
         run_swarm(
@@ -211,7 +233,7 @@ def _run_swarm(args: argparse.Namespace) -> int:
             study_id=study_id,
             create=create,
             concurrency=args.concurrency,
-            batch=args.batch,
+            batch=batch,
             processes=args.processes,
             threads=args.threads,
             progress=_progress(args),
@@ -231,7 +253,10 @@ def _run_swarm(args: argparse.Namespace) -> int:
 
 
 def _run_swarm_cluster(
-    args: argparse.Namespace, create: tuple[str, dict[str, Any]] | None, retry: RetryPolicy
+    args: argparse.Namespace,
+    create: tuple[str, dict[str, Any]] | None,
+    retry: RetryPolicy,
+    batch: int | None,
 ) -> int:
     if create is None:
         raise ValueError("--cluster needs --create PROTOCOL (its parts share a new study)")
@@ -248,7 +273,7 @@ def _run_swarm_cluster(
         progress=_progress(args),
         admin_key=args.admin_key,
         concurrency=args.concurrency,
-        batch=args.batch,
+        batch=batch,
         threads=args.threads,
         epsilon_min=args.epsilon_min,
         epsilon_max=args.epsilon_max,
@@ -342,7 +367,7 @@ def add_swarm_parser(subparsers: Subparsers) -> None:
         metavar="KEY",
         help="X-Admin-Key for creating and starting studies (default $FEDLDP_ADMIN_KEY)",
     )
-    _add_swarm_options(parser, default_batch=None)
+    _add_swarm_options(parser, per_user=True)
     add_population_arguments(parser)
     add_behaviour_arguments(parser)
     parser.set_defaults(handler=remote(_run_swarm))
@@ -366,8 +391,8 @@ def _run_population(args: argparse.Namespace) -> AnyPopulation:
 
 
 def _run_run(args: argparse.Namespace) -> int:
-    _check_batch(args.batch)
     population = _run_population(args)
+    batch = _batch(args, population.n)
     protocol = get_protocol(args.protocol)
     params = fill_from_population(protocol, parse_params(args), population)
     parsed = protocol.parse_params(params)
@@ -385,7 +410,7 @@ def _run_run(args: argparse.Namespace) -> int:
                     population=population,
                     create=(protocol.name, params),
                     concurrency=args.concurrency,
-                    batch=args.batch,
+                    batch=batch,
                     processes=args.processes,
                     threads=args.threads,
                     progress=_progress(args),
@@ -449,7 +474,7 @@ def add_run_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--keep-db", action="store_true", help="keep the temporary database and server log"
     )
-    _add_swarm_options(parser, default_batch=DEFAULT_BATCH)
+    _add_swarm_options(parser, per_user=False)
     add_population_arguments(parser)
     parser.set_defaults(handler=remote(_run_run))
 

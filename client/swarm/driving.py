@@ -19,19 +19,21 @@ from typing import ParamSpec, TypeVar
 from fedldp.client.api.client import ApiClient
 from fedldp.client.api.errors import SwarmError
 from fedldp.protocol.core.ledger import BudgetExceededError
-from fedldp.protocol.core.wire import TaskDone
+from fedldp.protocol.core.wire import MAX_BATCH, TaskDone
 
 __all__ = [
     "BATCH_HOLD_S",
     "DELIBERATELY_LATE",
     "LATE",
     "MAX_THREADS",
+    "MIN_BLOCK",
     "TASK_HOLD_S",
     "DriveContext",
     "DriveStats",
     "Gate",
     "Quiet",
     "WaitPolicy",
+    "auto_batch",
     "checked_threads",
     "default_threads",
     "ended",
@@ -224,6 +226,20 @@ def checked_threads(threads: int | None, batch: int | None) -> int:
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     return threads
+
+
+MIN_BLOCK = 10_000
+"""The fewest users ``auto_batch`` puts in a block."""
+
+
+def auto_batch(users: int, threads: int, processes: int = 1) -> int:
+    """Users per block in batch mode by default: two blocks per privatizing thread (one
+    privatized while another's requests are in flight), at least ``MIN_BLOCK`` and at most
+    ``MAX_BATCH`` users. Larger blocks mean fewer requests, and a request costs the server about
+    2 ms beside its users (routing, its transaction, the answer): 10^6 users in blocks of 50,000
+    took 2.2 CPU s of the server's time, in blocks of 10,000 3.5 s (issue 27)."""
+    per_block = -(-users // (2 * threads * processes))
+    return max(MIN_BLOCK, min(MAX_BATCH, per_block))
 
 
 @dataclass

@@ -123,10 +123,55 @@ def test_cli_errors_are_one_line_with_the_code(
     for extra, says in (
         (["--threads", "2"], "threads apply to batch mode"),
         (["--threads", "0", "--batch", "3"], "threads must be >= 1, got 0"),
+        (["--batch", "0"], "--batch must lie in [1, 50000], got 0"),
     ):
         code, _, err = run_cli(capsys, *swarm, *extra)
         assert code == 2
         assert err.startswith(f"error: {says}"), err
+    with pytest.raises(SystemExit) as parsed:  # argparse's refusal, before anything runs
+        run_cli(capsys, *swarm, "--batch", "many")
+    assert parsed.value.code == 2
+    says = "argument --batch: invalid batch size 'many': give a number of users or auto"
+    assert capsys.readouterr().err.startswith(f"error: {says}")
+
+
+@pytest.mark.parametrize(
+    ("command", "extra", "batch"),
+    [
+        ("swarm", ["--batch"], 25_000),  # 10^5 users, 2 threads: two blocks per thread
+        ("swarm", ["--batch", "auto", "--processes", "2"], 12_500),
+        ("swarm", ["--batch", "auto", "--users", "1000"], 10_000),  # at least MIN_BLOCK
+        ("swarm", ["--batch", "auto", "--users", "1000000"], 50_000),  # at most MAX_BATCH
+        ("swarm", ["--batch", "777"], 777),
+        ("swarm", [], None),  # per user
+        ("run", [], 25_000),  # batch mode by default, sized for the population
+    ],
+)
+def test_the_batch_size_is_worked_out_for_the_population(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    extra: list[str],
+    batch: int | None,
+) -> None:
+    """``--batch`` alone, ``--batch auto`` and ``fedldp run`` without it: blocks of
+    ``auto_batch`` users (two per privatizing thread, 10,000 to 50,000), what run_swarm gets."""
+    from fedldp.client.cli import remote
+
+    async def fake_run_swarm(*args: Any, **kw: Any) -> Any:
+        raise ValueError(f"run_swarm got batch={kw['batch']}")
+
+    monkeypatch.setattr(remote, "run_swarm", fake_run_swarm)
+    where = ["--server", "http://127.0.0.1:9"] if command == "swarm" else []
+    argv = [command, *where, "--users", "100000", "--seed", "1", "--threads", "2", *extra]
+    if command == "swarm":
+        argv += ["--create", "user-mean"]
+    if batch is None:  # threads go with batch mode only
+        argv.remove("--threads")
+        argv.remove("2")
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert err.startswith(f"error: run_swarm got batch={batch}"), err
 
 
 def test_a_swarm_with_another_population_is_refused_not_answered(
