@@ -3,9 +3,10 @@ over HTTP per user (issue 27 item 5), drawn as one figure.
 
 For each size in ``--sizes`` (default 10^3 … 10^7 by decades) runs the ``user-mean`` study
 (two-point data, ``--samples`` samples per user, ε = 1): the in-process simulation, a batch-mode
-swarm (blocks of 10,000 users) against a real server on a temporary SQLite database, and a per-user
-swarm (one agent per user, 64 requests in flight) up to ``--peruser-max`` users (the per-user path
-costs two requests per user: at 10^7 that would take hours here). Every HTTP estimate must equal
+swarm (blocks of the swarm's default size, ``auto_batch``) against a real server on a temporary
+SQLite database, and a per-user swarm (one agent per user, 64 requests in flight) up to
+``--peruser-max`` users (the per-user path costs two requests per user: at 10^7 that would take
+hours here). Every HTTP estimate must equal
 the in-process one (1e-9 relative). Prints a table of seconds and microseconds per user, writes
 it as CSV, and draws the curves (log-log, µs per user against users) to ``--figure``.
 
@@ -29,6 +30,7 @@ import numpy as np
 
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
+from fedldp.client.swarm.driving import auto_batch, default_threads
 from fedldp.client.swarm.run import run_swarm
 from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
@@ -36,7 +38,6 @@ from fedldp.threads import one_blas_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("in process", "HTTP batch", "HTTP per user")
-BATCH = 10_000
 RELATIVE = 1e-9
 
 
@@ -74,7 +75,7 @@ def measure(size: int, samples: int, seed: int, peruser_max: int) -> dict[str, f
     local = simulate(protocol, protocol.parse_params(params), population, seed)
     seconds = {"in process": time.perf_counter() - began}
     here = float(np.asarray(local.result.estimate))
-    runs: dict[str, int | None] = {"HTTP batch": BATCH}
+    runs: dict[str, int | None] = {"HTTP batch": auto_batch(size, default_threads())}
     if size <= peruser_max:
         runs["HTTP per user"] = None
     for mode, batch in runs.items():
