@@ -64,7 +64,7 @@ import psycopg
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
 from fedldp.client.swarm.agents import DriveStats
-from fedldp.client.swarm.driving import MIN_BLOCK, auto_batch, checked_threads
+from fedldp.client.swarm.driving import auto_batch, checked_threads
 from fedldp.client.swarm.run import DEFAULT_CONCURRENCY, run_swarm
 from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
@@ -388,11 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-targets", action="store_true", help="print, do not judge")
     args = parser.parse_args(argv)
-    if args.batch == "auto":
-        threads = checked_threads(args.threads, MIN_BLOCK)
-        args.batch = auto_batch(args.users, threads, args.processes)
-    else:
-        args.batch = int(args.batch)
+    args.batch = (
+        auto_batch(args.users, args.threads, args.processes)
+        if args.batch == "auto"
+        else int(args.batch)
+    )
 
     _, _, raw = STUDIES[args.study]
     spec = _spec(args)

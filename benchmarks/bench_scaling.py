@@ -30,7 +30,7 @@ import numpy as np
 
 from fedldp.client.population.build import PopulationSpec, build_population
 from fedldp.client.simulate import fill_from_population, simulate
-from fedldp.client.swarm.driving import auto_batch, default_threads
+from fedldp.client.swarm.driving import auto_batch
 from fedldp.client.swarm.run import run_swarm
 from fedldp.client.swarm.server_process import ServerProcess, sqlite_url
 from fedldp.protocol.catalogue import get_protocol
@@ -75,7 +75,7 @@ def measure(size: int, samples: int, seed: int, peruser_max: int) -> dict[str, f
     local = simulate(protocol, protocol.parse_params(params), population, seed)
     seconds = {"in process": time.perf_counter() - began}
     here = float(np.asarray(local.result.estimate))
-    runs: dict[str, int | None] = {"HTTP batch": auto_batch(size, default_threads())}
+    runs: dict[str, int | None] = {"HTTP batch": auto_batch(size)}
     if size <= peruser_max:
         runs["HTTP per user"] = None
     for mode, batch in runs.items():

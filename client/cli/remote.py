@@ -47,7 +47,7 @@ from fedldp.client.population.build import (
     population_spec_from_args,
 )
 from fedldp.client.simulate import fill_from_population, simulate
-from fedldp.client.swarm.driving import MAX_THREADS, MIN_BLOCK, auto_batch, checked_threads
+from fedldp.client.swarm.driving import MAX_THREADS, MIN_BLOCK, auto_batch
 from fedldp.client.swarm.run import SwarmResult, run_swarm
 from fedldp.client.swarm.server_process import ServerProcess, exec_server, free_port, sqlite_url
 from fedldp.client.swarm.spread import run_swarm_cluster
@@ -136,9 +136,7 @@ def _batch(args: argparse.Namespace, users: int) -> int | None:
     (``auto_batch``); ValueError outside [1, MAX_BATCH]."""
     batch: int | str | None = args.batch
     if batch == AUTO:
-        # (a bad --threads or --processes is refused here or by run_swarm, with its message)
-        threads = checked_threads(args.threads, MIN_BLOCK)
-        return auto_batch(users, threads, max(1, args.processes))
+        return auto_batch(users, args.threads, args.processes)
     if batch is not None and not (isinstance(batch, int) and 1 <= batch <= MAX_BATCH):
         raise ValueError(f"--batch must lie in [1, {MAX_BATCH}], got {batch}")
     return batch

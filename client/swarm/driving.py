@@ -232,13 +232,16 @@ MIN_BLOCK = 10_000
 """The fewest users ``auto_batch`` puts in a block."""
 
 
-def auto_batch(users: int, threads: int, processes: int = 1) -> int:
+def auto_batch(users: int, threads: int | None = None, processes: int = 1) -> int:
     """Users per block in batch mode by default: two blocks per privatizing thread (one
     privatized while another's requests are in flight), at least ``MIN_BLOCK`` and at most
     ``MAX_BATCH`` users. Larger blocks mean fewer requests, and a request costs the server about
     2 ms beside its users (routing, its transaction, the answer): 10^6 users in blocks of 50,000
-    took 2.2 CPU s of the server's time, in blocks of 10,000 3.5 s (issue 27)."""
-    per_block = -(-users // (2 * threads * processes))
+    took 2.2 CPU s of the server's time, in blocks of 10,000 3.5 s (issue 27). ``threads`` as the
+    swarm takes it (None: ``default_threads()``; ValueError below 1, as ``checked_threads``);
+    ``processes`` below 1 count as one (the swarm refuses them itself)."""
+    count = checked_threads(threads, MIN_BLOCK) * max(1, processes)
+    per_block = -(-users // (2 * count))
     return max(MIN_BLOCK, min(MAX_BATCH, per_block))
 
 
